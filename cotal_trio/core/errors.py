@@ -1,0 +1,78 @@
+"""The service's typed errors: who is at fault decides how an error is answered.
+
+STYLE.md practice 17-18. Mapping to a wire answer happens once, at the edge:
+
+* :class:`Refused` is the caller's fault (bad signature, expired bearer, unknown actor, scope too
+  wide). The callout answers it with a signed denial carrying :meth:`Refused.reason`; the HTTP
+  faces answer it with a 4xx JSON body ``{"error": <sentence>}``.
+* :class:`Unavailable` is a dependency's fault (store or broker unreachable). The callout gives
+  no mint; HTTP answers 503; a single-space replica exits.
+* :class:`CodecError` is malformed wire material (an nkey, a NATS JWT, an xkey box, a creds
+  file). Where it comes from a peer it is dropped or refused; where it comes from the root it is
+  a :class:`ConfigError`.
+* :class:`ConfigError` is the operator's bad input (a flag, a corrupt root file, a busy port).
+  Its message is one sentence that names the fix; the CLI prints it and exits non-zero.
+* Anything else is our bug: a generic 500 or a denial, logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = [
+    "AuthServiceError",
+    "CodecError",
+    "ConfigError",
+    "RefusalCode",
+    "Refused",
+    "Unavailable",
+]
+
+
+class AuthServiceError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class CodecError(AuthServiceError, ValueError):
+    """Malformed wire material: an nkey, seed, NATS JWT, xkey box or creds file.
+
+    The message says what was malformed, never the secret itself.
+    """
+
+
+class ConfigError(AuthServiceError):
+    """Operator input that cannot be used; the message is one sentence naming the fix."""
+
+
+class Unavailable(AuthServiceError):
+    """A dependency (broker, store, IdP JWKS) did not answer; retrying later may succeed."""
+
+
+class RefusalCode(enum.StrEnum):
+    """Why a caller was refused; the HTTP edge maps each code to a status in one table."""
+
+    BAD_REQUEST = "bad-request"
+    BAD_CAPABILITY = "bad-capability"
+    BAD_CREDENTIAL = "bad-credential"
+    NOT_GRANTED = "not-granted"
+    RATE_LIMITED = "rate-limited"
+    TIMEOUT = "timeout"
+
+
+class Refused(AuthServiceError):
+    """The caller's request is refused; ``detail`` is the sentence the caller is shown.
+
+    Attributes:
+        code: the :class:`RefusalCode` (selects the HTTP status at the edge).
+        detail: a sentence that names the fix; safe to show to the caller (no secrets, no
+            internal exception text).
+    """
+
+    def __init__(self, code: RefusalCode, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+    def reason(self) -> str:
+        """The denial reason string for a signed callout denial (the detail sentence)."""
+        return self.detail
