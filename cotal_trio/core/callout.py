@@ -1,0 +1,230 @@
+"""The auth callout decision: pure steps between the lane's I/O (DESIGN.md section 6).
+
+The lane calls these in order, doing its I/O (the ledger read, later the issuance row) between
+them, with the wall time read once per request and passed in:
+
+1. :func:`open_request` - provenance. A failure raises :class:`Dropped`: the request gets no
+   reply at all, only a log line (spec "Callout deadlines", last sentence).
+2. :func:`check_bearer` - the bearer in ``connect_opts.auth_token``.
+3. (lane) connect limits, then a fresh ledger read of the principal's rows.
+4. :func:`decide_connect` - ledger match and the profile's permissions.
+5. :func:`mint_user_jwt` and :func:`encode_response` - the user JWT and the sealed response.
+
+Steps 2 and 4 raise :class:`~cotal_trio.core.errors.Refused`; the lane answers those with
+:func:`encode_response` carrying ``error=refused.reason()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from . import natsjwt
+from .bearer import BearerKeySet, ValidatedBearer, validate_bearer
+from .errors import AuthServiceError, CodecError, RefusalCode, Refused
+from .identity import check_inbox_nonce, principal
+from .ledger import LedgerRow, authorize_connect
+from .nkeys import KeyPair, Prefix, decode_public_key
+from .profiles import Permissions, agent_permissions
+from .xkeys import XKeyPair
+
+__all__ = [
+    "CalloutKeys",
+    "ConnectGrant",
+    "Dropped",
+    "SERVER_XKEY_HEADER",
+    "TIMEOUT_REASON",
+    "check_bearer",
+    "decide_connect",
+    "encode_response",
+    "mint_user_jwt",
+    "open_request",
+]
+
+SERVER_XKEY_HEADER = "Nats-Server-Xkey"
+TIMEOUT_REASON = "timeout: the auth callout could not answer inside the broker's authorization timeout"
+
+
+class Dropped(AuthServiceError):
+    """The request failed provenance: answer nothing, log the reason (DESIGN.md 6, step 1)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class CalloutKeys:
+    """What one lane's callout holds for one space (DESIGN.md section 4, last paragraph).
+
+    Attributes:
+        space: the space name.
+        auth_account: the auth account's public key (``AUTH_<space>``); requests must name it.
+        data_account: the data account's public key; minted users land there.
+        xkey: the space xkey; requests are sealed to it.
+        auth_signer: the auth account's signing key; signs responses.
+        data_signer: the data account's callout signing key; signs minted user JWTs.
+        server_ids: when set, only requests from these broker ``N...`` keys are answered.
+    """
+
+    space: str
+    auth_account: str
+    data_account: str
+    xkey: XKeyPair
+    auth_signer: KeyPair
+    data_signer: KeyPair
+    server_ids: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectGrant:
+    """An allowed connect: who it is and what the minted user may do."""
+
+    owner: str
+    actor: str
+    permissions: Permissions
+    exp: int
+
+
+def open_request(
+    payload: bytes, headers: Mapping[str, str] | None, *, keys: CalloutKeys, now: float
+) -> natsjwt.AuthorizationRequest:
+    """Unseal and verify a ``$SYS.REQ.USER.AUTH`` request (provenance, DESIGN.md 6 step 1).
+
+    Args:
+        payload: the message body as received (``xkv1`` sealed).
+        headers: the message headers; ``Nats-Server-Xkey`` must name the broker's xkey.
+        now: wall time, unix seconds.
+
+    Raises:
+        Dropped: unsealed, does not open, not a NATS JWT signed by its ``iss``, ``iss`` not a
+            server key equal to ``server_id.id``, wrong audience, another account, expired,
+            a header key that differs from the signed ``server_id.xkey``, or a server outside
+            the allow-list.
+    """
+    header_xkey = (headers or {}).get(SERVER_XKEY_HEADER)
+    if not header_xkey:
+        raise Dropped("unsealed request (no Nats-Server-Xkey header)")
+    try:
+        claims = natsjwt.verify(keys.xkey.open(payload, header_xkey))
+        request = natsjwt.decode_authorization_request(claims)
+        decode_public_key(claims["iss"], Prefix.SERVER)
+    except (CodecError, KeyError) as exc:
+        raise Dropped(f"request is not a valid sealed authorization request: {exc}") from None
+    _check_claims(claims, request, header_xkey, keys=keys, now=now)
+    return request
+
+
+def _check_claims(
+    claims: Mapping[str, object],
+    request: natsjwt.AuthorizationRequest,
+    header_xkey: str,
+    *,
+    keys: CalloutKeys,
+    now: float,
+) -> None:
+    if claims["iss"] != request.server_id:
+        raise Dropped("request issuer is not the server it names")
+    if claims.get("aud") != natsjwt.AUTH_REQUEST_AUDIENCE:
+        raise Dropped("request audience is not nats-authorization-request")
+    if request.account != keys.auth_account:
+        raise Dropped(f"request is for account {request.account}, not this space's auth account")
+    if now >= request.exp:
+        raise Dropped("request expired before it was read")
+    if request.server_xkey != header_xkey:
+        raise Dropped("header xkey differs from the signed server xkey")
+    if keys.server_ids is not None and request.server_id not in keys.server_ids:
+        raise Dropped(f"server {request.server_id} is not in the allow-list")
+
+
+def check_bearer(
+    request: natsjwt.AuthorizationRequest, *, space: str, bearer_keys: BearerKeySet, now: float
+) -> ValidatedBearer:
+    """Validate the bearer from ``connect_opts.auth_token`` (DESIGN.md 6 step 3).
+
+    Raises:
+        Refused: no token, or the token fails validation (signature, claims, expiry).
+    """
+    if request.auth_token is None:
+        raise Refused(
+            RefusalCode.BAD_CREDENTIAL,
+            "no user token presented (auth_token empty) - connect with a bearer from the exchange",
+        )
+    return validate_bearer(request.auth_token, keys=bearer_keys, space=space, now=now)
+
+
+def decide_connect(
+    request: natsjwt.AuthorizationRequest,
+    bearer: ValidatedBearer,
+    rows: tuple[LedgerRow | None, LedgerRow | None],
+    *,
+    space: str,
+) -> ConnectGrant:
+    """Match the bearer against the fresh ledger rows and build the grant (steps 5 and 7).
+
+    Args:
+        rows: ``(interactive, managed)`` rows of the bearer's principal, read just now.
+
+    Raises:
+        Refused: the ledger refuses the bearer, or the connect ``name`` is not an inbox nonce.
+    """
+    row = authorize_connect(bearer, *rows)
+    nonce = request.connect_name
+    if nonce is None:
+        raise Refused(
+            RefusalCode.BAD_REQUEST,
+            "the connect has no name - set the connection name to the client's inbox nonce",
+        )
+    permissions = agent_permissions(
+        space=space,
+        owner=bearer.owner,
+        actor=bearer.actor,
+        allow_publish=row.allow_publish,
+        allow_subscribe=row.allow_subscribe,
+        inbox_nonce=check_inbox_nonce(nonce),
+    )
+    return ConnectGrant(owner=bearer.owner, actor=bearer.actor, permissions=permissions, exp=bearer.exp)
+
+
+def mint_user_jwt(
+    request: natsjwt.AuthorizationRequest, grant: ConnectGrant, *, keys: CalloutKeys, now: int
+) -> str:
+    """The user JWT placing the client in the data account (DESIGN.md 6 step 8).
+
+    ``sub`` is the broker's user nkey, ``exp`` the bearer's (the broker disconnects then),
+    ``name`` ``<owner>-<actor>`` and tags ``owner:``, ``actor:``, ``principal:``.
+    """
+    claims = natsjwt.user_claims(
+        user=request.user_nkey,
+        name=f"{grant.owner}-{grant.actor}",
+        issuer_account=keys.data_account,
+        permissions=grant.permissions.to_nats(),
+        exp=grant.exp,
+        tags=(
+            f"owner:{grant.owner}",
+            f"actor:{grant.actor}",
+            f"principal:{principal(grant.owner, grant.actor)}",
+        ),
+    )
+    return natsjwt.encode(claims, keys.data_signer, iat=now)
+
+
+def encode_response(
+    request: natsjwt.AuthorizationRequest,
+    *,
+    keys: CalloutKeys,
+    now: int,
+    jwt: str | None = None,
+    error: str | None = None,
+) -> bytes:
+    """The signed authorization response, sealed to the broker's xkey (DESIGN.md 6 step 9).
+
+    Exactly one of ``jwt`` (allow) or ``error`` (a denial reason) is given.
+    """
+    claims = natsjwt.authorization_response_claims(
+        user_nkey=request.user_nkey,
+        server_id=request.server_id,
+        issuer_account=keys.auth_account,
+        jwt=jwt,
+        error=error,
+    )
+    token = natsjwt.encode(claims, keys.auth_signer, iat=now).encode()
+    if request.server_xkey is None:
+        return token
+    return keys.xkey.seal(token, request.server_xkey)

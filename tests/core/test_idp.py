@@ -1,0 +1,167 @@
+"""IdP token verification (spec "Bridge contract" step 1; reference/upstream-notes.md 3.5)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from nacl.signing import SigningKey
+
+from cotal_trio.core.errors import CodecError, ConfigError, RefusalCode, Refused
+from cotal_trio.core.idp import IdpIdentity, IdpPin, parse_jwks, verify_idp_token
+
+SEED = bytes([3] * 32)
+OTHER_SEED = bytes([4] * 32)
+NOW = 1_800_000_000
+PIN = IdpPin(issuer="https://idp.example", audience="https://idp.example", jwks_uri="https://idp.example/jwks")
+DROP = object()
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def jwk(seed: bytes, kid: str) -> dict:
+    return {"kty": "OKP", "crv": "Ed25519", "x": b64(bytes(SigningKey(seed).verify_key)), "kid": kid}
+
+
+KEYS = parse_jwks({"keys": [jwk(SEED, "idp-1"), {**jwk(OTHER_SEED, "idp-2"), "alg": "EdDSA", "use": "sig"}]})
+
+
+def token(header: dict | None = None, seed: bytes = SEED, **overrides) -> str:
+    head = {"alg": "EdDSA", "kid": "idp-1", "typ": "JWT", **(header or {})}
+    body = {"iss": PIN.issuer, "aud": PIN.audience, "sub": "alice", "iat": NOW - 10, "exp": NOW + 300}
+    body = {k: v for k, v in {**body, **overrides}.items() if v is not DROP}
+    head = {k: v for k, v in head.items() if v is not DROP}
+    signing_input = f"{b64(json.dumps(head).encode())}.{b64(json.dumps(body).encode())}"
+    return f"{signing_input}.{b64(SigningKey(seed).sign(signing_input.encode()).signature)}"
+
+
+def test_parse_jwks():
+    assert sorted(KEYS) == ["idp-1", "idp-2"]
+    assert bytes(KEYS["idp-1"]) == bytes(SigningKey(SEED).verify_key)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        None,
+        [],
+        {},
+        {"keys": []},
+        {"keys": {"kid": "a"}},
+        {"keys": [jwk(SEED, "")]},
+        {"keys": [{k: v for k, v in jwk(SEED, "a").items() if k != "kid"}]},
+        {"keys": [jwk(SEED, "a"), jwk(OTHER_SEED, "a")]},
+        {"keys": [{"kty": "RSA", "kid": "r", "n": "AQAB", "e": "AQAB"}]},
+        {"keys": [{"kty": "EC", "crv": "P-256", "kid": "e", "x": "AA", "y": "AA"}]},
+        {"keys": [{**jwk(SEED, "a"), "crv": "Ed448"}]},
+        {"keys": [{**jwk(SEED, "a"), "x": "short"}]},
+        {"keys": [{**jwk(SEED, "a"), "d": b64(SEED)}]},
+        {"keys": [jwk(SEED, "a"), "junk"]},
+    ],
+)
+def test_parse_jwks_refuses(doc):
+    with pytest.raises(CodecError):
+        parse_jwks(doc)
+
+
+def test_verify_returns_identity():
+    assert verify_idp_token(token(), pin=PIN, keys=KEYS, now=NOW) == IdpIdentity(
+        sub="alice", iat=NOW - 10, exp=NOW + 300, auth_time=None, amr=()
+    )
+
+
+@pytest.mark.parametrize(
+    ("tok", "sub"),
+    [
+        (token(header={"alg": "Ed25519"}), "alice"),
+        (token(header={"kid": "idp-2"}, seed=OTHER_SEED), "alice"),
+        (token(aud=[PIN.audience]), "alice"),
+        (token(iat=NOW + 5), "alice"),
+        (token(nbf=NOW + 5), "alice"),
+        (token(exp=NOW + 1), "alice"),
+        (token(sub="github|12345"), "github|12345"),
+    ],
+)
+def test_verify_accepts(tok, sub):
+    assert verify_idp_token(tok, pin=PIN, keys=KEYS, now=NOW).sub == sub
+
+
+def test_password_provenance_is_carried_when_well_formed():
+    good = verify_idp_token(token(auth_time=NOW - 60, amr=["pwd", "otp"]), pin=PIN, keys=KEYS, now=NOW)
+    assert (good.auth_time, good.amr) == (NOW - 60, ("pwd", "otp"))
+    odd = verify_idp_token(token(auth_time="yesterday", amr="pwd"), pin=PIN, keys=KEYS, now=NOW)
+    assert (odd.auth_time, odd.amr) == (None, ())
+
+
+REFUSALS = [
+    # (token, now, expected sentence fragment)
+    (token(header={"kid": "idp-9"}), NOW, 'IdP token key "idp-9" is not in the pinned JWKS'),
+    (token(header={"kid": DROP}), NOW, "is not in the pinned JWKS"),
+    (token(header={"kid": "idp-2"}), NOW, "signature does not verify"),
+    (token(seed=OTHER_SEED), NOW, "signature does not verify"),
+    (token(header={"alg": "RS256"}), NOW, 'alg "RS256" is not accepted'),
+    (token(header={"alg": "ES256"}), NOW, 'alg "ES256" is not accepted'),
+    (token(header={"alg": "none"}), NOW, 'alg "none" is not accepted'),
+    (token(header={"jku": "https://evil.example/jwks"}), NOW, "key material (jku)"),
+    (token(header={"jwk": jwk(SEED, "idp-1")}), NOW, "key material (jwk)"),
+    (token(header={"x5u": "https://evil.example/x"}), NOW, "key material (x5u)"),
+    (token(header={"x5c": ["MIIB"]}), NOW, "key material (x5c)"),
+    (token(iss="https://evil.example"), NOW, "issuer is not the pinned issuer https://idp.example"),
+    (token(iss="https://idp.example/"), NOW, "issuer is not the pinned issuer"),
+    (token(iss=DROP), NOW, "issuer is not the pinned issuer"),
+    (token(aud="other"), NOW, "audience is not the pinned audience"),
+    (token(aud=[PIN.audience, "other"]), NOW, "audience is not the pinned audience"),
+    (token(aud=DROP), NOW, "audience is not the pinned audience"),
+    (token(exp=DROP), NOW, "needs integer exp and iat"),
+    (token(iat=DROP), NOW, "needs integer exp and iat"),
+    (token(exp=NOW + 0.5), NOW, "needs integer exp and iat"),
+    (token(exp=NOW), NOW, "IdP token expired"),
+    (token(exp=NOW - 1), NOW, "IdP token expired"),
+    (token(iat=NOW + 6), NOW, "not valid yet"),
+    (token(nbf=NOW + 6), NOW, "not valid yet"),
+    (token(nbf="soon"), NOW, "not valid yet"),
+    (token(sub=""), NOW, "has no subject"),
+    (token(sub=DROP), NOW, "has no subject"),
+    (token(sub=42), NOW, "has no subject"),
+    ("not-a-jwt", NOW, "not a compact JWS"),
+    (None, NOW, "missing"),
+]
+
+
+@pytest.mark.parametrize(("tok", "now", "fragment"), REFUSALS)
+def test_verify_refuses(tok, now, fragment):
+    with pytest.raises(Refused) as info:
+        verify_idp_token(tok, pin=PIN, keys=KEYS, now=now)
+    assert info.value.code is RefusalCode.BAD_CREDENTIAL
+    assert fragment in info.value.detail
+    assert info.value.detail.startswith("IdP token ")
+    assert " - " in info.value.detail
+
+
+def test_expiry_edge_has_no_skew():
+    tok = token(exp=NOW + 10)
+    assert verify_idp_token(tok, pin=PIN, keys=KEYS, now=NOW + 9.999).exp == NOW + 10
+    with pytest.raises(Refused, match="expired"):
+        verify_idp_token(tok, pin=PIN, keys=KEYS, now=NOW + 10)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"issuer": "", "audience": "a"},
+        {"issuer": "a", "audience": ""},
+        {"issuer": None, "audience": "a"},
+        {"issuer": "a", "audience": "a", "jwks_uri": "file:///etc/jwks"},
+        {"issuer": "a", "audience": "a", "jwks_uri": ""},
+    ],
+)
+def test_pin_refuses(fields):
+    with pytest.raises(ConfigError):
+        IdpPin(**fields)
+
+
+def test_pin_without_jwks_uri():
+    assert IdpPin(issuer="a", audience="b").jwks_uri is None
