@@ -1,0 +1,186 @@
+"""The pure callout steps (DESIGN.md section 6): provenance, bearer, ledger match, mint, respond.
+
+Requests are built here as the broker builds them (reference/nats-operator-mode.md 4.3): a NATS
+JWT signed by a server key, sealed to the space xkey, with the server's xkey in the header.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cotal_trio.core import natsjwt
+from cotal_trio.core.bearer import BearerGrant, BearerKeySet, IssuerKey, issue_bearer
+from cotal_trio.core.callout import (
+    SERVER_XKEY_HEADER,
+    CalloutKeys,
+    Dropped,
+    check_bearer,
+    decide_connect,
+    encode_response,
+    mint_user_jwt,
+    open_request,
+)
+from cotal_trio.core.errors import Refused
+from cotal_trio.core.identity import derive_owner
+from cotal_trio.core.ledger import LedgerKind, LedgerRow
+from cotal_trio.core.nkeys import KeyPair, Prefix
+from cotal_trio.core.xkeys import XKeyPair
+
+NOW = 1_800_000_000
+SPACE = "alpha"
+OWNER = derive_owner(bytes(32) + b"x", "https://idp.example", "alice")
+UID = "a" * 26
+
+
+def _key(prefix, n):
+    return KeyPair.from_raw(prefix, bytes([n]) * 32)
+
+
+SERVER, OTHER_SERVER = _key(Prefix.SERVER, 1), _key(Prefix.SERVER, 2)
+SERVER_X = XKeyPair.from_raw(bytes([3]) * 32)
+KEYS = CalloutKeys(
+    space=SPACE,
+    auth_account=_key(Prefix.ACCOUNT, 4).public_key,
+    data_account=_key(Prefix.ACCOUNT, 5).public_key,
+    xkey=XKeyPair.from_raw(bytes([6]) * 32),
+    auth_signer=_key(Prefix.ACCOUNT, 7),
+    data_signer=_key(Prefix.ACCOUNT, 8),
+)
+USER_NKEY = _key(Prefix.USER, 9).public_key
+ISSUER = IssuerKey.generate(bytes([10]) * 32)
+BEARER_KEYS = BearerKeySet.from_keys([ISSUER])
+
+
+def _claims(**changes):
+    nats = {
+        "type": "authorization_request", "version": 2,
+        "server_id": {"id": SERVER.public_key, "xkey": SERVER_X.public_key, "name": "n"},
+        "user_nkey": USER_NKEY,
+        "client_info": {"host": "127.0.0.1", "id": 42},
+        "connect_opts": {"auth_token": "tok", "name": "ibx0123456789"},
+    }
+    claims = {"aud": natsjwt.AUTH_REQUEST_AUDIENCE, "sub": KEYS.auth_account, "exp": NOW + 2, "nats": nats}
+    claims.update(changes)
+    return claims
+
+
+def _sealed(claims=None, *, signer=SERVER, iat=NOW):
+    token = natsjwt.encode(claims or _claims(), signer, iat=iat).encode()
+    return SERVER_X.seal(token, KEYS.xkey.public_key), {SERVER_XKEY_HEADER: SERVER_X.public_key}
+
+
+def test_open_request_reads_a_good_request():
+    payload, headers = _sealed()
+    request = open_request(payload, headers, keys=KEYS, now=NOW)
+    assert (request.server_id, request.user_nkey, request.client_id) == (SERVER.public_key, USER_NKEY, 42)
+    assert (request.auth_token, request.connect_name) == ("tok", "ibx0123456789")
+
+
+def _other_xkey_header():
+    return {SERVER_XKEY_HEADER: XKeyPair.from_raw(bytes([11]) * 32).public_key}
+
+
+DROPS = [
+    ("no header", lambda: (_sealed()[0], {}), "unsealed"),
+    ("plain JWT", lambda: (natsjwt.encode(_claims(), SERVER, iat=NOW).encode(), _sealed()[1]), "not a valid sealed"),
+    ("header names another xkey", lambda: (_sealed()[0], _other_xkey_header()), "not a valid sealed"),
+    ("signed by another server", lambda: _sealed(signer=OTHER_SERVER), "issuer is not the server"),
+    ("signed by an account key", lambda: _sealed(signer=_key(Prefix.ACCOUNT, 12)), "not a valid sealed"),
+    ("wrong audience", lambda: _sealed(_claims(aud="nats")), "audience"),
+    ("another account", lambda: _sealed(_claims(sub=_key(Prefix.ACCOUNT, 13).public_key)), "not this space"),
+    ("expired", lambda: _sealed(_claims(exp=NOW)), "expired"),
+    ("garbage", lambda: (b"xkv1" + bytes(40), _sealed()[1]), "not a valid sealed"),
+]
+
+
+@pytest.mark.parametrize(("name", "build", "match"), DROPS, ids=[d[0] for d in DROPS])
+def test_provenance_failures_are_dropped(name, build, match):
+    payload, headers = build()
+    with pytest.raises(Dropped, match=match):
+        open_request(payload, headers, keys=KEYS, now=NOW)
+
+
+def test_signed_xkey_must_equal_the_header_key():
+    other = XKeyPair.from_raw(bytes([14]) * 32)
+    claims = _claims()
+    claims["nats"]["server_id"]["xkey"] = other.public_key
+    payload, headers = _sealed(claims)
+    with pytest.raises(Dropped, match="header xkey differs"):
+        open_request(payload, headers, keys=KEYS, now=NOW)
+
+
+def test_server_allow_list():
+    pinned = CalloutKeys(**{**{f: getattr(KEYS, f) for f in KEYS.__dataclass_fields__}, "server_ids": frozenset({OTHER_SERVER.public_key})})
+    payload, headers = _sealed()
+    with pytest.raises(Dropped, match="allow-list"):
+        open_request(payload, headers, keys=pinned, now=NOW)
+
+
+def _request(token="tok", name="ibx0123456789"):
+    claims = _claims()
+    claims["nats"]["connect_opts"] = {k: v for k, v in (("auth_token", token), ("name", name)) if v is not None}
+    return open_request(*_sealed(claims), keys=KEYS, now=NOW)
+
+
+def _row(**changes):
+    fields = dict(
+        kind=LedgerKind.INTERACTIVE, owner=OWNER, actor="cli", scope=("spawn",),
+        allow_subscribe=("team.>",), allow_publish=("team.news",), role=None, parent=None,
+        label=None, token_hash=None, lifecycle_uid=UID, granted_at="2026-11-29T10:00:00Z",
+    )
+    fields.update(changes)
+    return LedgerRow(**fields)
+
+
+def _bearer(scope=("spawn",), uid=UID):
+    token, _ = issue_bearer(BearerGrant(owner=OWNER, actor="cli", scope=scope, lifecycle_uid=uid), key=ISSUER, space=SPACE, now=NOW, ttl_s=600)
+    return token
+
+
+def test_missing_bearer_is_refused():
+    with pytest.raises(Refused, match="no user token presented"):
+        check_bearer(_request(token=None), space=SPACE, bearer_keys=BEARER_KEYS, now=NOW)
+
+
+def test_bearer_for_another_space_is_refused():
+    with pytest.raises(Refused):
+        check_bearer(_request(token=_bearer()), space="beta", bearer_keys=BEARER_KEYS, now=NOW)
+
+
+def test_allowed_connect_mints_the_rows_grant():
+    request = _request(token=_bearer())
+    bearer = check_bearer(request, space=SPACE, bearer_keys=BEARER_KEYS, now=NOW)
+    grant = decide_connect(request, bearer, (_row(), None), space=SPACE)
+    user = natsjwt.verify(mint_user_jwt(request, grant, keys=KEYS, now=NOW))
+    assert user["sub"] == USER_NKEY and user["iss"] == KEYS.data_signer.public_key
+    assert user["name"] == f"{OWNER}-cli" and user["exp"] == NOW + 600
+    assert user["nats"]["issuer_account"] == KEYS.data_account
+    assert user["nats"]["tags"] == [f"owner:{OWNER}", "actor:cli", f"principal:{OWNER}.cli"]
+    assert user["nats"]["pub"]["allow"] == ["cotal.alpha.ch.team.news", "cotal.alpha.dm.*.*.>", "$SYS.REQ.USER.INFO"]
+    assert user["nats"]["sub"]["allow"] == ["cotal.alpha.ch.team.>", f"cotal.alpha.dm.{OWNER}.cli.>", "_INBOX_ibx0123456789.>"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "name", "match"),
+    [
+        ((None, None), "ibx0123456789", "not granted"),
+        ((_row(lifecycle_uid="b" * 26), None), "ibx0123456789", "re-granted or revoked"),
+        ((_row(scope=()), None), "ibx0123456789", "scope"),
+        ((_row(), None), None, "has no name"),
+        ((_row(), None), "bad name!", "nonce"),
+    ],
+)
+def test_ledger_and_name_refusals(rows, name, match):
+    request = _request(token=_bearer(), name=name)
+    bearer = check_bearer(request, space=SPACE, bearer_keys=BEARER_KEYS, now=NOW)
+    with pytest.raises(Refused, match=match):
+        decide_connect(request, bearer, rows, space=SPACE)
+
+
+def test_response_is_signed_by_the_auth_key_and_sealed_to_the_server():
+    request = _request()
+    sealed = encode_response(request, keys=KEYS, now=NOW, error="nope")
+    claims = natsjwt.verify(SERVER_X.open(sealed, KEYS.xkey.public_key))
+    assert claims["sub"] == USER_NKEY and claims["aud"] == SERVER.public_key
+    assert claims["iss"] == KEYS.auth_signer.public_key
+    assert claims["nats"] == {"type": "authorization_response", "version": 2, "issuer_account": KEYS.auth_account, "error": "nope"}
