@@ -1,0 +1,155 @@
+"""The actor ledger as files (upstream-notes 1.3): one row per principal, the folder is the kind.
+
+```
+<space dir>/actors/<owner>.<actor>.json           interactive rows
+<space dir>/managed-actors/<owner>.<actor>.json   managed rows
+```
+
+Reads are fresh every call (no cache), so a grant or a revoke bites on the next exchange or
+connect. Rows are written atomically 0600 in folders 0700. A principal may hold one kind of
+row only: writing the other kind is refused until the first is revoked (a principal found in both
+folders is a broken ledger, which :func:`cotal_trio.core.ledger.authorize_connect` denies).
+
+Blocking file I/O: call from synchronous code or through ``trio.to_thread.run_sync``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cotal_trio.core.errors import CodecError, ConfigError
+from cotal_trio.core.identity import check_actor, check_owner, is_actor, is_owner
+from cotal_trio.core.ledger import LedgerKind, LedgerRow, parse_row, render_row
+
+from .files import TEMP_SUFFIX, atomic_write, ensure_dir, remove_quietly
+from .layout import SpacePaths
+
+__all__ = ["kind_dir", "list_rows", "read_principal", "remove_row", "row_path", "write_row"]
+
+ROW_SUFFIX = ".json"
+
+
+def kind_dir(space_paths: SpacePaths, kind: LedgerKind) -> Path:
+    """The folder holding rows of ``kind``."""
+    return space_paths.actors_dir if kind is LedgerKind.INTERACTIVE else space_paths.managed_dir
+
+
+def row_path(space_paths: SpacePaths, kind: LedgerKind, owner: str, actor: str) -> Path:
+    """``<kind dir>/<owner>.<actor>.json``.
+
+    Raises:
+        Refused: BAD_REQUEST when ``owner`` is not a derived owner or ``actor`` not an actor
+            name (so no name can escape the folder).
+    """
+    check_owner(owner)
+    check_actor(actor)
+    return kind_dir(space_paths, kind) / f"{owner}.{actor}{ROW_SUFFIX}"
+
+
+def _read(space_paths: SpacePaths, kind: LedgerKind, owner: str, actor: str) -> LedgerRow | None:
+    try:
+        data = row_path(space_paths, kind, owner, actor).read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CodecError(f"ledger row {owner}.{actor} is unreadable ({exc.strerror})") from exc
+    return parse_row(data, kind=kind, owner=owner, actor=actor)
+
+
+def read_principal(
+    space_paths: SpacePaths, owner: str, actor: str
+) -> tuple[LedgerRow | None, LedgerRow | None]:
+    """Read the principal's rows fresh: ``(interactive row or None, managed row or None)``.
+
+    Raises:
+        CodecError: a row exists but is unreadable or corrupt (the sentence names the row and
+            the fix); never skipped.
+        Refused: BAD_REQUEST for a malformed owner or actor.
+    """
+    return (
+        _read(space_paths, LedgerKind.INTERACTIVE, owner, actor),
+        _read(space_paths, LedgerKind.MANAGED, owner, actor),
+    )
+
+
+def _other(kind: LedgerKind) -> LedgerKind:
+    return LedgerKind.MANAGED if kind is LedgerKind.INTERACTIVE else LedgerKind.INTERACTIVE
+
+
+def write_row(space_paths: SpacePaths, row: LedgerRow) -> Path:
+    """Write ``row`` atomically (0600) into its kind's folder; replaces a row of the same kind.
+
+    Returns:
+        The row's path.
+
+    Raises:
+        ConfigError: the principal already holds a row of the other kind (revoke it first).
+    """
+    other = row_path(space_paths, _other(row.kind), row.owner, row.actor)
+    if other.exists():
+        raise ConfigError(
+            f"principal {row.principal} is already granted as {_other(row.kind).value} "
+            "- revoke it first"
+        )
+    path = row_path(space_paths, row.kind, row.owner, row.actor)
+    ensure_dir(path.parent)
+    atomic_write(path, render_row(row))
+    return path
+
+
+def remove_row(space_paths: SpacePaths, owner: str, actor: str) -> bool:
+    """Remove the principal's rows of both kinds; True when at least one existed."""
+    removed = [
+        remove_quietly(row_path(space_paths, kind, owner, actor)) for kind in LedgerKind
+    ]
+    return any(removed)
+
+
+def _principal_of(name: str) -> tuple[str, str] | None:
+    """``(owner, actor)`` from a row file name, or None when the name is not a row's."""
+    stem = name.removesuffix(ROW_SUFFIX)
+    owner, _, actor = stem.partition(".")
+    return (owner, actor) if is_owner(owner) and is_actor(actor) else None
+
+
+def _scan(folder: Path, kind: LedgerKind) -> tuple[list[LedgerRow], list[tuple[Path, str]]]:
+    rows: list[LedgerRow] = []
+    bad: list[tuple[Path, str]] = []
+    try:
+        entries = sorted(folder.iterdir())
+    except FileNotFoundError:
+        return rows, bad
+    for path in entries:
+        if path.name.startswith(".") and path.name.endswith(TEMP_SUFFIX):
+            continue  # another writer's file in flight (files.atomic_write)
+        principal = _principal_of(path.name) if path.name.endswith(ROW_SUFFIX) else None
+        if principal is None:
+            bad.append((path, "the file name is not <owner>.<actor>.json"))
+            continue
+        try:
+            rows.append(parse_row(path.read_bytes(), kind=kind, owner=principal[0], actor=principal[1]))
+        except CodecError as exc:
+            bad.append((path, str(exc)))
+        except OSError as exc:
+            bad.append((path, f"unreadable ({exc.strerror})"))
+    return rows, bad
+
+
+def list_rows(space_paths: SpacePaths) -> tuple[list[LedgerRow], list[tuple[Path, str]]]:
+    """Every row of the space, and every file that is not a valid row.
+
+    Returns:
+        ``(rows, corrupt)``: rows sorted by (kind: interactive first, owner, actor); corrupt
+        as ``(path, reason)`` sorted by path. A principal present in both folders appears
+        twice in ``rows`` (the caller reports the broken ledger).
+    """
+    rows: list[LedgerRow] = []
+    bad: list[tuple[Path, str]] = []
+    for kind in (LedgerKind.INTERACTIVE, LedgerKind.MANAGED):
+        found, broken = _scan(kind_dir(space_paths, kind), kind)
+        rows.extend(found)
+        bad.extend(broken)
+    order = {LedgerKind.INTERACTIVE: 0, LedgerKind.MANAGED: 1}
+    rows.sort(key=lambda row: (order[row.kind], row.owner, row.actor))
+    bad.sort(key=lambda item: item[0])
+    return rows, bad

@@ -1,0 +1,112 @@
+"""state.files: atomic writes, modes, strict reads that never touch a corrupt file."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from cotal_trio.core.errors import ConfigError
+from cotal_trio.state import files
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_atomic_write_leaves_no_temp_and_sets_modes(tmp_path):
+    target = tmp_path / "a" / "b" / "secret.json"
+    files.atomic_write(target, b"one")
+    files.atomic_write(target, b"two")
+    assert target.read_bytes() == b"two"
+    assert _mode(target) == 0o600
+    assert _mode(tmp_path / "a") == 0o700
+    assert _mode(tmp_path / "a" / "b") == 0o700
+    assert sorted(os.listdir(target.parent)) == ["secret.json"]
+
+
+def test_atomic_write_mode_argument(tmp_path):
+    target = tmp_path / "public.txt"
+    files.atomic_write(target, b"x", mode=0o644)
+    assert _mode(target) == 0o644
+
+
+def test_ensure_dir_keeps_existing_modes(tmp_path):
+    os.chmod(tmp_path, 0o755)
+    files.ensure_dir(tmp_path / "new")
+    assert _mode(tmp_path) == 0o755
+    assert _mode(tmp_path / "new") == 0o700
+
+
+def test_ensure_dir_refuses_a_file_in_the_way(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ConfigError, match="not a folder"):
+        files.ensure_dir(tmp_path / "f" / "sub")
+
+
+def test_atomic_create_never_replaces(tmp_path):
+    target = tmp_path / "key.json"
+    assert files.atomic_create(target, b"first") is True
+    assert files.atomic_create(target, b"second") is False
+    assert target.read_bytes() == b"first"
+    assert _mode(target) == 0o600
+    assert os.listdir(tmp_path) == ["key.json"]
+
+
+def test_write_json_shape(tmp_path):
+    target = tmp_path / "x.json"
+    files.write_json(target, {"b": 1, "a": {"d": [1], "c": None}})
+    expected = '{\n  "a": {\n    "c": null,\n    "d": [\n      1\n    ]\n  },\n  "b": 1\n}\n'
+    assert target.read_text() == expected
+    assert files.read_json(target) == {"b": 1, "a": {"d": [1], "c": None}}
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [(b"{not json", "not JSON"), (b"[1, 2]", "not a JSON object"), (b"\xff\xfe", "not JSON")],
+)
+def test_corrupt_json_names_file_and_fix_and_is_untouched(tmp_path, content, why):
+    target = tmp_path / "broker.json"
+    target.write_bytes(content)
+    with pytest.raises(ConfigError) as info:
+        files.read_json(target)
+    message = str(info.value)
+    assert message.startswith(f"{target} is corrupt ({why}")
+    assert message.endswith("- restore it from a backup or move the root aside and run `cotal up` again")
+    assert target.read_bytes() == content
+
+
+def test_missing_json_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="is missing"):
+        files.read_json(tmp_path / "nope.json")
+
+
+def test_read_fields_checks_version_and_types(tmp_path):
+    target = tmp_path / "v.json"
+    files.write_json(target, {"ver": 2})
+    with pytest.raises(ConfigError, match=r"corrupt \(ver must be 1\)"):
+        files.read_fields(target)
+    files.write_json(target, {"ver": 1, "n": True, "items": [{"k": "v"}]})
+    fields = files.read_fields(target)
+    assert fields.get("items.0.k", str) == "v"
+    with pytest.raises(ConfigError, match="n has the wrong type"):
+        fields.get("n", int)
+    with pytest.raises(ConfigError, match="items.1.k is missing"):
+        fields.get("items.1.k", str)
+
+
+def test_save_json_exclusive(tmp_path):
+    target = tmp_path / "s.json"
+    assert files.save_json(target, {"v": 1}, exclusive=True)
+    assert not files.save_json(target, {"v": 2}, exclusive=True)
+    assert files.read_json(target) == {"v": 1}
+    assert files.save_json(target, {"v": 3})
+    assert files.read_json(target) == {"v": 3}
+
+
+def test_remove_quietly(tmp_path):
+    target = tmp_path / "gone"
+    target.write_text("x")
+    assert files.remove_quietly(target) is True
+    assert files.remove_quietly(target) is False

@@ -1,0 +1,128 @@
+"""state.ledger_files: rows as files, fresh reads, one kind per principal, corrupt rows reported."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from cotal_trio.core.errors import CodecError, ConfigError, Refused
+from cotal_trio.core.ledger import LedgerKind, LedgerRow
+from cotal_trio.state import RootPaths, list_rows, read_principal, remove_row, row_path, write_row
+
+OWNER = "u_" + "a" * 26
+OTHER = "u_" + "b" * 26
+UID = "0" * 26
+GRANTED = "2026-11-29T10:00:00.000Z"
+
+
+def row(kind: LedgerKind, owner: str = OWNER, actor: str = "cli", **extra) -> LedgerRow:
+    fields = {
+        "kind": kind, "owner": owner, "actor": actor, "scope": ("spawn", "role:default"),
+        "allow_subscribe": (">",), "allow_publish": ("team.*",), "lifecycle_uid": UID,
+        "granted_at": GRANTED,
+    }
+    if kind is LedgerKind.MANAGED:
+        fields["token_hash"] = "f" * 64
+    return LedgerRow(**{**fields, **extra})
+
+
+@pytest.fixture
+def space(tmp_path):
+    return RootPaths(tmp_path).space("demo")
+
+
+def test_rows_round_trip_per_kind(space):
+    interactive = row(LedgerKind.INTERACTIVE, label="laptop")
+    managed = row(LedgerKind.MANAGED, actor="worker", parent=f"{OWNER}.cli")
+    path_i = write_row(space, interactive)
+    path_m = write_row(space, managed)
+    assert path_i == space.actors_dir / f"{OWNER}.cli.json"
+    assert path_m == space.managed_dir / f"{OWNER}.worker.json"
+    assert read_principal(space, OWNER, "cli") == (interactive, None)
+    assert read_principal(space, OWNER, "worker") == (None, managed)
+    assert read_principal(space, OTHER, "cli") == (None, None)
+    assert stat.S_IMODE(os.stat(path_i).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(space.actors_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(space.managed_dir).st_mode) == 0o700
+
+
+def test_reads_are_fresh(space):
+    write_row(space, row(LedgerKind.INTERACTIVE))
+    assert read_principal(space, OWNER, "cli")[0].scope == ("spawn", "role:default")
+    write_row(space, row(LedgerKind.INTERACTIVE, scope=("run",)))
+    assert read_principal(space, OWNER, "cli")[0].scope == ("run",)
+    assert remove_row(space, OWNER, "cli") is True
+    assert read_principal(space, OWNER, "cli") == (None, None)
+    assert remove_row(space, OWNER, "cli") is False
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "held"),
+    [(LedgerKind.INTERACTIVE, LedgerKind.MANAGED, "interactive"),
+     (LedgerKind.MANAGED, LedgerKind.INTERACTIVE, "managed")],
+)
+def test_other_kind_is_refused(space, first, second, held):
+    write_row(space, row(first))
+    with pytest.raises(ConfigError, match=f"already granted as {held} - revoke it first"):
+        write_row(space, row(second))
+    assert not row_path(space, second, OWNER, "cli").exists()
+    assert remove_row(space, OWNER, "cli")
+    write_row(space, row(second))
+
+
+def test_corrupt_row_raises_on_read(space):
+    path = write_row(space, row(LedgerKind.INTERACTIVE))
+    path.write_text('{"ver": 1, "owner": "x"}')
+    with pytest.raises(CodecError, match=f"ledger row {OWNER}.cli is corrupt"):
+        read_principal(space, OWNER, "cli")
+    assert path.read_text() == '{"ver": 1, "owner": "x"}'
+
+
+def test_list_rows_sorted_and_corrupt_reported(space):
+    rows = [
+        row(LedgerKind.MANAGED, actor="zed"),
+        row(LedgerKind.INTERACTIVE, owner=OTHER),
+        row(LedgerKind.INTERACTIVE),
+        row(LedgerKind.MANAGED, actor="alpha"),
+    ]
+    for r in rows:
+        write_row(space, r)
+    bad_json = space.actors_dir / f"{OWNER}.broken.json"
+    bad_json.write_text("{")
+    bad_name = space.managed_dir / "not-a-row.json"
+    bad_name.write_text("{}")
+    other_principal = space.actors_dir / f"{OTHER}.mismatch.json"
+    other_principal.write_bytes((space.actors_dir / f"{OTHER}.cli.json").read_bytes())
+    (space.actors_dir / f".{OWNER}.x.json.abc.tmp").write_text("in flight")
+
+    found, corrupt = list_rows(space)
+    assert [(r.kind, r.owner, r.actor) for r in found] == [
+        (LedgerKind.INTERACTIVE, OWNER, "cli"),
+        (LedgerKind.INTERACTIVE, OTHER, "cli"),
+        (LedgerKind.MANAGED, OWNER, "alpha"),
+        (LedgerKind.MANAGED, OWNER, "zed"),
+    ]
+    assert [path for path, _ in corrupt] == sorted([bad_json, bad_name, other_principal])
+    reasons = dict(corrupt)
+    assert "is corrupt" in reasons[bad_json]
+    assert "another principal" in reasons[other_principal]
+    assert "not <owner>.<actor>.json" in reasons[bad_name]
+
+
+def test_list_rows_of_an_empty_space(space):
+    assert list_rows(space) == ([], [])
+
+
+@pytest.mark.parametrize(("owner", "actor"), [("../x", "cli"), (OWNER, "a.b"), (OWNER, "../../etc")])
+def test_names_cannot_escape_the_folder(space, owner, actor):
+    with pytest.raises(Refused):
+        read_principal(space, owner, actor)
+    with pytest.raises(Refused):
+        remove_row(space, owner, actor)
+
+
+def test_layout_matches_the_kinds(space):
+    assert space.actors_dir.name == LedgerKind.INTERACTIVE.directory
+    assert space.managed_dir.name == LedgerKind.MANAGED.directory
