@@ -7,6 +7,8 @@ its scope is cancelled. Cancelling closes the listener at once (new connects are
 
 from __future__ import annotations
 
+import logging
+
 import errno
 import functools
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -34,7 +36,10 @@ def _config(host: str, port: int) -> Config:
     config = Config()
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
-    config.errorlog = LOGGER
+    # hypercorn logs "Running on ..." at INFO; our banner says where we listen.
+    server_log = LOGGER.getChild("hypercorn")
+    server_log.setLevel(logging.WARNING)
+    config.errorlog = server_log
     config.include_server_header = False
     config.graceful_timeout = GRACEFUL_TIMEOUT_S
     return config

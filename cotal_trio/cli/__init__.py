@@ -1,0 +1,71 @@
+"""The ``cotal`` command line: a thin cyclopts skin (STYLE.md practice 25).
+
+Each command group lives in its own module and is registered lazily, so ``cotal actor list``
+never imports the HTTP stack. Commands parse flags, build a config and call the library; every
+:class:`~cotal_trio.core.errors.ConfigError` or
+:class:`~cotal_trio.core.errors.Unavailable` becomes one sentence on stderr and exit 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import cyclopts
+
+from ..core.errors import ConfigError, Refused, Unavailable
+
+__all__ = ["app", "main"]
+
+app = cyclopts.App(
+    name="cotal",
+    help="Auth service for NATS agent meshes: the auth callout, the token exchange, and the root.",
+    backend="trio",
+)
+app.command("cotal_trio.cli.up:up")
+app.command("cotal_trio.cli.actor:actor_app", name="actor")
+app.command("cotal_trio.cli.devidp:dev_idp_app", name="dev-idp")
+app.command("cotal_trio.cli.client:exchange")
+app.command("cotal_trio.cli.client:agent_bearer", name="agent-bearer")
+app.command("cotal_trio.cli.client:connect_info", name="connect-info")
+app.command("cotal_trio.cli.check:check")
+
+
+def configure_logging() -> None:
+    """Log lines go to stderr as written (the callout line carries its own ``level=``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root = logging.getLogger("cotal")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``cotal`` console script; returns the process exit code."""
+    configure_logging()
+    try:
+        result = app(argv, result_action="return_value")
+    except (ConfigError, Unavailable, Refused) as exc:
+        print(f"cotal: {exc}", file=sys.stderr)
+        return 1
+    except BaseExceptionGroup as group:
+        ours, rest = group.split((ConfigError, Unavailable, Refused))
+        if ours is None or rest is not None:
+            raise
+        for sentence in dict.fromkeys(str(exc) for exc in _leaves(ours)):
+            print(f"cotal: {sentence}", file=sys.stderr)
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    """The non-group exceptions inside ``group``, depth first (STYLE.md practice 20)."""
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        leaves.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return leaves
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""The callout responder of one lane: admission, deadlines and the log line (DESIGN.md 5-6).
+
+Shape (DESIGN.md section 5): the nats-py subscription callback only calls :meth:`on_message`,
+which does ``send_nowait`` into a bounded trio channel (a full channel sheds the request at
+once). The dispatcher starts one task per request in the lane's nursery; each task runs the
+pure steps of :mod:`cotal_trio.core.callout` with its I/O between them, under
+``trio.move_on_at(deadline)``: the deadline is a cancel scope, so a stalled ledger read stops at
+its next checkpoint and the request gets the signed ``timeout:`` denial and nothing after it.
+Replies are scheduled with ``publish_nowait`` (no await across the bridge per message).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from ..core.admission import CalloutLimits, should_shed
+from ..core.bearer import BearerKeySet
+from ..core.callout import (
+    TIMEOUT_REASON,
+    CalloutKeys,
+    Dropped,
+    check_bearer,
+    decide_connect,
+    encode_response,
+    mint_user_jwt,
+    open_request,
+)
+from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line
+from ..core.errors import Refused
+from ..core.ledger import LedgerRow
+from ..core.natsjwt import AuthorizationRequest
+from ..natsio import Message
+
+__all__ = ["CalloutResponder", "CALLOUT_QUEUE_GROUP", "CALLOUT_SUBJECT"]
+
+log = logging.getLogger("cotal.callout")
+
+CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
+CALLOUT_QUEUE_GROUP = "cotal-auth-callout"
+# Requests buffered between the nats-py callback and the dispatcher; beyond this a burst is
+# shed at once rather than queued where it could never meet its deadline.
+CHANNEL_CAPACITY = 1024
+
+LedgerReader = Callable[[str, str], tuple[LedgerRow | None, LedgerRow | None]]
+Publish = Callable[[str, bytes], None]
+
+
+@dataclass(slots=True, kw_only=True)
+class _Statistics:
+    answered: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
+    dropped: int = 0
+    in_flight: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CalloutStatistics:
+    """A snapshot of one lane's callout (STYLE.md practice 11)."""
+
+    answered: dict[str, int]
+    dropped: int
+    waiting: int
+    in_flight: int
+
+
+class CalloutResponder:
+    """Answers one space's ``$SYS.REQ.USER.AUTH`` requests.
+
+    Args:
+        keys: the lane's callout keys (provenance, signing, sealing).
+        bearer_keys: the space's bearer issuer public keys.
+        read_ledger: ``(owner, actor) -> (interactive, managed)`` fresh rows; a blocking file
+            read, run in a worker thread so the deadline can abandon it.
+        limits: callout limits (deadline budget, in-flight cap, slow threshold).
+        clock: wall time, unix seconds.
+        publish: schedules a reply without awaiting (``Connection.publish_nowait``).
+    """
+
+    def __init__(
+        self,
+        *,
+        keys: CalloutKeys,
+        bearer_keys: BearerKeySet,
+        read_ledger: LedgerReader,
+        limits: CalloutLimits,
+        clock: Callable[[], float],
+        publish: Publish,
+    ) -> None:
+        self._keys, self._bearer_keys, self._read_ledger = keys, bearer_keys, read_ledger
+        self._limits, self._clock, self._publish = limits, clock, publish
+        self._send, self._recv = trio.open_memory_channel[tuple[Message, float]](CHANNEL_CAPACITY)
+        self._slots = trio.Semaphore(limits.max_in_flight)
+        self._waiting: dict[int, float] = {}  # ticket -> receipt time, oldest first
+        self._tickets = itertools.count()
+        self._stats = _Statistics()
+        self._timeout_warned = False
+
+    # -- the asyncio side ----------------------------------------------------------------------
+
+    def on_message(self, msg: Message) -> None:
+        """Subscription callback: enqueue without blocking; a full channel sheds at once."""
+        received = trio.current_time()
+        try:
+            self._send.send_nowait((msg, received))
+        except trio.WouldBlock:
+            self._shed_unqueued(msg, received)
+
+    # -- the trio side -------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Dispatch requests until cancelled; each request is a task of this nursery."""
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            async for msg, received in self._recv:
+                nursery.start_soon(self._serve, msg, received)
+
+    def statistics(self) -> CalloutStatistics:
+        """Counts of answers by outcome, drops, and the current queue and in-flight."""
+        return CalloutStatistics(
+            answered={str(k): v for k, v in self._stats.answered.items()},
+            dropped=self._stats.dropped,
+            waiting=len(self._waiting),
+            in_flight=self._stats.in_flight,
+        )
+
+    def _open(self, msg: Message) -> AuthorizationRequest | None:
+        now = self._clock()
+        try:
+            request = open_request(msg.data, msg.headers, keys=self._keys, now=now)
+        except Dropped as exc:
+            self._stats.dropped += 1
+            log.warning(
+                'auth callout: level=warn outcome=dropped space=%s reason="%s"', self._keys.space, exc
+            )
+            return None
+        self._check_broker_timeout(request)
+        return request
+
+    def _check_broker_timeout(self, request: AuthorizationRequest) -> None:
+        broker_s = request.exp - request.iat
+        if not self._timeout_warned and abs(broker_s - self._limits.auth_timeout_s) > 1:
+            self._timeout_warned = True
+            log.warning(
+                "auth callout: space=%s the broker's authorization timeout is %ss but this auth "
+                "service uses %ss - start it with --auth-timeout %s",
+                self._keys.space, broker_s, self._limits.auth_timeout_s, broker_s,
+            )
+
+    def _shed_unqueued(self, msg: Message, received: float) -> None:
+        request = self._open(msg)
+        if request is not None and msg.reply:
+            record = self._record(request)
+            self._answer_shed(msg, request, record, received)
+
+    def _record(self, request: AuthorizationRequest) -> CalloutRecord:
+        return CalloutRecord(space=self._keys.space, req=request.user_nkey, cid=request.client_id)
+
+    def _oldest_waited(self, now: float) -> float | None:
+        oldest = next(iter(self._waiting.values()), None)
+        return None if oldest is None else now - oldest
+
+    async def _serve(self, msg: Message, received: float) -> None:
+        start = trio.current_time()
+        request = self._open(msg)
+        if request is None or not msg.reply:
+            return
+        record = self._record(request)
+        record.add(Step.VERIFY, trio.current_time() - start)
+        record.add(Step.QUEUE, start - received)
+        if should_shed(self._oldest_waited(trio.current_time()), self._limits):
+            self._answer_shed(msg, request, record, received)
+            return
+        deadline, payload = received + self._limits.budget_s, None
+        with trio.move_on_at(deadline):
+            payload = await self._admitted(request, record)
+        if payload is None or trio.current_time() >= deadline:
+            record.outcome = Outcome.TIMEOUT
+            payload = self._deny(request, TIMEOUT_REASON)
+        self._publish(msg.reply, payload)
+        self._finish(record)
+
+    async def _admitted(self, request: AuthorizationRequest, record: CalloutRecord) -> bytes | None:
+        ticket, queued_at = next(self._tickets), trio.current_time()
+        self._waiting[ticket] = queued_at
+        record.at = Step.QUEUE
+        try:
+            await self._slots.acquire()
+        finally:
+            del self._waiting[ticket]
+            record.add(Step.QUEUE, trio.current_time() - queued_at)
+        self._stats.in_flight += 1
+        try:
+            return await self._decide(request, record)
+        finally:
+            self._stats.in_flight -= 1
+            self._slots.release()
+
+    async def _decide(self, request: AuthorizationRequest, record: CalloutRecord) -> bytes:
+        space = self._keys.space
+        try:
+            with _timed(record, Step.VERIFY):
+                bearer = check_bearer(request, space=space, bearer_keys=self._bearer_keys, now=self._clock())
+                record.owner, record.actor = bearer.owner, bearer.actor
+            with _timed(record, Step.LEDGER):
+                rows = await trio.to_thread.run_sync(
+                    self._read_ledger, bearer.owner, bearer.actor, abandon_on_cancel=True
+                )
+            with _timed(record, Step.POLICY):
+                grant = decide_connect(request, bearer, rows, space=space)
+            with _timed(record, Step.SIGN):
+                now = int(self._clock())
+                user_jwt = mint_user_jwt(request, grant, keys=self._keys, now=now)
+                return encode_response(request, keys=self._keys, now=now, jwt=user_jwt)
+        except Refused as refused:
+            record.outcome, record.reason = Outcome.DENIED, refused.reason()
+            with _timed(record, Step.SIGN):
+                return self._deny(request, refused.reason())
+
+    def _deny(self, request: AuthorizationRequest, reason: str) -> bytes:
+        return encode_response(request, keys=self._keys, now=int(self._clock()), error=reason)
+
+    def _answer_shed(
+        self, msg: Message, request: AuthorizationRequest, record: CalloutRecord, received: float
+    ) -> None:
+        now = trio.current_time()
+        record.outcome = Outcome.SHED
+        record.waited_s = self._oldest_waited(now) or 0.0
+        record.ahead = len(self._waiting) + self._stats.in_flight
+        self._publish(msg.reply, self._deny(request, TIMEOUT_REASON))
+        record.add(Step.SIGN, trio.current_time() - now)
+        self._finish(record)
+
+    def _finish(self, record: CalloutRecord) -> None:
+        self._stats.answered[record.outcome] += 1
+        line = format_callout_line(record, slow_ms=self._limits.slow_ms)
+        (log.warning if " level=warn " in line else log.info)(line)
+
+
+class _timed:
+    """Context manager adding the elapsed trio time to ``record`` under ``step``.
+
+    It also marks ``step`` as the one in progress, so a deadline names it as ``at=<step>``.
+    """
+
+    __slots__ = ("_record", "_step", "_start")
+
+    def __init__(self, record: CalloutRecord, step: Step) -> None:
+        self._record, self._step, self._start = record, step, math.nan
+
+    def __enter__(self) -> None:
+        self._record.at = self._step
+        self._start = trio.current_time()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._record.add(self._step, trio.current_time() - self._start)

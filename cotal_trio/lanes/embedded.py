@@ -1,0 +1,239 @@
+"""The embedded default: a root, a bundled nats-server and one space's lane (``cotal up``).
+
+DESIGN.md section 1: ``cotal up`` provisions a root, starts a bundled nats-server, creates a
+space and runs its auth service, so the whole thing works on one machine with one command.
+
+Order (DESIGN.md section 4, "Adding a space to a running broker"): prepare the root (keys are
+created once and never regenerated; the broker policy is recorded), render the config, start
+the broker, push the space's data account then its auth account and read both back, start the
+IdP key source (the development IdP unless a real one is pinned), then start the lane. Every
+child belongs to one nursery: cancelling it stops the lane, the IdP face and the broker.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+from urllib.parse import urlsplit
+
+import trio
+
+from ..broker import provision
+from ..broker.accounts import open_system_connection, push_accounts
+from ..broker.config import write_config
+from ..broker.process import run_nats_server
+from ..core.admission import CalloutLimits
+from ..core.errors import ConfigError
+from ..core.idp import parse_jwks
+from ..devidp import DevIdpMaterial, build_dev_idp_app, create_dev_idp, jwks
+from ..http.serve import serve_app
+from ..natsio import open_loop
+from ..state import (
+    BrokerMaterial,
+    BrokerPolicy,
+    IdpPin,
+    RootPaths,
+    atomic_create,
+    load_idp_pin,
+    load_policy,
+    save_idp_pin,
+    save_policy,
+)
+from .idp_keys import IdpKeyCache, check_jwks_uri, fetch_jwks
+from .space import LaneConfig, LaneInfo, run_lane
+
+__all__ = ["DEFAULT_PORT", "UpConfig", "UpInfo", "prepare_root", "run_up"]
+
+DEFAULT_PORT = 4222
+BROKER_START_CEILING_S = 15
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpConfig:
+    """``cotal up``'s flags as a value.
+
+    Attributes:
+        paths: the root.
+        space: the space to create and serve.
+        port: broker port on 127.0.0.1; None keeps the recorded one (default 4222).
+        auth_timeout_s: the broker's ``authorization { timeout }`` and the callout deadline
+            budget; None keeps the recorded value (none: the broker's 2 s default).
+        nats_server: the nats-server executable; None finds it on PATH.
+        idp_url: pin a real IdP at this base URL; None uses the pinned one or the dev IdP.
+        http_port: the loopback exchange port; 0 picks a free one.
+    """
+
+    paths: RootPaths
+    space: str
+    port: int | None = None
+    auth_timeout_s: float | None = None
+    nats_server: str | None = None
+    idp_url: str | None = None
+    http_port: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prepared:
+    """The root after :func:`prepare_root`: what the async part needs."""
+
+    broker: BrokerMaterial
+    policy: BrokerPolicy
+    account_jwts: tuple[str, str]
+    pin: IdpPin
+    dev_idp: DevIdpMaterial | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpInfo:
+    """A running embedded stack: what ``cotal up`` prints."""
+
+    root: Path
+    space: str
+    server_url: str
+    broker_pid: int
+    exchange_url: str
+    pin: IdpPin
+    dev_idp_url: str | None
+
+
+def _policy(paths: RootPaths, config: UpConfig) -> BrokerPolicy:
+    recorded = load_policy(paths.policy_json) if paths.policy_json.exists() else None
+    port = config.port or (recorded.port if recorded else DEFAULT_PORT)
+    timeout = config.auth_timeout_s or (recorded.auth_timeout_s if recorded else None)
+    policy = BrokerPolicy(port=port, auth_timeout_s=timeout)
+    if policy != recorded:
+        save_policy(paths.policy_json, policy)
+    return policy
+
+
+def _oidc_pin(url: str) -> IdpPin:
+    parts = urlsplit(url.rstrip("/"))
+    if not parts.scheme or not parts.netloc:
+        raise ConfigError(f"--idp {url} is not a URL - pass the IdP's base URL, e.g. https://idp.example")
+    origin = f"{parts.scheme}://{parts.netloc}"
+    base = url.rstrip("/")
+    return IdpPin(kind="oidc", url=base, issuer=origin, audience=origin, jwks_uri=check_jwks_uri(f"{base}/jwks"))
+
+
+def _dev_idp(paths: RootPaths) -> DevIdpMaterial:
+    atomic_create(paths.devidp_json, create_dev_idp(os.urandom).to_json().encode())
+    return DevIdpMaterial.from_json(paths.devidp_json.read_bytes())
+
+
+def _pin(paths: RootPaths, config: UpConfig) -> tuple[IdpPin, DevIdpMaterial | None]:
+    pin_path = paths.space(config.space).idp_json
+    pinned = load_idp_pin(pin_path) if pin_path.exists() else None
+    if config.idp_url is not None:
+        wanted = _oidc_pin(config.idp_url)
+        if pinned is not None and (pinned.issuer, pinned.jwks_uri) != (wanted.issuer, wanted.jwks_uri):
+            raise ConfigError(
+                f"space {config.space} is pinned to IdP {pinned.issuer}; changing the pin re-keys "
+                "every owner - keep the pinned IdP, or use a new space (--space)"
+            )
+        save_idp_pin(pin_path, wanted, exclusive=True)
+        return wanted, None
+    if pinned is not None and pinned.kind == "oidc":
+        return pinned, None
+    dev = _dev_idp(paths)
+    pin = IdpPin(kind="dev", url="", issuer=dev.issuer, audience=dev.audience, jwks_uri="")
+    if pinned is None:
+        save_idp_pin(pin_path, pin, exclusive=True)
+    elif pinned.issuer != dev.issuer:
+        raise ConfigError(f"{pin_path} pins another development IdP - restore {paths.devidp_json}")
+    return pin, dev
+
+
+def prepare_root(config: UpConfig, *, now: float) -> Prepared:
+    """Create or reuse the root, record the policy, render the broker config (sync, file I/O).
+
+    Raises:
+        ConfigError: a corrupt root file, a bad space name, or a change of IdP pin.
+    """
+    iat = int(now)
+    broker = provision.ensure_root(config.paths, iat=iat)
+    provision.ensure_space(config.paths, broker, config.space, iat=iat)
+    record = provision.load_space_accounts(config.paths, broker, config.space)
+    policy = _policy(config.paths, config)
+    pin, dev = _pin(config.paths, config)
+    write_config(config.paths, broker, port=policy.port, auth_timeout_s=policy.auth_timeout_s)
+    return Prepared(broker=broker, policy=policy, account_jwts=(record.data_jwt, record.auth_jwt), pin=pin, dev_idp=dev)
+
+
+async def _run_broker(
+    config: UpConfig, prepared: Prepared, stop: trio.Event,
+    *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the broker until ``stop`` is set, shielded from the host's cancellation.
+
+    The broker must outlive the lane: stopping it first would make the lane's connection see
+    EOF and reconnect while it drains. So the host sets ``stop`` once the lane has stopped.
+    """
+    paths, port = config.paths, prepared.policy.port
+    start = functools.partial(
+        run_nats_server, paths.server_conf, executable=config.nats_server, log_path=paths.broker_log, port=port
+    )
+    url = f"nats://127.0.0.1:{port}"
+    with trio.CancelScope(shield=True):
+        async with trio.open_nursery() as nursery:
+            with trio.fail_after(BROKER_START_CEILING_S):
+                pid = await nursery.start(start)
+                async with open_loop(), open_system_connection(url, prepared.broker) as system:
+                    await push_accounts(system, prepared.account_jwts)
+            task_status.started((url, pid))
+            await stop.wait()
+            nursery.cancel_scope.cancel()
+
+
+async def _start_idp(nursery: trio.Nursery, prepared: Prepared) -> tuple[IdpKeyCache, str | None]:
+    if prepared.dev_idp is None:
+        with trio.fail_after(15):
+            return IdpKeyCache(await fetch_jwks(prepared.pin.jwks_uri)), None
+    port = await nursery.start(functools.partial(serve_app, build_dev_idp_app(prepared.dev_idp)))
+    return IdpKeyCache(parse_jwks(jwks(prepared.dev_idp))), f"http://127.0.0.1:{port}"
+
+
+async def _serve(
+    config: UpConfig, prepared: Prepared, server_url: str, pid: int, limits: CalloutLimits,
+    task_status: trio.TaskStatus[UpInfo],
+) -> NoReturn:
+    async with trio.open_nursery() as nursery:
+        idp_keys, dev_url = await _start_idp(nursery, prepared)
+        lane_config = LaneConfig(
+            space=config.space,
+            paths=config.paths.space(config.space),
+            server_url=server_url,
+            idp_keys=idp_keys.keys,
+            limits=limits,
+            http_port=config.http_port,
+        )
+        lane: LaneInfo = await nursery.start(run_lane, lane_config)
+        task_status.started(UpInfo(
+            root=config.paths.root, space=config.space, server_url=server_url, broker_pid=pid,
+            exchange_url=lane.url or "", pin=prepared.pin, dev_idp_url=dev_url,
+        ))
+        await trio.sleep_forever()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def run_up(config: UpConfig, *, task_status: trio.TaskStatus[UpInfo] = trio.TASK_STATUS_IGNORED) -> NoReturn:
+    """Run the embedded stack until cancelled (startable; ``started`` with an :class:`UpInfo`).
+
+    Raises:
+        ConfigError: bad root, busy port, missing nats-server (before ``started``).
+        Unavailable: the broker did not accept the space's accounts, the IdP's JWKS could not
+            be read, or the broker or the lane failed while running.
+    """
+    prepared = await trio.to_thread.run_sync(functools.partial(prepare_root, config, now=time.time()))
+    limits = CalloutLimits(**({"auth_timeout_s": prepared.policy.auth_timeout_s} if prepared.policy.auth_timeout_s else {}))
+    stop_broker = trio.Event()
+    async with trio.open_nursery() as nursery:
+        server_url, pid = await nursery.start(_run_broker, config, prepared, stop_broker)
+        try:
+            await _serve(config, prepared, server_url, pid, limits, task_status)
+        finally:
+            stop_broker.set()
+    raise AssertionError("unreachable")  # pragma: no cover

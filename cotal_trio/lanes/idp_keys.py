@@ -1,0 +1,85 @@
+"""The pinned IdP's key set, fetched from its JWKS and cached (spec "Bridge contract" step 1).
+
+Keys resolve only through the pinned JWKS URI, which must be ``https://`` or loopback
+``http://``. The HTTP faces read the cache synchronously (:meth:`IdpKeyCache.keys`); only the
+host fetches, so a request never waits on the IdP.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+import trio
+from nacl.signing import VerifyKey
+
+from ..core.errors import CodecError, ConfigError, Unavailable
+from ..core.idp import parse_jwks
+
+__all__ = ["IdpKeyCache", "check_jwks_uri", "fetch_jwks"]
+
+MAX_JWKS_BYTES = 256 * 1024
+
+
+def check_jwks_uri(uri: str) -> str:
+    """Return ``uri`` when it is https, or http to a loopback host; else ConfigError."""
+    parts = urlsplit(uri)
+    if parts.scheme == "https" and parts.hostname:
+        return uri
+    if parts.scheme == "http" and parts.hostname and _is_loopback(parts.hostname):
+        return uri
+    raise ConfigError(f"the IdP JWKS URI {uri} must be https:// (or http:// on loopback) - fix --idp")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _get(uri: str, timeout_s: float) -> bytes:
+    with urllib.request.urlopen(uri, timeout=timeout_s) as response:  # noqa: S310 - scheme checked
+        return response.read(MAX_JWKS_BYTES + 1)
+
+
+async def fetch_jwks(uri: str) -> dict[str, VerifyKey]:
+    """Fetch and parse the JWKS at ``uri`` (checkpoint; the fetch runs in a worker thread).
+
+    Bounded by the caller's trio deadline, else 10 s.
+
+    Raises:
+        ConfigError: the URI is not https/loopback.
+        Unavailable: the IdP did not answer, answered an error, or sent no usable Ed25519 key.
+    """
+    check_jwks_uri(uri)
+    remaining = trio.current_effective_deadline() - trio.current_time()
+    timeout_s = max(0.1, min(10.0, remaining))
+    try:
+        body = await trio.to_thread.run_sync(_get, uri, timeout_s, abandon_on_cancel=True)
+        if len(body) > MAX_JWKS_BYTES:
+            raise Unavailable(f"the IdP JWKS at {uri} is larger than {MAX_JWKS_BYTES} bytes")
+        return parse_jwks(json.loads(body))
+    except (OSError, urllib.error.URLError, ValueError, CodecError) as exc:
+        raise Unavailable(f"could not read the IdP JWKS at {uri}: {exc}") from exc
+
+
+class IdpKeyCache:
+    """The last good key set of the pinned IdP; :meth:`keys` is what the faces read."""
+
+    def __init__(self, keys: Mapping[str, VerifyKey]) -> None:
+        self._keys = dict(keys)
+
+    def keys(self) -> Mapping[str, VerifyKey]:
+        """Sync: the current key set ``{kid: VerifyKey}``."""
+        return self._keys
+
+    def replace(self, keys: Mapping[str, VerifyKey]) -> None:
+        """Sync: install a freshly fetched key set (a failed fetch keeps the last good one)."""
+        self._keys = dict(keys)

@@ -1,0 +1,160 @@
+"""One space's lane: its callout and its loopback exchange face, in one nursery (DESIGN.md 5).
+
+``run_lane`` is a startable (STYLE.md practice 7): ``await nursery.start(run_lane, config)``
+returns a :class:`LaneInfo` once the lane is ready, which is exactly when its readiness signal,
+the 0600 ``auth-service.json`` ``{ver, url, pid, cap}``, has been written: after the callout
+subscription is flushed and the listener is bound (spec "Exclusive ownership"; DESIGN.md 7).
+Cancelling the lane's scope tears down exactly this space: the subscription and connection
+close in natsio's shielded ``finally``, the listener closes, and the file is removed.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+import trio
+from nacl.signing import VerifyKey
+
+from ..core.admission import CalloutLimits
+from ..core.bearer import BearerKeySet
+from ..core.callout import CalloutKeys
+from ..core.errors import Unavailable
+from ..core.idp import IdpPin
+from ..http.faces import ExchangeContext
+from ..http.loopback import build_loopback_app
+from ..http.serve import serve_app
+from ..natsio import open_connection, open_loop
+from ..state import (
+    SpacePaths,
+    load_idp_pin,
+    load_issuer_keys,
+    load_owner_secret,
+    load_space,
+    read_principal,
+    remove_quietly,
+    write_json,
+)
+from .callout import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder
+
+__all__ = ["LaneConfig", "LaneInfo", "run_lane"]
+
+log = logging.getLogger("cotal.lane")
+
+IdpKeys = Callable[[], Mapping[str, VerifyKey]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaneConfig:
+    """What one lane needs to serve one space.
+
+    Attributes:
+        space: the space name.
+        paths: the space's folder in the root (material, ledger, ``auth-service.json``).
+        server_url: the broker, ``nats://127.0.0.1:<port>``.
+        idp_keys: the pinned IdP's current key set (sync; a cache the host refreshes).
+        limits: callout limits (spec "Callout deadlines").
+        http_port: loopback exchange port; 0 picks a free one.
+        callout_only: a replica: no HTTP face and no ``auth-service.json``.
+        clock: wall time, unix seconds.
+    """
+
+    space: str
+    paths: SpacePaths
+    server_url: str
+    idp_keys: IdpKeys
+    limits: CalloutLimits = field(default_factory=CalloutLimits)
+    http_port: int = 0
+    callout_only: bool = False
+    clock: Callable[[], float] = time.time
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaneInfo:
+    """A ready lane: its space and its loopback exchange URL (None for a replica)."""
+
+    space: str
+    url: str | None
+
+
+def _callout_keys(config: LaneConfig) -> tuple[CalloutKeys, str]:
+    material = load_space(config.paths.callout_json, config.space)
+    keys = CalloutKeys(
+        space=config.space,
+        auth_account=material.auth_account,
+        data_account=material.data_account,
+        xkey=material.xkey,
+        auth_signer=material.auth_signing,
+        data_signer=material.data_callout_signing,
+    )
+    return keys, material.callout_creds
+
+
+def _exchange_context(config: LaneConfig) -> ExchangeContext:
+    issuer = load_issuer_keys(config.paths.issuer_json, config.space)
+    pin = load_idp_pin(config.paths.idp_json)
+    return ExchangeContext(
+        space=config.space,
+        capability=secrets.token_hex(32),
+        issuer_key=issuer.active,
+        owner_secret=load_owner_secret(config.paths.owner_secret_json),
+        idp_pin=IdpPin(issuer=pin.issuer, audience=pin.audience, jwks_uri=pin.jwks_uri or None),
+        idp_keys=config.idp_keys,
+        read_ledger=functools.partial(read_principal, config.paths),
+        clock=config.clock,
+    )
+
+
+async def run_lane(
+    config: LaneConfig, *, task_status: trio.TaskStatus[LaneInfo] = trio.TASK_STATUS_IGNORED
+) -> NoReturn:
+    """Serve one space until cancelled (startable; ``started`` with a :class:`LaneInfo`).
+
+    Raises:
+        ConfigError: the space's material in the root is missing or corrupt (before started).
+        Unavailable: the broker refused or dropped the callout connection; after ``started``
+            it means the lane lost the broker and ends (the host decides whether to retry).
+    """
+    keys, creds = _callout_keys(config)
+    bearer_keys = BearerKeySet.from_keys(load_issuer_keys(config.paths.issuer_json, config.space).keys)
+    exchange = None if config.callout_only else _exchange_context(config)
+    remove_quietly(config.paths.auth_service_json)  # a stale file from a crash says nothing
+    name = f"cotal:auth-service:{config.space}"
+    async with open_loop(), open_connection(config.server_url, creds=creds, name=name) as conn:
+        responder = CalloutResponder(
+            keys=keys,
+            bearer_keys=bearer_keys,
+            read_ledger=functools.partial(read_principal, config.paths),
+            limits=config.limits,
+            clock=config.clock,
+            publish=conn.publish_nowait,
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(responder.run)
+            await conn.subscribe(CALLOUT_SUBJECT, queue=CALLOUT_QUEUE_GROUP, on_message=responder.on_message)
+            await conn.flush()
+            try:
+                url = None if exchange is None else await _open_face(nursery, config, exchange)
+                task_status.started(LaneInfo(space=config.space, url=url))
+                await conn.closed.wait()
+                raise Unavailable(
+                    f"space {config.space}: the broker closed the callout connection"
+                    f" ({conn.last_error or 'no reason given'})"
+                )
+            finally:
+                remove_quietly(config.paths.auth_service_json)
+
+
+async def _open_face(nursery: trio.Nursery, config: LaneConfig, ctx: ExchangeContext) -> str:
+    app = build_loopback_app(ctx)
+    port = await nursery.start(functools.partial(serve_app, app, port=config.http_port))
+    url = f"http://127.0.0.1:{port}"
+    record = {"ver": 1, "url": url, "pid": os.getpid(), "cap": ctx.capability}
+    write_json(config.paths.auth_service_json, record)
+    return url
