@@ -51,7 +51,7 @@ def test_only_natsio_touches_asyncio(path):
 
 
 # Clock reads and file access, by call shape; ``xkey.open(...)`` (a box) is not the builtin.
-CLOCK_OR_FILE = re.compile(r"datetime\.now|\.utcnow\(|date\.today|time\.time\(|monotonic\(|(?<![.\w])open\(|read_text\(|read_bytes\(")
+CLOCK_OR_FILE = re.compile(r"datetime\.now|\.utcnow\(|date\.today|time\.time\(|monotonic\(|(?<![.\w])(?<!def )open\(|read_text\(|read_bytes\(")
 
 
 @pytest.mark.parametrize("path", _modules("core"), ids=lambda p: p.name)
