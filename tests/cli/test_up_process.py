@@ -1,0 +1,154 @@
+"""``cotal up`` as an operator runs it: a process with a bundled nats-server (issue 2 items 4-5).
+
+Each test starts ``python -m cotal_trio up`` on a fresh root and a random port, and stops only
+the processes it started, by pid.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cotal_trio.broker.process import free_port
+
+pytestmark = pytest.mark.broker
+
+READY = "✓ auth service up"
+
+
+def _start(root: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "cotal_trio", "up", "--root", str(root), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _wait_ready(proc: subprocess.Popen[str], ceiling_s: float = 30) -> list[str]:
+    lines, deadline = [], time.monotonic() + ceiling_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith(READY):
+                return lines
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"cotal up did not become ready: {lines} {proc.stderr.read()}")
+
+
+def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, str]:
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    return proc.returncode, err
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def _wait_gone(pid: int, ceiling_s: float = 10) -> bool:
+    deadline = time.monotonic() + ceiling_s
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _space_dir(root: Path) -> Path:
+    return root / "spaces" / ("space." + b"default".hex())
+
+
+def test_up_serves_and_stops_its_broker_on_sigterm(tmp_path):
+    root, port = tmp_path / "root", free_port()
+    proc = _start(root, "--port", str(port))
+    banner = "".join(_wait_ready(proc))
+    assert f"callout on nats://127.0.0.1:{port}" in banner
+    broker_pid = int((root / "broker" / "nats-server.pid").read_text())
+    assert _alive(broker_pid)
+    assert (_space_dir(root) / "auth-service.json").stat().st_mode & 0o777 == 0o600
+    code, err = _stop(proc)
+    assert code == 0, err
+    assert _wait_gone(broker_pid)
+    assert not (_space_dir(root) / "auth-service.json").exists()
+    assert not (root / "broker" / "nats-server.pid").exists()
+
+
+def test_second_up_reuses_the_root(tmp_path):
+    root, port = tmp_path / "root", free_port()
+    first = _start(root, "--port", str(port))
+    _wait_ready(first)
+    _stop(first, signal.SIGINT)
+    before = {p: p.read_bytes() for p in root.rglob("*.json") if p.name != "auth-service.json"}
+    second = _start(root)  # the recorded port is used again
+    assert f"nats://127.0.0.1:{port}" in "".join(_wait_ready(second))
+    code, _ = _stop(second, signal.SIGINT)
+    assert code == 0
+    after = {p: p.read_bytes() for p in before}
+    assert after == before
+    assert (root / "broker.json").stat().st_mode & 0o777 == 0o600
+    assert root.stat().st_mode & 0o777 == 0o700
+
+
+def test_busy_port_is_one_sentence_and_leaves_the_root_intact(tmp_path):
+    root, port = tmp_path / "root", free_port()
+    first = _start(root, "--port", str(port))
+    _wait_ready(first)
+    _stop(first)
+    before = {p: p.read_bytes() for p in root.rglob("*.json")}
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        proc = _start(root)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert err.strip().splitlines() == [f"cotal: port {port} on 127.0.0.1 is busy - stop whatever listens there or pass --port"]
+    assert {p: p.read_bytes() for p in root.rglob("*.json")} == before
+
+
+def test_corrupt_root_file_names_the_file(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir(mode=0o700)
+    (root / "broker.json").write_text("{not json")
+    proc = _start(root, "--port", str(free_port()))
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert err.startswith(f"cotal: {root / 'broker.json'} is corrupt") and "Traceback" not in err
+    assert (root / "broker.json").read_text() == "{not json"
+
+
+def test_missing_nats_server_names_the_fix(tmp_path):
+    proc = _start(tmp_path / "root", "--port", str(free_port()), "--nats-server", str(tmp_path / "nope"))
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert err.startswith("cotal: ") and "--nats-server" in err
+
+
+def test_killed_up_leaves_no_broker_behind(tmp_path):
+    root = tmp_path / "root"
+    proc = _start(root, "--port", str(free_port()))
+    _wait_ready(proc)
+    broker_pid = int((root / "broker" / "nats-server.pid").read_text())
+    proc.kill()
+    proc.communicate(timeout=10)
+    assert _wait_gone(broker_pid)
