@@ -38,7 +38,6 @@ def configure_logging() -> None:
     root = logging.getLogger("cotal")
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
-    root.propagate = False
 
 
 def main(argv: list[str] | None = None) -> int:

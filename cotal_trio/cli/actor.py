@@ -1,0 +1,421 @@
+"""``cotal actor``: grant, revoke and list the actor ledger of a space (upstream-notes 1.3, 8).
+
+The ledger is files in the space's folder (``actors/`` interactive, ``managed-actors/``
+managed); these commands write them atomically through :mod:`cotal_trio.state` and decide
+nothing themselves: grammars, the row model and the delegation envelope live in
+:mod:`cotal_trio.core`. A grant always mints a fresh lifecycle UID, so re-granting a principal
+ends every bearer issued for its previous row. A managed grant prints the agent's actor token
+once; only its SHA-256 is stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import cyclopts
+from cyclopts import Parameter
+
+from ..core.errors import CodecError, ConfigError, Refused
+from ..core.identity import (
+    check_actor,
+    check_channel_pattern,
+    check_owner,
+    check_role,
+    check_scope_token,
+    derive_owner,
+    mint_lifecycle_uid,
+    principal,
+)
+from ..core.ledger import (
+    LedgerKind,
+    LedgerRow,
+    check_within_spawner_grant,
+    hash_actor_token,
+    new_actor_token,
+)
+from ..state import (
+    SpacePaths,
+    list_rows,
+    load_idp_pin,
+    load_owner_secret,
+    missing,
+    read_principal,
+    remove_row,
+    write_row,
+)
+from .common import Where
+
+__all__ = ["actor_app", "grant", "list_actors", "revoke"]
+
+actor_app = cyclopts.App(
+    name="actor",
+    help="Grant, revoke and list the actors of a space (the actor ledger).",
+)
+
+# `--full` (upstream-notes 8): the default grant of a person's own CLI.
+FULL_SCOPE = ("spawn", "role:default")
+FULL_ACL = (">",)
+ACTOR_TOKEN_RANDOM_BYTES = 32
+LIFECYCLE_UID_RANDOM_BYTES = 20
+
+Flag = Parameter(negative="")
+
+
+@contextlib.contextmanager
+def as_config_error() -> Iterator[None]:
+    """Turn a core refusal or a corrupt-row error into the CLI's one-sentence ConfigError."""
+    try:
+        yield
+    except Refused as exc:
+        raise ConfigError(exc.detail) from None
+    except CodecError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def provisioned(where: Where) -> SpacePaths:
+    """The space's paths, once its material exists (``callout.json`` is written first).
+
+    Raises:
+        ConfigError: a bad space name, or the space is not provisioned (names ``cotal up``).
+    """
+    space_paths = where.space_paths()
+    if not space_paths.callout_json.exists():
+        raise missing(space_paths.callout_json)
+    return space_paths
+
+
+@Parameter(name="*")
+@dataclass(frozen=True, kw_only=True)
+class Whose:
+    """Whose actor a command works on: exactly one of ``--sub`` and ``--owner``.
+
+    Attributes:
+        sub: the person's IdP subject; the owner is derived from it (printed by `cotal login`).
+        owner: the owner itself, u_ followed by 26 characters.
+    """
+
+    sub: Annotated[str | None, Parameter(help="The person's IdP subject (the owner is derived from it).")] = None
+    owner: Annotated[str | None, Parameter(help="The owner, u_ followed by 26 characters.")] = None
+
+    def resolve(self, space_paths: SpacePaths) -> str:
+        """The owner ``u_...``: given, or derived from ``--sub`` with the space's secret and pin.
+
+        Raises:
+            ConfigError: both or neither flag, a malformed owner, or the space's owner secret
+                or IdP pin is missing or corrupt (upstream-notes 1.2).
+        """
+        if (self.sub is None) == (self.owner is None):
+            raise ConfigError("name the owner with exactly one of --sub <IdP subject> or --owner <u_...>")
+        if self.owner is not None:
+            with as_config_error():
+                return check_owner(self.owner)
+        if not self.sub:
+            raise ConfigError("--sub needs the person's IdP subject, which is not empty")
+        pin = load_idp_pin(space_paths.idp_json)
+        return derive_owner(load_owner_secret(space_paths.owner_secret_json), pin.issuer, self.sub)
+
+
+# --- grant ----------------------------------------------------------------------------------
+
+
+def split_list(value: str | None, check: Callable[[object], str]) -> tuple[str, ...]:
+    """A comma-separated flag value as a tuple; each entry passes ``check``, duplicates drop.
+
+    ``None`` or a blank value is the empty tuple. Raises ConfigError with the grammar sentence.
+    """
+    if value is None or not value.strip():
+        return ()
+    with as_config_error():
+        entries = [check(entry.strip()) for entry in value.split(",")]
+    return tuple(dict.fromkeys(entries))
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """The scope and channel ACLs a grant writes."""
+
+    scope: tuple[str, ...]
+    allow_subscribe: tuple[str, ...]
+    allow_publish: tuple[str, ...]
+
+
+def grant_from_flags(full: bool, scope: str | None, subscribe: str | None, publish: str | None) -> Grant:
+    """``--full`` or the three list flags (upstream-notes 8).
+
+    Raises:
+        ConfigError: ``--full`` combined with a list flag, or an entry breaking its grammar.
+    """
+    if full and (scope, subscribe, publish) != (None, None, None):
+        raise ConfigError("--full grants scope spawn,role:default and > both ways - drop --scope and --allow-*")
+    if full:
+        return Grant(FULL_SCOPE, FULL_ACL, FULL_ACL)
+    return Grant(
+        split_list(scope, check_scope_token),
+        split_list(subscribe, check_channel_pattern),
+        split_list(publish, check_channel_pattern),
+    )
+
+
+def check_label(label: str | None) -> str | None:
+    """``label`` if it is printable text on one line (or ``None``); else ConfigError."""
+    if label is not None and not (label and label.isprintable()):
+        raise ConfigError("--label is printable text on one line, for example --label 'david laptop'")
+    return label
+
+
+def utc_now_iso() -> str:
+    """Now, as ISO-8601 UTC with milliseconds and ``Z`` (the ledger's ``grantedAt`` form)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parent_lookup(space_paths: SpacePaths) -> Callable[[str, str], LedgerRow | None]:
+    """A fresh row lookup for the envelope walk: the managed row, else the interactive one."""
+
+    def lookup(owner: str, actor: str) -> LedgerRow | None:
+        interactive, managed = read_principal(space_paths, owner, actor)
+        return managed if managed is not None else interactive
+
+    return lookup
+
+
+def check_envelope(space_paths: SpacePaths, row: LedgerRow) -> None:
+    """A managed row with a spawner must sit inside the spawner's grant (upstream-notes 1.3).
+
+    Raises:
+        ConfigError: the spawner has no row, a row on the chain is corrupt, or the envelope
+            refuses (the core's sentence).
+    """
+    if row.parent is None:
+        return
+    lookup = parent_lookup(space_paths)
+    with as_config_error():
+        if lookup(row.owner, row.parent.split(".", 1)[1]) is None:
+            raise ConfigError(f"spawner {row.parent} has no ledger row - grant it first")
+        check_within_spawner_grant(row, lookup)
+
+
+def build_row(
+    kind: LedgerKind, owner: str, actor: str, grant: Grant, *, role: str | None,
+    parent: str | None, label: str | None, token_hash: str | None,
+) -> LedgerRow:  # fmt: skip
+    """A new row with a fresh lifecycle UID, granted now (ConfigError if a field is bad)."""
+    with as_config_error():
+        return LedgerRow(
+            kind=kind, owner=owner, actor=actor, scope=grant.scope,
+            allow_subscribe=grant.allow_subscribe, allow_publish=grant.allow_publish,
+            role=role, parent=parent, label=label, token_hash=token_hash,
+            lifecycle_uid=mint_lifecycle_uid(os.urandom(LIFECYCLE_UID_RANDOM_BYTES)),
+            granted_at=utc_now_iso(),
+        )  # fmt: skip
+
+
+def checked_parent(owner: str, parent: str | None, managed: bool) -> str | None:
+    """``<owner>.<parent>`` for ``--parent`` (managed grants only), or ``None``."""
+    if parent is None:
+        return None
+    if not managed:
+        raise ConfigError("--parent names the spawner of a managed agent - add --managed")
+    with as_config_error():
+        return principal(owner, check_actor(parent))
+
+
+def print_granted(row: LedgerRow, token: str | None, as_json: bool) -> None:
+    """Print the grant: a sentence (and the token once) or the JSON object."""
+    if as_json:
+        obj: dict[str, Any] = {
+            "owner": row.owner, "actor": row.actor, "kind": row.kind.value,
+            "lifecycleUid": row.lifecycle_uid, "scope": list(row.scope),
+            "allowSubscribe": list(row.allow_subscribe), "allowPublish": list(row.allow_publish),
+        }  # fmt: skip
+        if token is not None:
+            obj["actorToken"] = token
+        print(json.dumps(obj, indent=2))
+        return
+    print(f"granted {row.actor} to owner {row.owner} ({row.kind.value}, lifecycle {row.lifecycle_uid})")
+    if token is not None:
+        print("actor token (shown once, only its hash is kept - save it to a 0600 file now):")
+        print(token)
+
+
+# Upstream-notes 1.3 (row shape, envelope) and 8 (`cotal actor grant` flags).
+@actor_app.command
+def grant(
+    actor: str,
+    /,
+    *,
+    whose: Whose = Whose(),
+    full: Annotated[bool, Flag] = False,
+    scope: str | None = None,
+    allow_subscribe: str | None = None,
+    allow_publish: str | None = None,
+    role: str | None = None,
+    label: str | None = None,
+    managed: Annotated[bool, Flag] = False,
+    parent: str | None = None,
+    as_json: Annotated[bool, Parameter(name="--json", negative="")] = False,
+    where: Where = Where(),
+) -> None:
+    """Grant an actor of an owner into the space (writes its ledger row).
+
+    Re-granting replaces the row with a fresh lifecycle UID: bearers of the old row stop
+    connecting. A managed grant prints the agent's actor token once.
+
+    Parameters
+    ----------
+    actor
+        The actor name (letters, digits and _).
+    full
+        Scope spawn,role:default and > both ways; not with --scope or --allow-*.
+    scope
+        Comma-separated scope tokens, for example spawn,role:default.
+    allow_subscribe
+        Comma-separated channel patterns the actor may read.
+    allow_publish
+        Comma-separated channel patterns the actor may post to.
+    role
+        The actor's role name.
+    label
+        Free text for operators, for example "david laptop".
+    managed
+        Write a managed (agent) row and print its actor token once.
+    parent
+        With --managed: the spawning actor of the same owner; the grant must sit inside its own.
+    as_json
+        Print a JSON object instead of a sentence.
+    """
+    space_paths = provisioned(where)
+    with as_config_error():
+        check_actor(actor)
+    owner = whose.resolve(space_paths)
+    acl = grant_from_flags(full, scope, allow_subscribe, allow_publish)
+    if role is not None:
+        with as_config_error():
+            check_role(role)
+    spawner = checked_parent(owner, parent, managed)
+    token = new_actor_token(os.urandom(ACTOR_TOKEN_RANDOM_BYTES)) if managed else None
+    kind = LedgerKind.MANAGED if managed else LedgerKind.INTERACTIVE
+    row = build_row(
+        kind, owner, actor, acl, role=role, parent=spawner, label=check_label(label),
+        token_hash=None if token is None else hash_actor_token(token),
+    )  # fmt: skip
+    check_envelope(space_paths, row)
+    write_row(space_paths, row)
+    print_granted(row, token, as_json)
+
+
+# --- revoke ---------------------------------------------------------------------------------
+
+
+@actor_app.command
+def revoke(
+    actor: str,
+    /,
+    *,
+    whose: Whose = Whose(),
+    as_json: Annotated[bool, Parameter(name="--json", negative="")] = False,
+    where: Where = Where(),
+) -> None:
+    """Revoke an actor of an owner: remove its ledger rows (both kinds).
+
+    The next exchange and the next connect of that principal are refused. Revoking a principal
+    that has no row is not an error; the output says nothing was removed.
+
+    Parameters
+    ----------
+    actor
+        The actor name.
+    as_json
+        Print {"owner", "actor", "removed"} instead of a sentence.
+    """
+    space_paths = provisioned(where)
+    with as_config_error():
+        check_actor(actor)
+    owner = whose.resolve(space_paths)
+    removed = remove_row(space_paths, owner, actor)
+    if as_json:
+        print(json.dumps({"owner": owner, "actor": actor, "removed": removed}, indent=2))
+    elif removed:
+        print(f"revoked {actor} of owner {owner}")
+    else:
+        print(f"nothing to revoke: {actor} of owner {owner} has no ledger row in space {space_paths.space}")
+
+
+# --- list -----------------------------------------------------------------------------------
+
+
+def row_object(row: LedgerRow) -> dict[str, Any]:
+    """The listed form of a row (no token hash)."""
+    return {
+        "owner": row.owner, "actor": row.actor, "kind": row.kind.value, "scope": list(row.scope),
+        "allowSubscribe": list(row.allow_subscribe), "allowPublish": list(row.allow_publish),
+        "role": row.role, "parent": row.parent, "label": row.label,
+        "lifecycleUid": row.lifecycle_uid, "grantedAt": row.granted_at,
+    }  # fmt: skip
+
+
+def row_line(row: LedgerRow) -> str:
+    """One plain-text line per row: kind, principal, then ``key=value`` fields."""
+    fields = [
+        f"scope={','.join(row.scope) or '-'}",
+        f"subscribe={','.join(row.allow_subscribe) or '-'}",
+        f"publish={','.join(row.allow_publish) or '-'}",
+    ]
+    fields += [f"{name}={value}" for name, value in (("role", row.role), ("parent", row.parent)) if value]
+    if row.label:
+        fields.append(f"label={json.dumps(row.label, ensure_ascii=False)}")
+    fields += [f"lifecycle={row.lifecycle_uid}", f"granted={row.granted_at}"]
+    return f"{row.kind.value} {row.principal} " + " ".join(fields)
+
+
+def ledger_problems(
+    space_paths: SpacePaths, rows: list[LedgerRow], bad: list[tuple[Path, str]]
+) -> list[str]:
+    """Sentences for corrupt row files and for principals present in both folders."""
+    problems = [f"{path}: {reason}" for path, reason in bad]
+    kinds: dict[str, int] = {}
+    for row in rows:
+        kinds[row.principal] = kinds.get(row.principal, 0) + 1
+    problems += [
+        f"{name} has both an interactive and a managed row in space {space_paths.space}, which is a "
+        f"broken ledger - revoke it with `cotal actor revoke` and grant it again"
+        for name, count in sorted(kinds.items()) if count > 1
+    ]  # fmt: skip
+    return problems
+
+
+@actor_app.command(name="list")
+def list_actors(
+    *,
+    as_json: Annotated[bool, Parameter(name="--json", negative="")] = False,
+    where: Where = Where(),
+) -> int:
+    """List every ledger row of the space.
+
+    Corrupt row files are reported on stderr (path and reason) after the good rows are
+    printed, and make the command exit 1.
+
+    Parameters
+    ----------
+    as_json
+        Print a JSON array of rows.
+    """
+    space_paths = provisioned(where)
+    rows, bad = list_rows(space_paths)
+    if as_json:
+        print(json.dumps([row_object(row) for row in rows], indent=2, ensure_ascii=False))
+    elif rows:
+        print("\n".join(row_line(row) for row in rows))
+    else:
+        print(f"no actors are granted in space {space_paths.space}")
+    problems = ledger_problems(space_paths, rows, bad)
+    for problem in problems:
+        print(f"cotal: {problem}", file=sys.stderr)
+    return 1 if problems else 0

@@ -1,0 +1,96 @@
+"""``cotal dev-idp``: tokens from the root's development IdP (DEVELOPMENT ONLY).
+
+``cotal up`` without ``--idp`` creates ``<root>/devidp.json`` and pins that IdP in the space;
+``cotal dev-idp token --sub <name>`` then signs in as anyone, which is exactly what a
+development root allows (see :mod:`cotal_trio.devidp`). A space pinned to a real IdP refuses.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Annotated
+
+import cyclopts
+from cyclopts import Parameter
+
+from ..core.errors import ConfigError, Refused
+from ..core.identity import check_space
+from ..devidp import DevIdpMaterial, mint_dev_token
+from ..state import RootPaths, load_idp_pin, resolve_root
+
+__all__ = ["dev_idp_app", "load_dev_idp", "token"]
+
+dev_idp_app = cyclopts.App(
+    name="dev-idp",
+    help="The development IdP (development only): mint sign-in tokens from the root's devidp.json.",
+)
+
+DEFAULT_TTL_S = 3600
+
+
+def load_dev_idp(paths: RootPaths) -> DevIdpMaterial:
+    """Read ``<root>/devidp.json``.
+
+    Raises:
+        ConfigError: the file is missing (names ``cotal up`` without ``--idp``), unreadable,
+            or not a development IdP document.
+    """
+    try:
+        data = paths.devidp_json.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"no development IdP in {paths.root} - run `cotal up` without --idp first") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {paths.devidp_json} ({exc.strerror}) - check its permissions") from None
+    return DevIdpMaterial.from_json(data)
+
+
+def check_space_pin(paths: RootPaths, space: str, material: DevIdpMaterial) -> None:
+    """The space must pin this development IdP, or its tokens would be refused at the exchange.
+
+    Raises:
+        ConfigError: a bad space name, a missing or corrupt ``idp.json``, a real IdP pinned,
+            or another development IdP pinned.
+    """
+    try:
+        check_space(space)
+    except Refused as exc:
+        raise ConfigError(f"--space: {exc.detail}") from None
+    pin = load_idp_pin(paths.space(space).idp_json)
+    if pin.kind != "dev":
+        raise ConfigError(f"space {space} pins a real IdP ({pin.issuer}); get a token from it")
+    if pin.issuer != material.issuer:
+        raise ConfigError(
+            f"space {space} pins another development IdP ({pin.issuer}) than {paths.devidp_json} - "
+            "use the root the space was created in"
+        )
+
+
+@dev_idp_app.command
+def token(
+    *,
+    sub: str,
+    ttl: int = DEFAULT_TTL_S,
+    root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
+    space: Annotated[str | None, Parameter(help="Also check that this space pins the development IdP.")] = None,
+) -> None:
+    """Print a development IdP token (a JWT) for a subject.
+
+    Exchange it for a bearer with `cotal exchange --actor <a> --idp-token <jwt>`.
+
+    Parameters
+    ----------
+    sub
+        The subject to sign in as (the owner is derived from it).
+    ttl
+        Lifetime of the token in seconds.
+    """
+    if ttl <= 0:
+        raise ConfigError("--ttl is a positive number of seconds, for example --ttl 3600")
+    if not sub:
+        raise ConfigError("--sub needs a subject to sign in as, for example --sub alice")
+    paths = RootPaths(resolve_root(root, os.environ))
+    material = load_dev_idp(paths)
+    if space is not None:
+        check_space_pin(paths, space, material)
+    print(mint_dev_token(material, sub=sub, now=int(time.time()), ttl_s=ttl))
