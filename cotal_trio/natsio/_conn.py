@@ -128,6 +128,7 @@ class Connection:
     Attributes:
         closed: set when the connection is closed for good (our close, the broker deleting the
             account, or a connection that may not reconnect losing its socket).
+        error_count: how many errors nats-py has reported (see :meth:`wait_error`).
         last_error: the text of the last error nats-py reported (permissions violations, socket
             errors, stale connection), or None.
     """
@@ -140,6 +141,8 @@ class Connection:
         self._replies: set[asyncio.Task[None]] = set()
         self.closed = trio.Event()
         self.last_error: str | None = None
+        self.error_count = 0
+        self._error_arrived = trio.Event()
 
     # -- state -----------------------------------------------------------------------------
 
@@ -266,10 +269,23 @@ class Connection:
         """
         await self._call(lambda bound_s: self._nc.flush(timeout=bound_s), "flush")
 
+    async def wait_error(self, *, after: int) -> str:
+        """Trio: wait until more than ``after`` errors were reported; return the last one.
+
+        Read :attr:`error_count` before the action that may fail, then pass it here, so an
+        error that arrives before the wait starts is not missed. Bounded by the caller's scope.
+        """
+        while self.error_count <= after:
+            await self._error_arrived.wait()
+        return self.last_error or ""
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def _error_cb(self, exc: Exception) -> None:  # asyncio-flavoured
         self.last_error = str(exc) or type(exc).__name__
+        self.error_count += 1
+        self._error_arrived.set()
+        self._error_arrived = trio.Event()
         if self._connecting:
             raise _ConnectFailed(self.last_error) from exc
         log.warning("nats %s: %s", self._url, self.last_error)

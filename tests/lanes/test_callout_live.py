@@ -16,7 +16,9 @@ import trio
 
 from cotal_trio.core.bearer import BearerGrant, issue_bearer
 from cotal_trio.core.errors import Unavailable
-from cotal_trio.state import load_issuer_keys, remove_row
+from cotal_trio.core.identity import mint_lifecycle_uid
+from cotal_trio.core.ledger import AGENT_EXCHANGE_REFUSAL, LedgerKind, LedgerRow, hash_actor_token, new_actor_token
+from cotal_trio.state import load_issuer_keys, remove_row, write_row
 
 from .conftest import SPACE, client
 
@@ -42,12 +44,10 @@ async def test_admitted_with_exactly_the_granted_permissions(stack):
             await conn.flush()
             msg = await received[1].receive()
             assert (msg.subject, msg.data) == (f"cotal.{SPACE}.ch.team.news", b"hello")
-            assert conn.last_error is None
+            assert conn.error_count == 0
             await conn.publish(f"cotal.{SPACE}.ch.other", b"not granted")
-            await conn.flush()
-            await trio.sleep(0.2)
-            assert conn.last_error is not None and "permissions violation" in conn.last_error.lower()
-            assert "cotal.alpha.ch.other" in conn.last_error
+            error = await conn.wait_error(after=0)
+            assert "permissions violation" in error.lower() and "cotal.alpha.ch.other" in error
 
 
 async def test_user_info_names_the_principal(stack):
@@ -160,3 +160,24 @@ async def test_client_is_disconnected_when_its_bearer_expires(stack):
             start = trio.current_time()
             await conn.closed.wait()
             assert 0.5 < trio.current_time() - start < 4.5
+
+
+async def test_managed_agent_exchanges_its_actor_token_and_connects(stack):
+    parent = stack.grant("alice", "boss", publish=("tasks.>",), subscribe=("tasks.>",), scope=("spawn",))
+    token = new_actor_token(bytes(range(32)))
+    child = LedgerRow(
+        kind=LedgerKind.MANAGED, owner=parent.owner, actor="worker", scope=("spawn",),
+        allow_subscribe=("tasks.>",), allow_publish=("tasks.done",), role=None,
+        parent=f"{parent.owner}.boss", label=None, token_hash=hash_actor_token(token),
+        lifecycle_uid=mint_lifecycle_uid(bytes(20)), granted_at="2026-11-29T10:00:00Z",
+    )
+    write_row(stack.space_paths, child)
+    status, body = await stack.exchange({"owner": parent.owner, "actor": "worker", "actorToken": "wrong"})
+    assert (status, body["error"]) == (401, AGENT_EXCHANGE_REFUSAL)
+    status, body = await stack.exchange({"owner": parent.owner, "actor": "worker", "actorToken": token})
+    assert status == 200 and body["exp"] - time.time() <= 300
+    with trio.fail_after(10):
+        async with client(stack, body["token"]) as conn:
+            await conn.publish(f"cotal.{SPACE}.ch.tasks.done", b"ok")
+            await conn.flush()
+            assert conn.error_count == 0
