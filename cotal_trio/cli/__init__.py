@@ -13,7 +13,7 @@ import sys
 
 import cyclopts
 
-from ..core.errors import ConfigError, Refused, Unavailable
+from ..core.errors import ConfigError, Refused, Unavailable, leaves
 
 __all__ = ["app", "main"]
 
@@ -52,18 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         ours, rest = group.split((ConfigError, Unavailable, Refused))
         if ours is None or rest is not None:
             raise
-        for sentence in dict.fromkeys(str(exc) for exc in _leaves(ours)):
+        for sentence in dict.fromkeys(str(exc) for exc in leaves(ours)):
             print(f"cotal: {sentence}", file=sys.stderr)
         return 1
     return result if isinstance(result, int) else 0
-
-
-def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
-    """The non-group exceptions inside ``group``, depth first (STYLE.md practice 20)."""
-    leaves: list[BaseException] = []
-    for exc in group.exceptions:
-        leaves.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return leaves
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,6 +26,7 @@ __all__ = [
     "RefusalCode",
     "Refused",
     "Unavailable",
+    "leaves",
 ]
 
 
@@ -76,3 +77,14 @@ class Refused(AuthServiceError):
     def reason(self) -> str:
         """The denial reason string for a signed callout denial (the detail sentence)."""
         return self.detail
+
+
+def leaves(error: BaseException) -> list[BaseException]:
+    """The non-group exceptions inside ``error``, depth first (``[error]`` for a plain one).
+
+    Nursery boundaries wrap errors in exception groups (STYLE.md practice 20); an edge that
+    maps errors to a sentence looks at the leaves.
+    """
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
+    return [error]

@@ -7,11 +7,10 @@ its scope is cancelled. Cancelling closes the listener at once (new connects are
 
 from __future__ import annotations
 
-import logging
-
 import errno
 import functools
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 
 import trio
@@ -19,7 +18,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from quart_trio import QuartTrio
 
-from cotal_trio.core.errors import ConfigError
+from cotal_trio.core.errors import ConfigError, leaves
 from cotal_trio.http.errors import LOGGER
 
 __all__ = ["serve_app"]
@@ -43,15 +42,6 @@ def _config(host: str, port: int) -> Config:
     config.include_server_header = False
     config.graceful_timeout = GRACEFUL_TIMEOUT_S
     return config
-
-
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    """The non-group exceptions inside ``exc`` (``exc`` itself when it is not a group)."""
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            yield from _leaves(inner)
-    else:
-        yield exc
 
 
 async def _probe_bind(host: str, port: int) -> None:
@@ -78,7 +68,7 @@ async def _probe_bind(host: str, port: int) -> None:
 
 def _bind_error(error: BaseException, host: str, port: int) -> ConfigError | None:
     """A ConfigError for the first bind ``OSError`` in ``error`` (a group or not), or ``None``."""
-    for leaf in _leaves(error):
+    for leaf in leaves(error):
         if isinstance(leaf, OSError) and leaf.errno in _BIND_ERRNOS:
             problem = _BIND_ERRNOS[leaf.errno]
             return ConfigError(f"port {port} on {host} is {problem} - stop whatever holds it or choose another port")

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..core.errors import AuthServiceError, ConfigError
+from ..core.errors import AuthServiceError, ConfigError, leaves
 from ..core.identity import derive_owner, mint_lifecycle_uid
 from ..core.ledger import LedgerKind, LedgerRow
 from ..core.profiles import dm_subject
@@ -92,19 +92,13 @@ async def _client(target: Target, bearer: str) -> AsyncIterator[Connection]:
         yield conn
 
 
-def _leaves(error: BaseException) -> list[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
-    return [error]
-
-
 def _failure(step: str, error: BaseException) -> CheckFailed:
     """One CheckFailed naming ``step``; an inner step that already named itself wins."""
-    leaves = _leaves(error)
-    named = [e for e in leaves if isinstance(e, CheckFailed) and e.step]
+    found = leaves(error)
+    named = [e for e in found if isinstance(e, CheckFailed) and e.step]
     if named:
         return named[0]
-    reason = "; ".join(dict.fromkeys(str(e) or type(e).__name__ for e in leaves))
+    reason = "; ".join(dict.fromkeys(str(e) or type(e).__name__ for e in found))
     return CheckFailed(step, reason)
 
 
@@ -161,7 +155,7 @@ async def _tampered_refused(target: Target, bearer: str) -> None:
         async with _client(target, _tampered(bearer)):
             pass
     except* AuthServiceError as group:
-        refused = any("Authorization Violation" in str(e) for e in _leaves(group))
+        refused = any("Authorization Violation" in str(e) for e in leaves(group))
         if not refused:
             raise
     if not refused:

@@ -87,4 +87,5 @@ __all__ = [
     "space_dir_name",
     "write_json",
     "write_row",
+    "save_json",
 ]

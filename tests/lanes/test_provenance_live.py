@@ -8,7 +8,6 @@ real responder is subscribed exactly as in production.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 
