@@ -26,10 +26,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cotal_trio.core import natsjwt
-from cotal_trio.core.bearer import IssuerKey, space_issuer
+from cotal_trio.core.bearer import space_issuer
 from cotal_trio.core.creds import format_creds
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.core.identity import is_space
+from cotal_trio.core.jose import IssuerKey
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.core.xkeys import XKeyPair
 from cotal_trio.state import (

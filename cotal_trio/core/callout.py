@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import natsjwt
-from .bearer import BearerKeySet, ValidatedBearer, validate_bearer
+from .bearer import ValidatedBearer, validate_bearer
 from .errors import AuthServiceError, CodecError, RefusalCode, Refused
 from .identity import check_inbox_nonce, principal
+from .jose import BearerKeySet
 from .ledger import LedgerRow, authorize_connect
 from .nkeys import KeyPair, Prefix, decode_public_key
 from .profiles import Permissions, agent_permissions

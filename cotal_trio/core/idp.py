@@ -18,8 +18,9 @@ from typing import Any
 
 from nacl.signing import VerifyKey
 
-from cotal_trio.core.bearer import CLOCK_SKEW_S, JwsWording, parse_ed25519_jwks, verify_ed25519_jws
+from cotal_trio.core.bearer import CLOCK_SKEW_S
 from cotal_trio.core.errors import ConfigError, RefusalCode, Refused
+from cotal_trio.core.jose import JwsWording, parse_ed25519_jwks, verify_ed25519_jws
 
 __all__ = ["IdpIdentity", "IdpPin", "parse_jwks", "verify_idp_token"]
 
@@ -89,7 +90,7 @@ def parse_jwks(doc: object) -> dict[str, VerifyKey]:
     """Parse the IdP's JWKS document into ``{kid: VerifyKey}``.
 
     Accepts only ``{"keys": [...]}`` whose keys are all public Ed25519 OKP JWKs with a
-    non-empty ``kid`` (see ``core/bearer.py`` :func:`~cotal_trio.core.bearer.parse_ed25519_jwks`).
+    non-empty ``kid`` (see :func:`cotal_trio.core.jose.parse_ed25519_jwks`).
 
     Raises:
         CodecError: any other shape, a non-Ed25519 key, a missing or duplicate ``kid``.

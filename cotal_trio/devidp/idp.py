@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from cotal_trio.core.bearer import IssuerKey, b64url_encode
 from cotal_trio.core.errors import CodecError, ConfigError
 from cotal_trio.core.idp import IdpPin
+from cotal_trio.core.jose import IssuerKey, b64url_encode
 
 __all__ = [
     "DEV_AUDIENCE",

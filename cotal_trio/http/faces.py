@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 from nacl.signing import VerifyKey
 
-from cotal_trio.core.bearer import IssuerKey, issue_bearer
+from cotal_trio.core.bearer import issue_bearer
+from cotal_trio.core.jose import IssuerKey
 from cotal_trio.core.errors import ConfigError, Refused
 from cotal_trio.core.exchange import (
     AgentExchange,

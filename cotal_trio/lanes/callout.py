@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 import trio
 
 from ..core.admission import CalloutLimits, should_shed
-from ..core.bearer import BearerKeySet
 from ..core.callout import (
     TIMEOUT_REASON,
     CalloutKeys,
@@ -33,6 +32,7 @@ from ..core.callout import (
 )
 from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line
 from ..core.errors import Refused
+from ..core.jose import BearerKeySet
 from ..core.ledger import LedgerRow
 from ..core.natsjwt import AuthorizationRequest
 from ..natsio import Message

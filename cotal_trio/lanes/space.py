@@ -23,10 +23,10 @@ import trio
 from nacl.signing import VerifyKey
 
 from ..core.admission import CalloutLimits
-from ..core.bearer import BearerKeySet
 from ..core.callout import CalloutKeys
 from ..core.errors import Unavailable
 from ..core.idp import IdpPin
+from ..core.jose import BearerKeySet
 from ..http.faces import ExchangeContext
 from ..http.loopback import build_loopback_app
 from ..http.serve import serve_app

@@ -20,8 +20,9 @@ import binascii
 from dataclasses import dataclass
 from pathlib import Path
 
-from cotal_trio.core.bearer import IssuerKey, space_issuer
+from cotal_trio.core.bearer import space_issuer
 from cotal_trio.core.errors import CodecError, ConfigError
+from cotal_trio.core.jose import IssuerKey
 
 from .files import VERSION, Fields, read_fields, save_json
 

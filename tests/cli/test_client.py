@@ -18,9 +18,10 @@ import pytest
 import trio
 
 from cotal_trio.cli import main
-from cotal_trio.core.bearer import BearerKeySet, validate_bearer
+from cotal_trio.core.bearer import validate_bearer
 from cotal_trio.core.idp import IdpPin as CorePin
 from cotal_trio.core.idp import parse_jwks
+from cotal_trio.core.jose import BearerKeySet
 from cotal_trio.core.ledger import AGENT_EXCHANGE_REFUSAL
 from cotal_trio.devidp import jwks, mint_dev_token
 from cotal_trio.http import ExchangeContext, build_loopback_app, serve_app

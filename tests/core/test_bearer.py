@@ -16,8 +16,6 @@ from cotal_trio.core.bearer import (
     CLOCK_SKEW_S,
     MAX_TOKEN_TTL_S,
     BearerGrant,
-    BearerKeySet,
-    IssuerKey,
     ValidatedBearer,
     check_bearer_claims,
     issue_bearer,
@@ -25,7 +23,8 @@ from cotal_trio.core.bearer import (
     validate_bearer,
     verify_bearer_signature,
 )
-from cotal_trio.core.errors import CodecError, ConfigError, RefusalCode, Refused
+from cotal_trio.core.errors import ConfigError, RefusalCode, Refused
+from cotal_trio.core.jose import BearerKeySet, IssuerKey
 
 SEED = bytes(range(32))
 KEY = IssuerKey.generate(SEED)
@@ -76,93 +75,6 @@ def grant(**overrides) -> BearerGrant:
 def decode_part(token: str, index: int) -> dict:
     part = token.split(".")[index]
     return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
-
-
-# --- keys ------------------------------------------------------------------------------------
-
-
-def test_rfc8037_vectors():
-    """RFC 8037 appendix A: public key, RFC 7638 thumbprint and the EdDSA signature."""
-    d = base64.urlsafe_b64decode("nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A=")
-    key = IssuerKey(seed=d)
-    assert key.x == "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"
-    assert key.kid == "kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k"
-    signature = key.sign(b"eyJhbGciOiJFZERTQSJ9.RXhhbXBsZSBvZiBFZDI1NTE5IHNpZ25pbmc")
-    assert b64(signature) == (
-        "hgyY0il_MGCjP0JzlnLWG1PPOt7-09PGcvMg3AIbQR6dWbhijcNR4ki4iylGjg5BhVsPt9g7sVvpAr_MuM0KAg"
-    )
-
-
-def test_kid_is_the_rfc7638_thumbprint():
-    canonical = '{"crv":"Ed25519","kty":"OKP","x":"%s"}' % KEY.x
-    assert KEY.kid == b64(hashlib.sha256(canonical.encode()).digest())
-    assert KEY.x == b64(bytes(SigningKey(SEED).verify_key))
-
-
-def test_public_and_private_jwk():
-    assert KEY.public_jwk() == {
-        "kty": "OKP", "crv": "Ed25519", "x": KEY.x, "kid": KEY.kid, "alg": "EdDSA", "use": "sig",
-    }  # fmt: skip
-    assert KEY.private_jwk() == {**KEY.public_jwk(), "d": b64(SEED)}
-    assert IssuerKey.from_private_jwk(KEY.private_jwk()) == KEY
-    stored = {"kty": "OKP", "crv": "Ed25519", "x": KEY.x, "d": b64(SEED)}  # issuer.json shape
-    assert IssuerKey.from_private_jwk(stored) == KEY
-
-
-def test_seed_never_in_repr():
-    assert b64(SEED) not in repr(KEY)
-    assert "seed" not in repr(KEY)
-    assert repr(KEY) == f"IssuerKey(x='{KEY.x}', kid='{KEY.kid}')"
-
-
-@pytest.mark.parametrize(
-    "jwk",
-    [
-        {**KEY.private_jwk(), "x": OTHER.x},
-        {**KEY.private_jwk(), "kid": OTHER.kid},
-        {**KEY.private_jwk(), "d": b64(SEED[:31])},
-        {**KEY.private_jwk(), "d": b64(SEED) + "="},
-        {**KEY.private_jwk(), "kty": "EC"},
-        {**KEY.private_jwk(), "crv": "X25519"},
-        {k: v for k, v in KEY.private_jwk().items() if k != "d"},
-        "not a jwk",
-    ],
-)
-def test_from_private_jwk_refuses(jwk):
-    with pytest.raises(CodecError):
-        IssuerKey.from_private_jwk(jwk)
-
-
-@pytest.mark.parametrize("seed", [bytes(31), bytes(33), b"", "x" * 32])
-def test_issuer_key_needs_32_bytes(seed):
-    with pytest.raises(CodecError):
-        IssuerKey(seed=seed)
-
-
-def test_key_set_from_jwks():
-    keys = BearerKeySet.from_jwks({"keys": [KEY.public_jwk(), OTHER.public_jwk()]})
-    assert sorted(keys) == sorted([KEY.kid, OTHER.kid])
-    assert len(keys) == 2 and KEY.kid in keys and "nope" not in keys
-    assert bytes(keys[KEY.kid]) == bytes(KEY.verify_key)
-
-
-@pytest.mark.parametrize(
-    "doc",
-    [
-        [KEY.public_jwk()],
-        {"keys": []},
-        {"keys": "x"},
-        {"keys": [{k: v for k, v in KEY.public_jwk().items() if k != "kid"}]},
-        {"keys": [KEY.public_jwk(), KEY.public_jwk()]},
-        {"keys": [KEY.private_jwk()]},
-        {"keys": [{**KEY.public_jwk(), "alg": "RS256"}]},
-        {"keys": [{**KEY.public_jwk(), "use": "enc"}]},
-        {"keys": [{"kty": "RSA", "kid": "r", "n": "AQAB", "e": "AQAB"}]},
-    ],
-)
-def test_key_set_from_jwks_refuses(doc):
-    with pytest.raises(CodecError):
-        BearerKeySet.from_jwks(doc)
 
 
 # --- issuance --------------------------------------------------------------------------------

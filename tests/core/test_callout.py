@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from cotal_trio.core import natsjwt
-from cotal_trio.core.bearer import BearerGrant, BearerKeySet, IssuerKey, issue_bearer
+from cotal_trio.core.bearer import BearerGrant, issue_bearer
 from cotal_trio.core.callout import (
     SERVER_XKEY_HEADER,
     CalloutKeys,
@@ -22,6 +22,7 @@ from cotal_trio.core.callout import (
 )
 from cotal_trio.core.errors import Refused
 from cotal_trio.core.identity import derive_owner
+from cotal_trio.core.jose import BearerKeySet, IssuerKey
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.core.xkeys import XKeyPair

@@ -9,9 +9,9 @@ import os
 import pytest
 import trio
 
-from cotal_trio.core.bearer import IssuerKey
 from cotal_trio.core.errors import ConfigError, Refused
 from cotal_trio.core.idp import IdpPin, parse_jwks, verify_idp_token
+from cotal_trio.core.jose import IssuerKey
 from cotal_trio.devidp import (
     DEV_AUDIENCE,
     DevIdpMaterial,

@@ -15,10 +15,11 @@ from dataclasses import replace
 import pytest
 import trio
 
-from cotal_trio.core.bearer import BearerKeySet, IssuerKey, validate_bearer
+from cotal_trio.core.bearer import validate_bearer
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.idp import parse_jwks
+from cotal_trio.core.jose import BearerKeySet, IssuerKey
 from cotal_trio.core.ledger import AGENT_EXCHANGE_REFUSAL, LedgerKind, LedgerRow, hash_actor_token
 from cotal_trio.devidp import create_dev_idp, jwks, mint_dev_token
 from cotal_trio.http import ExchangeContext, build_loopback_app, serve_app

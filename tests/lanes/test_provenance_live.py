@@ -16,7 +16,7 @@ import trio
 
 from cotal_trio.core import natsjwt
 from cotal_trio.core.admission import CalloutLimits
-from cotal_trio.core.bearer import BearerKeySet, IssuerKey
+from cotal_trio.core.jose import BearerKeySet, IssuerKey
 from cotal_trio.core.callout import SERVER_XKEY_HEADER, CalloutKeys
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.core.xkeys import XKeyPair

@@ -12,8 +12,8 @@ import pytest
 
 from cotal_trio.broker import provision
 from cotal_trio.core import natsjwt
-from cotal_trio.core.bearer import IssuerKey
 from cotal_trio.core.errors import ConfigError
+from cotal_trio.core.jose import IssuerKey
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.state import (
     BrokerPolicy,
