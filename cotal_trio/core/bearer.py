@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,7 @@ __all__ = [
     "space_issuer",
     "validate_bearer",
     "verify_bearer_signature",
+    "BearerVerifier",
 ]
 
 # Longest bearer lifetime the issuer signs and the validator accepts (upstream MAX_TOKEN_TTL_SEC).
@@ -370,3 +372,46 @@ def validate_bearer(token: object, *, keys: Mapping[str, VerifyKey], space: str,
         Refused: BAD_CREDENTIAL as either step.
     """
     return check_bearer_claims(verify_bearer_signature(token, keys), space=space, now=now)
+
+
+class BearerVerifier:
+    """A space's issuer keys plus a bounded memo of bearers whose signature verified.
+
+    A client that reconnects presents the same bearer every time; its signature cannot have
+    changed, so the result of :func:`verify_bearer_signature` is kept per exact token string
+    (only successes; at most ``capacity`` tokens, least recently used first out). The claims are
+    still checked on every call (expiry, issuer, audience), and the ledger is still read fresh
+    by the caller, so revocation bites as before. The keys never change for one verifier.
+
+    Args:
+        keys: ``{kid: VerifyKey}`` (a :class:`~cotal_trio.core.jose.BearerKeySet`).
+        capacity: tokens remembered (default 4096, about 4 MiB at most).
+    """
+
+    def __init__(self, keys: Mapping[str, VerifyKey], *, capacity: int = 4096) -> None:
+        self._keys = keys
+        self._capacity = capacity
+        self._verified: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    def verify(self, token: object) -> dict[str, Any]:
+        """:func:`verify_bearer_signature`, remembered; the claims must not be mutated.
+
+        Raises:
+            Refused: BAD_CREDENTIAL as :func:`verify_bearer_signature` (never remembered).
+        """
+        if isinstance(token, str) and (claims := self._verified.get(token)) is not None:
+            self._verified.move_to_end(token)
+            return claims
+        claims = verify_bearer_signature(token, self._keys)
+        self._verified[token] = claims  # type: ignore[index]  # a str: it verified
+        if len(self._verified) > self._capacity:
+            self._verified.popitem(last=False)
+        return claims
+
+    def validate(self, token: object, *, space: str, now: float) -> ValidatedBearer:
+        """:func:`validate_bearer` through the memo.
+
+        Raises:
+            Refused: BAD_CREDENTIAL as :func:`validate_bearer`.
+        """
+        return check_bearer_claims(self.verify(token), space=space, now=now)

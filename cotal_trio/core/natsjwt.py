@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import CodecError
-from .nkeys import KeyPair, Prefix, decode_public_key, verify as verify_signature
+from .nkeys import KeyPair, Prefix, is_public_key, looks_like_public_key, verify as verify_signature
 
 __all__ = [
     "ALGORITHM",
@@ -344,8 +344,11 @@ def decode_authorization_request(claims: Mapping[str, Any]) -> AuthorizationRequ
     server = _section(nats, "server_id")
     client = _section(nats, "client_info")
     opts = _section(nats, "connect_opts")
-    server_id = _key(server.get("id"), Prefix.SERVER, "server_id.id")
-    user_nkey = _key(nats.get("user_nkey"), Prefix.USER, "user_nkey")
+    server_id, user_nkey = server.get("id"), nats.get("user_nkey")
+    if not (isinstance(server_id, str) and is_public_key(server_id, Prefix.SERVER)):
+        raise CodecError("authorization request server_id.id is not a server nkey")
+    if not looks_like_public_key(user_nkey, Prefix.USER):
+        raise CodecError("authorization request user_nkey is not a user nkey")
     iat, exp, cid = claims.get("iat"), claims.get("exp"), client.get("id", 0)
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (iat, exp, cid)):
         raise CodecError("authorization request iat, exp or client_info.id is not an integer")
@@ -362,10 +365,3 @@ def decode_authorization_request(claims: Mapping[str, Any]) -> AuthorizationRequ
         iat=iat,
         exp=exp,
     )
-
-
-def _key(value: object, prefix: Prefix, field: str) -> str:
-    if not isinstance(value, str):
-        raise CodecError(f"authorization request has no {field}")
-    decode_public_key(value, prefix)
-    return value

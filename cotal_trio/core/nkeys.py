@@ -16,6 +16,7 @@ import base64
 import binascii
 import enum
 import functools
+import re
 import secrets
 from dataclasses import dataclass, field
 
@@ -26,6 +27,8 @@ from .errors import CodecError
 
 __all__ = [
     "KeyPair",
+    "is_public_key",
+    "looks_like_public_key",
     "Prefix",
     "decode_public_key",
     "decode_seed",
@@ -213,3 +216,28 @@ def verify(public_key: str, data: bytes, signature: bytes) -> bool:
     except (nacl.exceptions.BadSignatureError, ValueError, TypeError):
         return False
     return True
+
+
+@functools.lru_cache(maxsize=1024)
+def is_public_key(key: str, prefix: Prefix) -> bool:
+    """True when ``key`` is a well-formed public nkey of role ``prefix`` (checksum included).
+
+    Cached: the callout checks the same broker server keys on every request.
+    """
+    try:
+        decode_public_key(key, prefix)
+    except CodecError:
+        return False
+    return True
+
+
+def looks_like_public_key(key: object, prefix: Prefix) -> bool:
+    """True when ``key`` has the shape of a public nkey of role ``prefix`` (no checksum check).
+
+    For keys inside a payload whose signature was already verified, such as the fresh user
+    key of each authorization request, where a full base32 decode per request buys nothing.
+    """
+    return isinstance(key, str) and _SHAPE[prefix].fullmatch(key) is not None
+
+
+_SHAPE = {p: re.compile(p.letter + "[A-Z2-7]{55}") for p in _ROLES}

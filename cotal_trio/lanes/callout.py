@@ -11,9 +11,9 @@ Replies are scheduled with ``publish_nowait`` (no await across the bridge per me
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,7 +31,7 @@ from ..core.callout import (
     open_request,
 )
 from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line
-from ..core.errors import Refused
+from ..core.errors import CodecError, Refused
 from ..core.jose import BearerKeySet
 from ..core.ledger import LedgerRow
 from ..core.natsjwt import AuthorizationRequest
@@ -48,6 +48,7 @@ CALLOUT_QUEUE_GROUP = "cotal-auth-callout"
 CHANNEL_CAPACITY = 1024
 
 LedgerReader = Callable[[str, str], tuple[LedgerRow | None, LedgerRow | None]]
+INTERNAL_ERROR_REASON = "internal error in the auth callout - see the auth service log"
 Publish = Callable[[str, bytes], None]
 
 
@@ -71,11 +72,14 @@ class CalloutStatistics:
 class CalloutResponder:
     """Answers one space's ``$SYS.REQ.USER.AUTH`` requests.
 
+    ``max_in_flight`` worker tasks take requests from one bounded FIFO channel, so requests
+    start oldest first and at most that many are in progress (spec "Callout deadlines").
+
     Args:
         keys: the lane's callout keys (provenance, signing, sealing).
-        bearer_keys: the space's bearer issuer public keys.
-        read_ledger: ``(owner, actor) -> (interactive, managed)`` fresh rows; a blocking file
-            read, run in a worker thread so the deadline can abandon it.
+        verifier: the space's bearer verifier (issuer keys plus the verified-token memo).
+        read_ledger: ``(owner, actor) -> (interactive, managed)`` rows, fresh; a
+            :class:`~cotal_trio.state.LedgerReader` (a ``stat`` per row, inline).
         limits: callout limits (deadline budget, in-flight cap, slow threshold).
         clock: wall time, unix seconds.
         publish: schedules a reply without awaiting (``Connection.publish_nowait``).
@@ -85,39 +89,42 @@ class CalloutResponder:
         self,
         *,
         keys: CalloutKeys,
-        bearer_keys: BearerKeySet,
+        verifier: BearerVerifier,
         read_ledger: LedgerReader,
         limits: CalloutLimits,
         clock: Callable[[], float],
         publish: Publish,
     ) -> None:
-        self._keys, self._bearer_keys, self._read_ledger = keys, bearer_keys, read_ledger
+        self._keys, self._verifier, self._read_ledger = keys, verifier, read_ledger
         self._limits, self._clock, self._publish = limits, clock, publish
         self._send, self._recv = trio.open_memory_channel[tuple[Message, float]](CHANNEL_CAPACITY)
-        self._slots = trio.Semaphore(limits.max_in_flight)
-        self._waiting: dict[int, float] = {}  # ticket -> receipt time, oldest first
-        self._tickets = itertools.count()
+        self._waiting: deque[float] = deque()  # receipt times of queued requests, oldest first
         self._stats = _Statistics()
         self._timeout_warned = False
 
     # -- the asyncio side ----------------------------------------------------------------------
 
     def on_message(self, msg: Message) -> None:
-        """Subscription callback: enqueue without blocking; a full channel sheds at once."""
+        """Subscription callback: enqueue without blocking, or shed at once.
+
+        A request is shed when the oldest queued request has waited more than half the budget
+        (the queue is not draining in time), or when the queue is full.
+        """
         received = trio.current_time()
-        try:
-            self._send.send_nowait((msg, received))
-        except trio.WouldBlock:
-            self._shed_unqueued(msg, received)
+        if len(self._waiting) >= CHANNEL_CAPACITY or should_shed(self._oldest_waited(received), self._limits):
+            self._shed(msg)
+            return
+        self._waiting.append(received)
+        self._send.send_nowait((msg, received))  # never full: checked above
 
     # -- the trio side -------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Dispatch requests until cancelled; each request is a task of this nursery."""
+        """Serve requests until cancelled, ``max_in_flight`` at a time (startable)."""
         async with trio.open_nursery() as nursery:
+            for _ in range(self._limits.max_in_flight):
+                nursery.start_soon(self._worker)
             task_status.started()
-            async for msg, received in self._recv:
-                nursery.start_soon(self._serve, msg, received)
 
     def statistics(self) -> CalloutStatistics:
         """Counts of answers by outcome, drops, and the current queue and in-flight."""
@@ -128,18 +135,24 @@ class CalloutResponder:
             in_flight=self._stats.in_flight,
         )
 
+    async def _worker(self) -> None:
+        async for msg, received in self._recv:
+            self._waiting.popleft()  # FIFO: the request received is the oldest queued
+            self._stats.in_flight += 1
+            try:
+                await self._serve(msg, received)
+            finally:
+                self._stats.in_flight -= 1
+
     def _open(self, msg: Message) -> AuthorizationRequest | None:
-        now = self._clock()
         try:
-            request = open_request(msg.data, msg.headers, keys=self._keys, now=now)
+            request = open_request(msg.data, msg.headers, keys=self._keys, now=self._clock())
         except Dropped as exc:
             self._stats.dropped += 1
-            log.warning(
-                'auth callout: level=warn outcome=dropped space=%s reason="%s"', self._keys.space, exc
-            )
+            log.warning('auth callout: level=warn outcome=dropped space=%s reason="%s"', self._keys.space, exc)
             return None
         self._check_broker_timeout(request)
-        return request
+        return request if msg.reply else None
 
     def _check_broker_timeout(self, request: AuthorizationRequest) -> None:
         broker_s = request.exp - request.iat
@@ -151,88 +164,70 @@ class CalloutResponder:
                 self._keys.space, broker_s, self._limits.auth_timeout_s, broker_s,
             )
 
-    def _shed_unqueued(self, msg: Message, received: float) -> None:
-        request = self._open(msg)
-        if request is not None and msg.reply:
-            record = self._record(request)
-            self._answer_shed(msg, request, record, received)
-
     def _record(self, request: AuthorizationRequest) -> CalloutRecord:
         return CalloutRecord(space=self._keys.space, req=request.user_nkey, cid=request.client_id)
 
     def _oldest_waited(self, now: float) -> float | None:
-        oldest = next(iter(self._waiting.values()), None)
-        return None if oldest is None else now - oldest
+        return now - self._waiting[0] if self._waiting else None
 
     async def _serve(self, msg: Message, received: float) -> None:
         start = trio.current_time()
         request = self._open(msg)
-        if request is None or not msg.reply:
+        if request is None:
             return
         record = self._record(request)
-        record.add(Step.VERIFY, trio.current_time() - start)
         record.add(Step.QUEUE, start - received)
-        if should_shed(self._oldest_waited(trio.current_time()), self._limits):
-            self._answer_shed(msg, request, record, received)
-            return
+        record.add(Step.VERIFY, trio.current_time() - start)
         deadline, payload = received + self._limits.budget_s, None
         with trio.move_on_at(deadline):
-            payload = await self._admitted(request, record)
+            if trio.current_time() < deadline:
+                payload = await self._decide(request, record)
         if payload is None or trio.current_time() >= deadline:
             record.outcome = Outcome.TIMEOUT
             payload = self._deny(request, TIMEOUT_REASON)
         self._publish(msg.reply, payload)
         self._finish(record)
 
-    async def _admitted(self, request: AuthorizationRequest, record: CalloutRecord) -> bytes | None:
-        ticket, queued_at = next(self._tickets), trio.current_time()
-        self._waiting[ticket] = queued_at
-        record.at = Step.QUEUE
-        try:
-            await self._slots.acquire()
-        finally:
-            del self._waiting[ticket]
-            record.add(Step.QUEUE, trio.current_time() - queued_at)
-        self._stats.in_flight += 1
-        try:
-            return await self._decide(request, record)
-        finally:
-            self._stats.in_flight -= 1
-            self._slots.release()
-
     async def _decide(self, request: AuthorizationRequest, record: CalloutRecord) -> bytes:
-        space = self._keys.space
         try:
-            with _timed(record, Step.VERIFY):
-                bearer = check_bearer(request, space=space, bearer_keys=self._bearer_keys, now=self._clock())
-                record.owner, record.actor = bearer.owner, bearer.actor
-            with _timed(record, Step.LEDGER):
-                rows = await trio.to_thread.run_sync(
-                    self._read_ledger, bearer.owner, bearer.actor, abandon_on_cancel=True
-                )
-            with _timed(record, Step.POLICY):
-                grant = decide_connect(request, bearer, rows, space=space)
-            with _timed(record, Step.SIGN):
-                now = int(self._clock())
-                user_jwt = mint_user_jwt(request, grant, keys=self._keys, now=now)
-                return encode_response(request, keys=self._keys, now=now, jwt=user_jwt)
-        except Refused as refused:
-            record.outcome, record.reason = Outcome.DENIED, refused.reason()
-            with _timed(record, Step.SIGN):
-                return self._deny(request, refused.reason())
+            return self._allow(request, record)
+        except (Refused, CodecError) as refused:  # CodecError: a corrupt ledger row, named
+            reason = refused.reason() if isinstance(refused, Refused) else str(refused)
+        except Exception:  # our bug: deny this connect, keep the lane (STYLE.md practice 10)
+            log.exception("auth callout: space=%s failed on one request", self._keys.space)
+            reason = INTERNAL_ERROR_REASON
+        record.outcome, record.reason = Outcome.DENIED, reason
+        with _timed(record, Step.SIGN):
+            return self._deny(request, reason)
+
+    def _allow(self, request: AuthorizationRequest, record: CalloutRecord) -> bytes:
+        space = self._keys.space
+        with _timed(record, Step.VERIFY):
+            bearer = check_bearer(request, space=space, verifier=self._verifier, now=self._clock())
+            record.owner, record.actor = bearer.owner, bearer.actor
+        with _timed(record, Step.LEDGER):
+            rows = self._read_ledger(bearer.owner, bearer.actor)
+        with _timed(record, Step.POLICY):
+            grant = decide_connect(request, bearer, rows, space=space)
+        with _timed(record, Step.SIGN):
+            now = int(self._clock())
+            user_jwt = mint_user_jwt(request, grant, keys=self._keys, now=now)
+            return encode_response(request, keys=self._keys, now=now, jwt=user_jwt)
 
     def _deny(self, request: AuthorizationRequest, reason: str) -> bytes:
         return encode_response(request, keys=self._keys, now=int(self._clock()), error=reason)
 
-    def _answer_shed(
-        self, msg: Message, request: AuthorizationRequest, record: CalloutRecord, received: float
-    ) -> None:
-        now = trio.current_time()
+    def _shed(self, msg: Message) -> None:
+        start = trio.current_time()
+        request = self._open(msg)
+        if request is None:
+            return
+        record = self._record(request)
         record.outcome = Outcome.SHED
-        record.waited_s = self._oldest_waited(now) or 0.0
+        record.waited_s = self._oldest_waited(start) or 0.0
         record.ahead = len(self._waiting) + self._stats.in_flight
         self._publish(msg.reply, self._deny(request, TIMEOUT_REASON))
-        record.add(Step.SIGN, trio.current_time() - now)
+        record.add(Step.VERIFY, trio.current_time() - start)
         self._finish(record)
 
     def _finish(self, record: CalloutRecord) -> None:

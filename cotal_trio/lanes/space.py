@@ -26,12 +26,14 @@ from ..core.admission import CalloutLimits
 from ..core.callout import CalloutKeys
 from ..core.errors import Unavailable
 from ..core.idp import IdpPin
+from ..core.bearer import BearerVerifier
 from ..core.jose import BearerKeySet
 from ..http.faces import ExchangeContext
 from ..http.loopback import build_loopback_app
 from ..http.serve import serve_app
 from ..natsio import open_connection, open_loop
 from ..state import (
+    LedgerReader,
     SpacePaths,
     load_idp_pin,
     load_issuer_keys,
@@ -122,15 +124,15 @@ async def run_lane(
             it means the lane lost the broker and ends (the host decides whether to retry).
     """
     keys, creds = _callout_keys(config)
-    bearer_keys = BearerKeySet.from_keys(load_issuer_keys(config.paths.issuer_json, config.space).keys)
+    verifier = BearerVerifier(BearerKeySet.from_keys(load_issuer_keys(config.paths.issuer_json, config.space).keys))
     exchange = None if config.callout_only else _exchange_context(config)
     remove_quietly(config.paths.auth_service_json)  # a stale file from a crash says nothing
     name = f"cotal:auth-service:{config.space}"
     async with open_loop(), open_connection(config.server_url, creds=creds, name=name) as conn:
         responder = CalloutResponder(
             keys=keys,
-            bearer_keys=bearer_keys,
-            read_ledger=functools.partial(read_principal, config.paths),
+            verifier=verifier,
+            read_ledger=LedgerReader(config.paths),
             limits=config.limits,
             clock=config.clock,
             publish=conn.publish_nowait,

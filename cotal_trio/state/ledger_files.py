@@ -5,9 +5,13 @@
 <space dir>/managed-actors/<owner>.<actor>.json   managed rows
 ```
 
-Reads are fresh every call (no cache), so a grant or a revoke bites on the next exchange or
-connect. Rows are written atomically 0600 in folders 0700. A principal may hold one kind of
-row only: writing the other kind is refused until the first is revoked (a principal found in both
+Reads are fresh every call, so a grant or a revoke bites on the next exchange or connect:
+:func:`read_principal` reads the files; :class:`LedgerReader` (the callout's reader) checks
+them on every call and re-reads a row whose file changed (every write replaces the file, so a
+grant or a revoke always changes its inode), keeping only the parse of unchanged rows.
+
+Rows are written atomically 0600 in folders 0700. A principal may hold one kind of row only:
+writing the other kind is refused until the first is revoked (a principal found in both
 folders is a broken ledger, which :func:`cotal_trio.core.ledger.authorize_connect` denies).
 
 Blocking file I/O: call from synchronous code or through ``trio.to_thread.run_sync``.
@@ -24,7 +28,7 @@ from cotal_trio.core.ledger import LedgerKind, LedgerRow, parse_row, render_row
 from .files import TEMP_SUFFIX, atomic_write, ensure_dir, remove_quietly
 from .layout import SpacePaths
 
-__all__ = ["kind_dir", "list_rows", "read_principal", "remove_row", "row_path", "write_row"]
+__all__ = ["LedgerReader", "kind_dir", "list_rows", "read_principal", "remove_row", "row_path", "write_row"]
 
 ROW_SUFFIX = ".json"
 
@@ -70,6 +74,47 @@ def read_principal(
         _read(space_paths, LedgerKind.INTERACTIVE, owner, actor),
         _read(space_paths, LedgerKind.MANAGED, owner, actor),
     )
+
+
+class LedgerReader:
+    """The principal's rows, checked against the files on every call (the callout's reader).
+
+    Each call runs ``stat`` on both row files. A file that is gone is no row; a file whose inode,
+    modification time or size changed is read and parsed again; an unchanged file returns the
+    row parsed before. Writes go through a rename (:func:`write_row`), so every grant, re-grant
+    or revoke is seen on the very next call. At most ``capacity`` parsed rows are kept.
+
+    Blocking (a ``stat`` per row kind; a read on change): microseconds on a local disk.
+    """
+
+    def __init__(self, space_paths: SpacePaths, *, capacity: int = 4096) -> None:
+        self._space_paths = space_paths
+        self._capacity = capacity
+        self._rows: dict[Path, tuple[tuple[int, int, int], LedgerRow]] = {}
+
+    def __call__(self, owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
+        """As :func:`read_principal`; same errors."""
+        return (self._row(LedgerKind.INTERACTIVE, owner, actor), self._row(LedgerKind.MANAGED, owner, actor))
+
+    def _row(self, kind: LedgerKind, owner: str, actor: str) -> LedgerRow | None:
+        path = row_path(self._space_paths, kind, owner, actor)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            self._rows.pop(path, None)
+            return None
+        except OSError as exc:
+            raise CodecError(f"ledger row {owner}.{actor} is unreadable ({exc.strerror})") from exc
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = self._rows.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        row = _read(self._space_paths, kind, owner, actor)
+        if row is not None:
+            if len(self._rows) >= self._capacity:
+                self._rows.pop(next(iter(self._rows)))
+            self._rows[path] = (stamp, row)
+        return row
 
 
 def _other(kind: LedgerKind) -> LedgerKind:

@@ -16,6 +16,7 @@ from cotal_trio.core.bearer import (
     CLOCK_SKEW_S,
     MAX_TOKEN_TTL_S,
     BearerGrant,
+    BearerVerifier,
     ValidatedBearer,
     check_bearer_claims,
     issue_bearer,
@@ -411,3 +412,49 @@ def test_issue_then_validate_round_trips(grant_, space, seed, now, ttl_s, elapse
         owner=grant_.owner, actor=grant_.actor, scope=grant_.scope, lifecycle_uid=grant_.lifecycle_uid,
         parent=grant_.parent, view=None, credential_id=grant_.credential_id, iat=now, exp=exp,
     )  # fmt: skip
+
+
+# -- the verified-token memo (the callout's verifier) ------------------------------------------
+
+
+def _issued(actor: str = "cli", ttl_s: int = 600) -> str:
+    grant = BearerGrant(owner=OWNER, actor=actor, scope=("spawn",), lifecycle_uid=UID)
+    return issue_bearer(grant, key=KEY, space=SPACE, now=NOW, ttl_s=ttl_s)[0]
+
+
+def test_verifier_remembers_good_signatures_and_still_checks_claims():
+    verifier, token = BearerVerifier(KEYS), _issued(ttl_s=60)
+    first = verifier.validate(token, space=SPACE, now=NOW)
+    assert verifier.verify(token) is verifier.verify(token)  # the memo answers
+    assert verifier.validate(token, space=SPACE, now=NOW) == first
+    with pytest.raises(Refused, match="expired"):
+        verifier.validate(token, space=SPACE, now=NOW + 60 + CLOCK_SKEW_S)
+    with pytest.raises(Refused):
+        verifier.validate(token, space="other", now=NOW)
+
+
+def test_verifier_never_remembers_a_failure():
+    verifier, token = BearerVerifier(KEYS), _issued()
+    head, body, sig = token.split(".")
+    tampered = f"{head}.{body}.{'A' if sig[3] != 'A' else 'B'}{sig[:3]}{sig[4:]}"[: len(token)]
+    for _ in range(2):
+        with pytest.raises(Refused, match="signature"):
+            verifier.verify(tampered)
+    assert tampered not in verifier._verified
+    assert verifier.validate(token, space=SPACE, now=NOW).actor == "cli"
+
+
+def test_verifier_memo_is_bounded_least_recently_used_first():
+    verifier = BearerVerifier(KEYS, capacity=2)
+    a, b, c = (_issued(actor) for actor in ("a", "b", "c"))
+    verifier.verify(a)
+    verifier.verify(b)
+    verifier.verify(a)  # a is now the most recent
+    verifier.verify(c)
+    assert list(verifier._verified) == [a, c]
+
+
+def test_verifier_does_not_trust_another_keys_token():
+    other_keys = BearerVerifier(BearerKeySet.from_keys([OTHER]))
+    with pytest.raises(Refused):
+        other_keys.verify(_issued())

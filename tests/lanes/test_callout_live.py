@@ -181,3 +181,21 @@ async def test_managed_agent_exchanges_its_actor_token_and_connects(stack):
             await conn.publish(f"cotal.{SPACE}.ch.tasks.done", b"ok")
             await conn.flush()
             assert conn.error_count == 0
+
+
+async def test_a_corrupt_ledger_row_denies_that_connect_and_the_lane_keeps_serving(stack, caplog):
+    caplog.set_level(logging.INFO, logger="cotal.callout")
+    row = stack.grant("alice", "cli")
+    good = stack.grant("bob", "cli")
+    bearer = await stack.bearer("alice", "cli")
+    other = await stack.bearer("bob", "cli")
+    (stack.space_paths.actors_dir / f"{row.owner}.cli.json").write_text("{not json")
+    with trio.fail_after(10):
+        with refused():
+            async with client(stack, bearer):
+                pass
+        async with client(stack, other):
+            pass
+    lines = [r.getMessage() for r in caplog.records if r.name == "cotal.callout"]
+    assert " outcome=denied " in lines[0] and f"ledger row {row.owner}.cli is corrupt" in lines[0]
+    assert " outcome=minted " in lines[1] and f"owner={good.owner}" in lines[1]

@@ -16,6 +16,7 @@ import trio
 
 from cotal_trio.core import natsjwt
 from cotal_trio.core.admission import CalloutLimits
+from cotal_trio.core.bearer import BearerVerifier
 from cotal_trio.core.jose import BearerKeySet, IssuerKey
 from cotal_trio.core.callout import SERVER_XKEY_HEADER, CalloutKeys
 from cotal_trio.core.nkeys import KeyPair, Prefix
@@ -64,7 +65,7 @@ async def test_only_provenant_requests_are_answered(plain_broker, nursery, caplo
     caplog.set_level(logging.INFO, logger="cotal.callout")
     async with open_loop(), open_connection(plain_broker, name="callout") as service, open_connection(plain_broker, name="broker") as broker:
         responder = CalloutResponder(
-            keys=KEYS, bearer_keys=BearerKeySet.from_keys([IssuerKey.generate(bytes(32))]),
+            keys=KEYS, verifier=BearerVerifier(BearerKeySet.from_keys([IssuerKey.generate(bytes(32))])),
             read_ledger=lambda owner, actor: (None, None), limits=CalloutLimits(),
             clock=time.time, publish=service.publish_nowait,
         )

@@ -9,7 +9,7 @@ import pytest
 
 from cotal_trio.core.errors import CodecError, ConfigError, Refused
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
-from cotal_trio.state import RootPaths, list_rows, read_principal, remove_row, row_path, write_row
+from cotal_trio.state import LedgerReader, RootPaths, list_rows, read_principal, remove_row, row_path, write_row
 
 OWNER = "u_" + "a" * 26
 OTHER = "u_" + "b" * 26
@@ -126,3 +126,37 @@ def test_names_cannot_escape_the_folder(space, owner, actor):
 def test_layout_matches_the_kinds(space):
     assert space.actors_dir.name == LedgerKind.INTERACTIVE.directory
     assert space.managed_dir.name == LedgerKind.MANAGED.directory
+
+
+def test_ledger_reader_sees_every_write_at_once(space):
+    reader = LedgerReader(space)
+    assert reader(OWNER, "cli") == (None, None)
+    first = row(LedgerKind.INTERACTIVE)
+    write_row(space, first)
+    assert reader(OWNER, "cli") == (first, None)
+    regrant = row(LedgerKind.INTERACTIVE, lifecycle_uid="1" * 26)  # same size, new content
+    write_row(space, regrant)
+    assert reader(OWNER, "cli") == (regrant, None)
+    remove_row(space, OWNER, "cli")
+    assert reader(OWNER, "cli") == (None, None)
+    managed = row(LedgerKind.MANAGED)
+    write_row(space, managed)
+    assert reader(OWNER, "cli") == (None, managed)
+
+
+def test_ledger_reader_keeps_the_parse_of_an_unchanged_row(space):
+    reader = LedgerReader(space)
+    write_row(space, row(LedgerKind.INTERACTIVE))
+    assert reader(OWNER, "cli")[0] is reader(OWNER, "cli")[0]
+
+
+def test_ledger_reader_reports_a_corrupt_row_and_stays_bounded(space):
+    reader = LedgerReader(space, capacity=2)
+    for actor in ("a1", "a2", "a3"):
+        write_row(space, row(LedgerKind.INTERACTIVE, actor=actor))
+        assert reader(OWNER, actor)[0].actor == actor
+    assert len(reader._rows) == 2
+    path = row_path(space, LedgerKind.INTERACTIVE, OWNER, "a3")
+    path.write_text("{broken")
+    with pytest.raises(CodecError, match=f"ledger row {OWNER}.a3"):
+        reader(OWNER, "a3")
