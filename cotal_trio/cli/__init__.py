@@ -32,7 +32,15 @@ app.command("cotal_trio.cli.check:check")
 
 
 def configure_logging() -> None:
-    """Log lines go to stderr as written (the callout line carries its own ``level=``)."""
+    """Log lines go to stderr as written (the callout line carries its own ``level=``).
+
+    The callout logs one line per connect, so the record attributes no line uses (caller,
+    thread, process) are not collected: the logging documentation's "Optimization" switches.
+    """
+    logging._srcfile = None  # type: ignore[attr-defined]  # documented: skip findCaller
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     root = logging.getLogger("cotal")

@@ -5,8 +5,8 @@ b64url(signature)`` without padding; header ``{"typ":"JWT","alg":"ed25519-nkey"}
 signature covers the ASCII ``"<header>.<claims>"`` and is made by the issuer's nkey. Every claim
 set carries ``nats.version = 2`` (without it the broker reads a v1 claim and the signature check
 fails with a misleading message) and a ``jti``: base32 (no padding) of SHA-512/256 over the
-compact JSON of the claims with ``jti`` empty. The broker does not check the jti (a garbage one
-was admitted); hashing the claims keeps ours stable for golden tests and unique per claim set.
+compact JSON of the other claims (serialised once, the jti appended). The broker does not check
+the jti (a garbage one was admitted); hashing the claims keeps ours stable for golden tests and unique per claim set.
 
 Claim shapes are those proven on a real broker (reference/nats-operator-mode.md section 4). The
 builders return plain dicts without ``iss``/``iat``/``jti``; :func:`encode` adds those.
@@ -71,9 +71,11 @@ def _compact(obj: Mapping[str, Any]) -> bytes:
 _HEADER_B64 = _b64(_compact(HEADER))
 
 
-def _jti(claims: Mapping[str, Any]) -> str:
-    digest = hashlib.new("sha512_256", _compact({**claims, "jti": ""})).digest()
-    return base64.b32encode(digest).decode().rstrip("=")
+def _with_jti(body: bytes) -> bytes:
+    """Append ``"jti"`` to the compact JSON object ``body``: base32 of its SHA-512/256."""
+    digest = hashlib.new("sha512_256", body).digest()
+    jti = base64.b32encode(digest).rstrip(b"=")
+    return body[:-1] + b',"jti":"' + jti + b'"}'
 
 
 def encode(claims: Mapping[str, Any], signer: KeyPair, *, iat: int) -> str:
@@ -87,9 +89,8 @@ def encode(claims: Mapping[str, Any], signer: KeyPair, *, iat: int) -> str:
     Returns:
         The compact JWT string.
     """
-    body = {**claims, "iss": signer.public_key, "iat": int(iat)}
-    body["jti"] = _jti(body)
-    signing_input = f"{_HEADER_B64}.{_b64(_compact(body))}"
+    body = _compact({**claims, "iss": signer.public_key, "iat": int(iat)})
+    signing_input = f"{_HEADER_B64}.{_b64(_with_jti(body))}"
     return f"{signing_input}.{_b64(signer.sign(signing_input.encode()))}"
 
 

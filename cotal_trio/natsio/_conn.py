@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -138,7 +139,12 @@ class Connection:
         self._url = url
         self._nc = nats.aio.client.Client()
         self._connecting = False
-        self._replies: set[asyncio.Task[None]] = set()
+        # Replies scheduled by publish_nowait, sent in order by one pump task per connection
+        # (one asyncio task for all replies, not one per reply: the callout's hot path).
+        self._outbox: deque[tuple[str, bytes, dict[str, str] | None]] = deque()
+        self._outbox_ready = asyncio.Event()
+        self._pump: asyncio.Task[None] | None = None
+        self._closing = False
         self.closed = trio.Event()
         self.last_error: str | None = None
         self.error_count = 0
@@ -189,26 +195,31 @@ class Connection:
     def publish_nowait(
         self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None
     ) -> None:
-        """Sync: schedule a publish on the connection's asyncio loop without waiting for it.
+        """Sync: queue a publish for the connection's reply pump without waiting for it.
 
-        The reply path of the callout (DESIGN.md section 5): no bridge crossing per message.
-        The task is tracked and awaited (bounded) when the connection closes; a failure is
-        logged, never raised here.
+        The reply path of the callout (DESIGN.md section 5): no bridge crossing and no asyncio
+        task per message; one pump task per connection sends queued publishes in order. Queued
+        publishes are sent (bounded) before the connection closes; a failure is logged, never
+        raised here.
 
         Raises:
-            Unavailable: the connection is already closed.
+            Unavailable: the connection is already closed or closing.
         """
-        if self._nc.is_closed or self._loop.is_closed():
+        if self._closing or self._nc.is_closed or self._loop.is_closed():
             raise Unavailable(f"publish {subject}: the connection is closed")
-        h = dict(headers) if headers else None
-        task = self._loop.create_task(self._nc.publish(subject, payload, headers=h))
-        self._replies.add(task)
-        task.add_done_callback(self._reply_done)
+        self._outbox.append((subject, payload, dict(headers) if headers else None))
+        self._outbox_ready.set()
 
-    def _reply_done(self, task: asyncio.Task[None]) -> None:
-        self._replies.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            log.warning("scheduled publish failed: %s", exc)
+    async def _pump_replies(self) -> None:  # asyncio-flavoured
+        while not (self._closing and not self._outbox):
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            while self._outbox:
+                subject, payload, headers = self._outbox.popleft()
+                try:
+                    await self._nc.publish(subject, payload, headers=headers)
+                except Exception as exc:  # noqa: BLE001 - one reply; the connection goes on
+                    log.warning("scheduled publish to %s failed: %s", subject, exc)
 
     async def request(
         self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None
@@ -312,6 +323,7 @@ class Connection:
             if not self._nc.is_connected:  # pitfall P5: returned without raising
                 raise _ConnectFailed(self.last_error or _NOT_CONFIRMED)
             self._nc.options["allow_reconnect"] = reconnect
+            self._pump = asyncio.get_running_loop().create_task(self._pump_replies())
 
         what = f"connect {self._url}"
         try:
@@ -326,8 +338,11 @@ class Connection:
         """Trio: wait for scheduled replies, then close nats-py. Call it shielded and bounded."""
 
         async def close(bound_s: float) -> None:  # asyncio-flavoured
-            if self._replies:
-                await asyncio.wait(set(self._replies), timeout=bound_s)
+            self._closing = True
+            self._outbox_ready.set()
+            if self._pump is not None:
+                await asyncio.wait({self._pump}, timeout=bound_s)
+                self._pump.cancel()
             if not self._nc.is_closed:
                 await self._nc.close()
 

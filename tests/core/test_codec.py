@@ -149,8 +149,8 @@ GOLDEN_JWT = (
     "eyJzdWIiOiJBQUIyQ0I1NzZQSEJCUFE1T0RPUlJaMkxZQ01XUFpHV0dDTjJLREs3RFhPSU1aQVNLVVkzUVBaViIsIm5h"
     "dHMiOnsiYWNjb3VudHMiOlsiQSJdLCJ0eXBlIjoiZ2VuZXJpYyIsInZlcnNpb24iOjJ9LCJpc3MiOiJBQUIyQ0I1NzZQ"
     "SEJCUFE1T0RPUlJaMkxZQ01XUFpHV0dDTjJLREs3RFhPSU1aQVNLVVkzUVBaViIsImlhdCI6MTcwMDAwMDAwMCwianRp"
-    "IjoiUzQ2VUxXQ1NTVUVKRk1SRlpCNEFLUjJNTFo1V0tMVTNPUk9OVFpUUjZaVFdRRjNZWllBUSJ9."
-    "0OCHiDJlIOMugzlU_6JbI8hkADf0ZRi2FslbIofXvZgD8bKE-Xp742VCcuKRMv1o5DfO71tKUxB9mi3MRqFDDg"
+    "IjoiWU9GV1VXVVFaUVZRUDdBTkdVNUJQU0NZQlU3WENMWFFVQkpFUzZDUFdNRktYSDVSWkJHUSJ9."
+    "5-fRYTgmmzza31OxiUWOt5-azNoyKXYL3FY6AjFFxDOZZxz7PByUcFSIhuKGWGyb8HJqOYNRch3mNb1-UKSZCg"
 )
 
 
@@ -162,7 +162,7 @@ def test_golden_generic_jwt():
     verified = natsjwt.verify(token)
     assert verified["iss"] == key.public_key
     assert verified["nats"] == {"accounts": ["A"], "type": "generic", "version": 2}
-    assert verified["jti"] == "S46ULWCSSUEJFMRFZB4AKR2MLZ5WKLU3ORONTZTR6ZTWQF3YZYAQ"
+    assert verified["jti"] == "YOFWUWUQZQVQP7ANGU5BPSCYBU7XCLXQUBJES6CPWMFKXH5RZBGQ"
 
 
 def _claim_sets():
@@ -269,3 +269,13 @@ def test_creds_round_trip():
 def test_malformed_creds(text):
     with pytest.raises(CodecError):
         parse_creds(text)
+
+
+def test_jti_is_the_hash_of_the_other_claims():
+    import base64 as b64mod
+    import hashlib
+
+    body = b64mod.urlsafe_b64decode(GOLDEN_JWT.split(".")[1] + "==")
+    head, _, _ = body.rpartition(b',"jti":"')
+    digest = hashlib.new("sha512_256", head + b"}").digest()
+    assert natsjwt.verify(GOLDEN_JWT)["jti"] == b64mod.b32encode(digest).decode().rstrip("=")
