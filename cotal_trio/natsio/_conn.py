@@ -21,8 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -139,11 +138,7 @@ class Connection:
         self._url = url
         self._nc = nats.aio.client.Client()
         self._connecting = False
-        # Replies scheduled by publish_nowait, sent in order by one pump task per connection
-        # (one asyncio task for all replies, not one per reply: the callout's hot path).
-        self._outbox: deque[tuple[str, bytes, dict[str, str] | None]] = deque()
-        self._outbox_ready = asyncio.Event()
-        self._pump: asyncio.Task[None] | None = None
+        self._stepped: set[asyncio.Task[None]] = set()  # publishes that had to suspend
         self._closing = False
         self.closed = trio.Event()
         self.last_error: str | None = None
@@ -195,31 +190,30 @@ class Connection:
     def publish_nowait(
         self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None
     ) -> None:
-        """Sync: queue a publish for the connection's reply pump without waiting for it.
+        """Sync: hand a publish to nats-py now, without awaiting it (the callout's reply path).
 
-        The reply path of the callout (DESIGN.md section 5): no bridge crossing and no asyncio
-        task per message; one pump task per connection sends queued publishes in order. Queued
-        publishes are sent (bounded) before the connection closes; a failure is logged, never
-        raised here.
+        DESIGN.md section 5: no bridge crossing and no asyncio task per reply. nats-py's
+        ``publish`` only appends to its outgoing buffer and kicks its flusher, which never
+        suspends unless that buffer is over its limit; so the coroutine is stepped here, and
+        only a publish that does suspend gets a task to finish it (tracked, awaited at close).
+        A failure is logged, never raised here.
 
         Raises:
             Unavailable: the connection is already closed or closing.
         """
         if self._closing or self._nc.is_closed or self._loop.is_closed():
             raise Unavailable(f"publish {subject}: the connection is closed")
-        self._outbox.append((subject, payload, dict(headers) if headers else None))
-        self._outbox_ready.set()
-
-    async def _pump_replies(self) -> None:  # asyncio-flavoured
-        while not (self._closing and not self._outbox):
-            await self._outbox_ready.wait()
-            self._outbox_ready.clear()
-            while self._outbox:
-                subject, payload, headers = self._outbox.popleft()
-                try:
-                    await self._nc.publish(subject, payload, headers=headers)
-                except Exception as exc:  # noqa: BLE001 - one reply; the connection goes on
-                    log.warning("scheduled publish to %s failed: %s", subject, exc)
+        coro = self._nc.publish(subject, payload, headers=dict(headers) if headers else None)
+        try:
+            awaited = coro.send(None)
+        except StopIteration:
+            return
+        except Exception as exc:  # noqa: BLE001 - one reply; the connection goes on
+            log.warning("publish to %s failed: %s", subject, exc)
+            return
+        task = self._loop.create_task(_finish_stepped(coro, awaited, subject))
+        self._stepped.add(task)
+        task.add_done_callback(self._stepped.discard)
 
     async def request(
         self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None
@@ -323,7 +317,6 @@ class Connection:
             if not self._nc.is_connected:  # pitfall P5: returned without raising
                 raise _ConnectFailed(self.last_error or _NOT_CONFIRMED)
             self._nc.options["allow_reconnect"] = reconnect
-            self._pump = asyncio.get_running_loop().create_task(self._pump_replies())
 
         what = f"connect {self._url}"
         try:
@@ -339,10 +332,8 @@ class Connection:
 
         async def close(bound_s: float) -> None:  # asyncio-flavoured
             self._closing = True
-            self._outbox_ready.set()
-            if self._pump is not None:
-                await asyncio.wait({self._pump}, timeout=bound_s)
-                self._pump.cancel()
+            if self._stepped:
+                await asyncio.wait(set(self._stepped), timeout=bound_s)
             if not self._nc.is_closed:
                 await self._nc.close()
 
@@ -352,6 +343,25 @@ class Connection:
             log.debug("nats %s: close: %r", self._url, exc)
         finally:
             self.closed.set()
+
+
+async def _finish_stepped(coro: Coroutine[Any, Any, None], awaited: Any, subject: str) -> None:
+    """Asyncio-flavoured: run a coroutine that suspended on ``awaited`` after one manual step.
+
+    Plays the part of the task that would have run it: wait for what it awaits, then resume it
+    (the awaited future's result or exception is read by the coroutine itself when resumed).
+    """
+    try:
+        while True:
+            try:
+                await awaited
+            except BaseException:  # noqa: BLE001 - the coroutine reads the outcome itself
+                pass
+            awaited = coro.send(None)
+    except StopIteration:
+        pass
+    except Exception as exc:  # noqa: BLE001 - one reply; the connection goes on
+        log.warning("publish to %s failed: %s", subject, exc)
 
 
 def _creds_options(creds: str) -> dict[str, Any]:

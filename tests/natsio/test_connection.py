@@ -116,6 +116,25 @@ async def test_replies_scheduled_before_close_are_sent(plain_broker: str) -> Non
     assert got == [b"%d" % i for i in range(50)]
 
 
+async def test_publishes_that_overflow_the_buffer_still_go_out_in_order(plain_broker: str) -> None:
+    # Past nats-py's outgoing buffer limit (2 MiB by default) a publish suspends on a forced
+    # flush: publish_nowait must then finish it in a task, in order, before close.
+    chunk = b"x" * 900_000
+    with trio.fail_after(CEILING_S):
+        send, receive = trio.open_memory_channel[Message](20)
+        async with open_loop():
+            async with open_connection(plain_broker) as watcher:
+                await watcher.subscribe("big", on_message=send.send_nowait)
+                await watcher.flush()
+                async with open_connection(plain_broker) as conn:
+                    for i in range(8):
+                        conn.publish_nowait("big", bytes([i]) + chunk)
+                    assert conn._stepped, "the buffer limit was not reached: the test proves nothing"
+                await watcher.flush()
+                got = [(await receive.receive()).data for _ in range(8)]
+    assert [(m[0], len(m)) for m in got] == [(i, 900_001) for i in range(8)]
+
+
 async def test_request_without_responders_fails_promptly(plain_broker: str) -> None:
     with trio.fail_after(CEILING_S):
         async with open_loop(), open_connection(plain_broker) as conn:
