@@ -124,7 +124,8 @@ def _check_claims(
         raise Dropped("request audience is not nats-authorization-request")
     if request.account != keys.auth_account:
         raise Dropped(f"request is for account {request.account}, not this space's auth account")
-    if now >= request.exp:
+    # The broker writes exp in whole seconds, truncated: its real deadline lies in [exp, exp+1).
+    if now >= request.exp + 1:
         raise Dropped("request expired before it was read")
     if request.server_xkey != header_xkey:
         raise Dropped("header xkey differs from the signed server xkey")
@@ -154,15 +155,21 @@ def decide_connect(
     rows: tuple[LedgerRow | None, LedgerRow | None],
     *,
     space: str,
+    now: float,
 ) -> ConnectGrant:
     """Match the bearer against the fresh ledger rows and build the grant (steps 5 and 7).
 
     Args:
         rows: ``(interactive, managed)`` rows of the bearer's principal, read just now.
+        now: wall time, unix seconds.
 
     Raises:
-        Refused: the ledger refuses the bearer, or the connect ``name`` is not an inbox nonce.
+        Refused: the bearer's ``exp`` has passed (its 5 s skew still lets it verify, but the
+            minted user would expire on arrival), the ledger refuses the bearer, or the
+            connect ``name`` is not an inbox nonce.
     """
+    if bearer.exp <= now:
+        raise Refused(RefusalCode.BAD_CREDENTIAL, "bearer expired - exchange a fresh one")
     row = authorize_connect(bearer, *rows)
     nonce = request.connect_name
     if nonce is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-__all__ = ["CalloutRecord", "Outcome", "Step", "format_callout_line"]
+__all__ = ["CalloutRecord", "Outcome", "Step", "format_callout_line", "format_dropped_line"]
 
 
 class Outcome(enum.StrEnum):
@@ -94,3 +94,8 @@ def format_callout_line(record: CalloutRecord, *, slow_ms: int) -> str:
     elif record.outcome is Outcome.SHED:
         parts.append(f"waited_ms={_ms(record.waited_s)} ahead={record.ahead}")
     return " ".join(parts)
+
+
+def format_dropped_line(space: str, reason: str) -> str:
+    """The line for a request that failed provenance and got no answer at all."""
+    return f"auth callout: level=warn outcome=dropped space={space} reason={_quote(reason)}"

@@ -300,8 +300,8 @@ def _split_compact(token: object, wording: JwsWording) -> tuple[str, str, str]:
     if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
         raise refuse_jws(wording, "is missing, empty or too long")
     parts = token.split(".")
-    if len(parts) != 3:
-        raise refuse_jws(wording, "is not a compact JWS (three dot-separated parts)")
+    if len(parts) != 3 or not all(_B64URL.fullmatch(part) for part in parts):
+        raise refuse_jws(wording, "is not a compact JWS (three dot-separated base64url parts)")
     return parts[0], parts[1], parts[2]
 
 

@@ -1,12 +1,13 @@
 """The callout responder of one lane: admission, deadlines and the log line (DESIGN.md 5-6).
 
 Shape (DESIGN.md section 5): the nats-py subscription callback only calls :meth:`on_message`,
-which does ``send_nowait`` into a bounded trio channel (a full channel sheds the request at
-once). The dispatcher starts one task per request in the lane's nursery; each task runs the
-pure steps of :mod:`cotal_trio.core.callout` with its I/O between them, under
-``trio.move_on_at(deadline)``: the deadline is a cancel scope, so a stalled ledger read stops at
-its next checkpoint and the request gets the signed ``timeout:`` denial and nothing after it.
-Replies are scheduled with ``publish_nowait`` (no await across the bridge per message).
+which does ``send_nowait`` into a bounded trio channel (or sheds the request at once). Each of
+``max_in_flight`` worker tasks takes the oldest request and runs the pure steps of
+:mod:`cotal_trio.core.callout`, with its I/O between them, under ``trio.move_on_at(deadline)``:
+the deadline is a cancel scope, checked between steps, so a request whose deadline passes stops
+at its next step and gets the signed ``timeout:`` denial and nothing after it (spec "Callout
+deadlines"). The wall clock is read once per request. Replies go out through
+``publish_nowait`` (no await across the bridge per message).
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from ..core.callout import (
     mint_user_jwt,
     open_request,
 )
-from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line
+from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line, format_dropped_line
 from ..core.errors import CodecError, Refused
-from ..core.jose import BearerKeySet
+from ..core.bearer import BearerVerifier
 from ..core.ledger import LedgerRow
 from ..core.natsjwt import AuthorizationRequest
 from ..natsio import Message
@@ -47,7 +48,7 @@ CALLOUT_QUEUE_GROUP = "cotal-auth-callout"
 # shed at once rather than queued where it could never meet its deadline.
 CHANNEL_CAPACITY = 1024
 
-LedgerReader = Callable[[str, str], tuple[LedgerRow | None, LedgerRow | None]]
+ReadRows = Callable[[str, str], tuple[LedgerRow | None, LedgerRow | None]]
 INTERNAL_ERROR_REASON = "internal error in the auth callout - see the auth service log"
 Publish = Callable[[str, bytes], None]
 
@@ -90,7 +91,7 @@ class CalloutResponder:
         *,
         keys: CalloutKeys,
         verifier: BearerVerifier,
-        read_ledger: LedgerReader,
+        read_ledger: ReadRows,
         limits: CalloutLimits,
         clock: Callable[[], float],
         publish: Publish,
@@ -144,12 +145,12 @@ class CalloutResponder:
             finally:
                 self._stats.in_flight -= 1
 
-    def _open(self, msg: Message) -> AuthorizationRequest | None:
+    def _open(self, msg: Message, now: float) -> AuthorizationRequest | None:
         try:
-            request = open_request(msg.data, msg.headers, keys=self._keys, now=self._clock())
+            request = open_request(msg.data, msg.headers, keys=self._keys, now=now)
         except Dropped as exc:
             self._stats.dropped += 1
-            log.warning('auth callout: level=warn outcome=dropped space=%s reason="%s"', self._keys.space, exc)
+            log.warning(format_dropped_line(self._keys.space, str(exc)))
             return None
         self._check_broker_timeout(request)
         return request if msg.reply else None
@@ -171,26 +172,27 @@ class CalloutResponder:
         return now - self._waiting[0] if self._waiting else None
 
     async def _serve(self, msg: Message, received: float) -> None:
-        start = trio.current_time()
-        request = self._open(msg)
+        start, now = trio.current_time(), self._clock()
+        request = self._open(msg, now)
         if request is None:
             return
         record = self._record(request)
         record.add(Step.QUEUE, start - received)
         record.add(Step.VERIFY, trio.current_time() - start)
+        record.at = Step.QUEUE
         deadline, payload = received + self._limits.budget_s, None
         with trio.move_on_at(deadline):
-            if trio.current_time() < deadline:
-                payload = await self._decide(request, record)
+            payload = await self._decide(request, record, now)
         if payload is None or trio.current_time() >= deadline:
             record.outcome = Outcome.TIMEOUT
-            payload = self._deny(request, TIMEOUT_REASON)
+            payload = self._deny(request, TIMEOUT_REASON, now)
         self._publish(msg.reply, payload)
         self._finish(record)
 
-    async def _decide(self, request: AuthorizationRequest, record: CalloutRecord) -> bytes:
+    async def _decide(self, request: AuthorizationRequest, record: CalloutRecord, now: float) -> bytes:
+        """The answer to one admitted request; Cancelled (the deadline) between its steps."""
         try:
-            return self._allow(request, record)
+            return await self._allow(request, record, now)
         except (Refused, CodecError) as refused:  # CodecError: a corrupt ledger row, named
             reason = refused.reason() if isinstance(refused, Refused) else str(refused)
         except Exception:  # our bug: deny this connect, keep the lane (STYLE.md practice 10)
@@ -198,35 +200,38 @@ class CalloutResponder:
             reason = INTERNAL_ERROR_REASON
         record.outcome, record.reason = Outcome.DENIED, reason
         with _timed(record, Step.SIGN):
-            return self._deny(request, reason)
+            return self._deny(request, reason, now)
 
-    def _allow(self, request: AuthorizationRequest, record: CalloutRecord) -> bytes:
-        space = self._keys.space
+    async def _allow(self, request: AuthorizationRequest, record: CalloutRecord, now: float) -> bytes:
+        space, next_step = self._keys.space, trio.lowlevel.checkpoint_if_cancelled
+        await next_step()  # a request that waited out its deadline in the queue stops here
         with _timed(record, Step.VERIFY):
-            bearer = check_bearer(request, space=space, verifier=self._verifier, now=self._clock())
+            bearer = check_bearer(request, space=space, verifier=self._verifier, now=now)
             record.owner, record.actor = bearer.owner, bearer.actor
+        await next_step()
         with _timed(record, Step.LEDGER):
             rows = self._read_ledger(bearer.owner, bearer.actor)
+        await next_step()
         with _timed(record, Step.POLICY):
-            grant = decide_connect(request, bearer, rows, space=space)
+            grant = decide_connect(request, bearer, rows, space=space, now=now)
+        await next_step()
         with _timed(record, Step.SIGN):
-            now = int(self._clock())
-            user_jwt = mint_user_jwt(request, grant, keys=self._keys, now=now)
-            return encode_response(request, keys=self._keys, now=now, jwt=user_jwt)
+            user_jwt = mint_user_jwt(request, grant, keys=self._keys, now=int(now))
+            return encode_response(request, keys=self._keys, now=int(now), jwt=user_jwt)
 
-    def _deny(self, request: AuthorizationRequest, reason: str) -> bytes:
-        return encode_response(request, keys=self._keys, now=int(self._clock()), error=reason)
+    def _deny(self, request: AuthorizationRequest, reason: str, now: float) -> bytes:
+        return encode_response(request, keys=self._keys, now=int(now), error=reason)
 
     def _shed(self, msg: Message) -> None:
-        start = trio.current_time()
-        request = self._open(msg)
+        start, now = trio.current_time(), self._clock()
+        request = self._open(msg, now)
         if request is None:
             return
         record = self._record(request)
         record.outcome = Outcome.SHED
         record.waited_s = self._oldest_waited(start) or 0.0
         record.ahead = len(self._waiting) + self._stats.in_flight
-        self._publish(msg.reply, self._deny(request, TIMEOUT_REASON))
+        self._publish(msg.reply, self._deny(request, TIMEOUT_REASON, now))
         record.add(Step.VERIFY, trio.current_time() - start)
         self._finish(record)
 

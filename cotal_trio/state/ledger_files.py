@@ -79,8 +79,8 @@ def read_principal(
 class LedgerReader:
     """The principal's rows, checked against the files on every call (the callout's reader).
 
-    Each call runs ``stat`` on both row files. A file that is gone is no row; a file whose inode,
-    modification time or size changed is read and parsed again; an unchanged file returns the
+    Each call runs ``stat`` on both row files. A file that is gone is no row; a file whose
+    device, inode, change time, modification time or size changed is read and parsed again; an unchanged file returns the
     row parsed before. Writes go through a rename (:func:`write_row`), so every grant, re-grant
     or revoke is seen on the very next call. At most ``capacity`` parsed rows are kept.
 
@@ -90,7 +90,7 @@ class LedgerReader:
     def __init__(self, space_paths: SpacePaths, *, capacity: int = 4096) -> None:
         self._space_paths = space_paths
         self._capacity = capacity
-        self._rows: dict[Path, tuple[tuple[int, int, int], LedgerRow]] = {}
+        self._rows: dict[Path, tuple[tuple[int, ...], LedgerRow]] = {}
 
     def __call__(self, owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
         """As :func:`read_principal`; same errors."""
@@ -105,7 +105,9 @@ class LedgerReader:
             return None
         except OSError as exc:
             raise CodecError(f"ledger row {owner}.{actor} is unreadable ({exc.strerror})") from exc
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        # ctime cannot be set back by utime (a restore with `cp -p` or `touch -r`), and changes
+        # on every write and rename: with the inode, a changed row never matches.
+        stamp = (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size)
         cached = self._rows.get(path)
         if cached is not None and cached[0] == stamp:
             return cached[1]

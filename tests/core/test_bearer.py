@@ -247,7 +247,10 @@ SIGNATURE_REFUSALS = [
     ("", "missing, empty or too long"),
     (None, "missing, empty or too long"),
     ("a" * 20000, "missing, empty or too long"),
-    (sign(header(), claims()) + "=", "signature does not verify"),
+    (sign(header(), claims()) + "=", "not a compact JWS"),
+    # a non-ASCII segment was a UnicodeEncodeError (a traceback at the callout, a 500 at the exchange)
+    (sign(header(), claims()).split(".")[0] + ".é." + "A" * 86, "not a compact JWS"),
+    ("a b.c.d", "not a compact JWS"),
     (sign(header(), claims())[:-2], "signature does not verify"),
 ]  # fmt: skip
 

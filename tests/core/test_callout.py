@@ -89,7 +89,7 @@ DROPS = [
     ("signed by an account key", lambda: _sealed(signer=_key(Prefix.ACCOUNT, 12)), "issuer is not the server"),
     ("wrong audience", lambda: _sealed(_claims(aud="nats")), "audience"),
     ("another account", lambda: _sealed(_claims(sub=_key(Prefix.ACCOUNT, 13).public_key)), "not this space"),
-    ("expired", lambda: _sealed(_claims(exp=NOW)), "expired"),
+    ("expired", lambda: _sealed(_claims(exp=NOW - 1)), "expired"),
     ("garbage", lambda: (b"xkv1" + bytes(40), _sealed()[1]), "not a valid sealed"),
 ]
 
@@ -99,6 +99,14 @@ def test_provenance_failures_are_dropped(name, build, match):
     payload, headers = build()
     with pytest.raises(Dropped, match=match):
         open_request(payload, headers, keys=KEYS, now=NOW)
+
+
+def test_request_exp_is_whole_seconds_truncated_by_the_broker():
+    # nats-server truncates exp to the second: at NOW + 0.9 an exp of NOW is still live.
+    payload, headers = _sealed(_claims(exp=NOW))
+    assert open_request(payload, headers, keys=KEYS, now=NOW + 0.9).exp == NOW
+    with pytest.raises(Dropped, match="expired"):
+        open_request(payload, headers, keys=KEYS, now=NOW + 1)
 
 
 def test_signed_xkey_must_equal_the_header_key():
@@ -151,7 +159,7 @@ def test_bearer_for_another_space_is_refused():
 def test_allowed_connect_mints_the_rows_grant():
     request = _request(token=_bearer())
     bearer = check_bearer(request, space=SPACE, verifier=VERIFIER, now=NOW)
-    grant = decide_connect(request, bearer, (_row(), None), space=SPACE)
+    grant = decide_connect(request, bearer, (_row(), None), space=SPACE, now=NOW)
     user = natsjwt.verify(mint_user_jwt(request, grant, keys=KEYS, now=NOW))
     assert user["sub"] == USER_NKEY and user["iss"] == KEYS.data_signer.public_key
     assert user["name"] == f"{OWNER}-cli" and user["exp"] == NOW + 600
@@ -175,7 +183,16 @@ def test_ledger_and_name_refusals(rows, name, match):
     request = _request(token=_bearer(), name=name)
     bearer = check_bearer(request, space=SPACE, verifier=VERIFIER, now=NOW)
     with pytest.raises(Refused, match=match):
-        decide_connect(request, bearer, rows, space=SPACE)
+        decide_connect(request, bearer, rows, space=SPACE, now=NOW)
+
+
+def test_bearer_inside_the_skew_is_not_minted_an_expired_user():
+    # validate_bearer accepts up to exp + 5 s of skew; a user JWT with that exp would be dead.
+    request = _request(token=_bearer())
+    bearer = check_bearer(request, space=SPACE, verifier=VERIFIER, now=NOW + 602)
+    with pytest.raises(Refused, match="bearer expired"):
+        decide_connect(request, bearer, (_row(), None), space=SPACE, now=NOW + 600)
+    assert decide_connect(request, bearer, (_row(), None), space=SPACE, now=NOW + 599).exp == NOW + 600
 
 
 def test_response_is_signed_by_the_auth_key_and_sealed_to_the_server():

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from cotal_trio.core.errors import CodecError, ConfigError, Refused
-from cotal_trio.core.ledger import LedgerKind, LedgerRow
+from cotal_trio.core.ledger import LedgerKind, LedgerRow, render_row
 from cotal_trio.state import LedgerReader, RootPaths, list_rows, read_principal, remove_row, row_path, write_row
 
 OWNER = "u_" + "a" * 26
@@ -160,3 +160,19 @@ def test_ledger_reader_reports_a_corrupt_row_and_stays_bounded(space):
     path.write_text("{broken")
     with pytest.raises(CodecError, match=f"ledger row {OWNER}.a3"):
         reader(OWNER, "a3")
+
+
+def test_ledger_reader_sees_a_restore_that_keeps_size_and_mtime(space):
+    # `cp -p` / `touch -r` put the old mtime back; only ctime tells the file changed.
+    reader = LedgerReader(space)
+    first = row(LedgerKind.INTERACTIVE)
+    path = write_row(space, first)
+    stamp = os.stat(path)
+    assert reader(OWNER, "cli") == (first, None)
+    regrant = row(LedgerKind.INTERACTIVE, lifecycle_uid="1" * 26)
+    data = render_row(regrant)
+    assert len(data) == stamp.st_size
+    with open(path, "r+b") as f:  # in place: same inode, same size
+        f.write(data)
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert reader(OWNER, "cli") == (regrant, None)
