@@ -53,17 +53,28 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     try:
         result = app(argv, result_action="return_value")
-    except (ConfigError, Unavailable, Refused) as exc:
-        print(f"cotal: {exc}", file=sys.stderr)
+    except _EXPECTED as exc:
+        print(f"cotal: {_sentence(exc)}", file=sys.stderr)
         return 1
     except BaseExceptionGroup as group:
-        ours, rest = group.split((ConfigError, Unavailable, Refused))
+        ours, rest = group.split(_EXPECTED)
         if ours is None or rest is not None:
             raise
-        for sentence in dict.fromkeys(str(exc) for exc in leaves(ours)):
+        for sentence in dict.fromkeys(_sentence(exc) for exc in leaves(ours)):
             print(f"cotal: {sentence}", file=sys.stderr)
         return 1
     return result if isinstance(result, int) else 0
+
+
+# Errors that are the operator's or a dependency's to fix: one sentence, exit 1, no traceback.
+_EXPECTED = (ConfigError, Unavailable, Refused, OSError)
+
+
+def _sentence(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror or exc}{where} - check that path and its permissions"
+    return str(exc)
 
 
 if __name__ == "__main__":  # pragma: no cover

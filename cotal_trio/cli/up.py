@@ -34,15 +34,18 @@ async def up(
         paths=where.paths(), space=where.space, port=port, auth_timeout_s=auth_timeout,
         nats_server=nats_server, idp_url=idp, http_port=http_port,
     )
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            info = await nursery.start(functools.partial(run_up, config))
-            _banner(info)
-            async for signum in signals:
-                print(f"cotal up: {signal.Signals(signum).name} - stopping", file=sys.stderr, flush=True)
-                nursery.cancel_scope.cancel()
-                break
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_stop_on_signal, nursery.cancel_scope)  # Ctrl-C works during start-up too
+        _banner(await nursery.start(functools.partial(run_up, config)))
     return 0
+
+
+async def _stop_on_signal(scope: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            print(f"cotal up: {signal.Signals(signum).name} - stopping", file=sys.stderr, flush=True)
+            scope.cancel()
+            return
 
 
 def _banner(info: UpInfo) -> None:

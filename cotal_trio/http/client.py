@@ -23,7 +23,16 @@ from urllib.parse import urlsplit
 from cotal_trio.core.errors import AuthServiceError, ConfigError, Unavailable
 from cotal_trio.state import Fields, SpacePaths, read_fields
 
-__all__ = ["DEFAULT_TIMEOUT_S", "ExchangeRefused", "ServiceRecord", "post_exchange", "read_service"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "ExchangeRefused",
+    "ServiceRecord",
+    "check_url",
+    "no_redirect_opener",
+    "pid_alive",
+    "post_exchange",
+    "read_service",
+]
 
 DEFAULT_TIMEOUT_S = 10.0
 # The exchange answers a few hundred bytes; anything much larger is not an auth service.
@@ -127,7 +136,8 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def _opener(url: str) -> urllib.request.OpenerDirector:
+def no_redirect_opener(url: str) -> urllib.request.OpenerDirector:
+    """An opener that follows no redirect and, for loopback ``http://``, uses no proxy."""
     handlers: list[urllib.request.BaseHandler] = [_NoRedirect()]
     if urlsplit(url).scheme == "http":
         handlers.append(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
@@ -190,7 +200,7 @@ def post_exchange(
     """
     base = check_url(url)
     try:
-        with _opener(base).open(_request(base, cap, body), timeout=timeout_s) as response:
+        with no_redirect_opener(base).open(_request(base, cap, body), timeout=timeout_s) as response:
             raw = response.read(MAX_RESPONSE_BYTES)
     except urllib.error.HTTPError as error:
         raise _refused(error) from None

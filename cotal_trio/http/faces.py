@@ -23,7 +23,7 @@ from nacl.signing import VerifyKey
 
 from cotal_trio.core.bearer import issue_bearer
 from cotal_trio.core.jose import IssuerKey
-from cotal_trio.core.errors import ConfigError, Refused
+from cotal_trio.core.errors import CodecError, ConfigError, RefusalCode, Refused
 from cotal_trio.core.exchange import (
     AgentExchange,
     HumanExchange,
@@ -33,7 +33,13 @@ from cotal_trio.core.exchange import (
 )
 from cotal_trio.core.identity import MIN_OWNER_SECRET_BYTES, check_space, derive_owner
 from cotal_trio.core.idp import IdpPin, verify_idp_token
-from cotal_trio.core.ledger import LedgerRow, RowLookup, authorize_agent_exchange, authorize_human_exchange
+from cotal_trio.core.ledger import (
+    AGENT_EXCHANGE_REFUSAL,
+    LedgerRow,
+    RowLookup,
+    authorize_agent_exchange,
+    authorize_human_exchange,
+)
 
 __all__ = ["ExchangeContext", "LedgerReader", "Minted", "exchange_arm", "mint_exchange"]
 
@@ -157,10 +163,16 @@ def mint_exchange(ctx: ExchangeContext, request: HumanExchange | AgentExchange, 
 
     Raises:
         Refused: the caller's fault: BAD_CREDENTIAL for a bad IdP token, NOT_GRANTED for a
-            missing grant or a wrong agent secret (one shared sentence on the agent arm).
-        Exception: anything a port raises (a corrupt ledger file, an I/O error) propagates;
-            the edge answers it with a generic 500.
+            missing grant, a corrupt ledger row (named on the human arm) or a wrong agent
+            secret (one shared sentence for every agent-arm failure).
+        Exception: anything else a port raises (an I/O error) propagates; the edge answers
+            it with a generic 500.
     """
-    if isinstance(request, AgentExchange):
-        return _mint_agent(ctx, request, now)
-    return _mint_human(ctx, request, now)
+    try:
+        if isinstance(request, AgentExchange):
+            return _mint_agent(ctx, request, now)
+        return _mint_human(ctx, request, now)
+    except CodecError as corrupt:  # a corrupt ledger row is a refusal, never a 500 (1.3)
+        if isinstance(request, AgentExchange):  # one sentence for every agent-arm failure
+            raise Refused(RefusalCode.NOT_GRANTED, AGENT_EXCHANGE_REFUSAL) from None
+        raise Refused(RefusalCode.NOT_GRANTED, str(corrupt)) from None

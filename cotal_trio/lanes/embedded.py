@@ -13,6 +13,7 @@ child belongs to one nursery: cancelling it stops the lane, the IdP face and the
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from ..broker.accounts import open_system_connection, push_accounts
 from ..broker.config import write_config
 from ..broker.process import run_nats_server
 from ..core.admission import CalloutLimits
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, Unavailable
 from ..core.idp import parse_jwks
 from ..devidp import DevIdpMaterial, build_dev_idp_app, create_dev_idp, jwks
 from ..http.serve import serve_app
@@ -39,6 +40,7 @@ from ..state import (
     RootPaths,
     atomic_create,
     atomic_write,
+    hold_root,
     load_idp_pin,
     load_policy,
     remove_quietly,
@@ -52,6 +54,11 @@ __all__ = ["DEFAULT_PORT", "UpConfig", "UpInfo", "prepare_root", "run_up"]
 
 DEFAULT_PORT = 4222
 BROKER_START_CEILING_S = 15
+JWKS_FETCH_CEILING_S = 15
+# How often a pinned IdP's JWKS is re-read: its Cache-Control max-age of 300 s (upstream 3.1).
+JWKS_REFRESH_S = 300.0
+
+log = logging.getLogger("cotal.up")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,8 +91,10 @@ class Prepared:
 
     broker: BrokerMaterial
     policy: BrokerPolicy
+    policy_changed: bool
     account_jwts: tuple[str, str]
     pin: IdpPin
+    pin_is_new: bool
     dev_idp: DevIdpMaterial | None
 
 
@@ -102,14 +111,14 @@ class UpInfo:
     dev_idp_url: str | None
 
 
-def _policy(paths: RootPaths, config: UpConfig) -> BrokerPolicy:
+def _policy(paths: RootPaths, config: UpConfig) -> tuple[BrokerPolicy, bool]:
+    """The policy to run with, and whether it differs from the recorded one (saved once the
+    broker listens on it, so a busy port is never recorded)."""
     recorded = load_policy(paths.policy_json) if paths.policy_json.exists() else None
     port = config.port or (recorded.port if recorded else DEFAULT_PORT)
     timeout = config.auth_timeout_s or (recorded.auth_timeout_s if recorded else None)
     policy = BrokerPolicy(port=port, auth_timeout_s=timeout)
-    if policy != recorded:
-        save_policy(paths.policy_json, policy)
-    return policy
+    return policy, policy != recorded
 
 
 def _oidc_pin(url: str) -> IdpPin:
@@ -126,7 +135,9 @@ def _dev_idp(paths: RootPaths) -> DevIdpMaterial:
     return DevIdpMaterial.from_json(paths.devidp_json.read_bytes())
 
 
-def _pin(paths: RootPaths, config: UpConfig) -> tuple[IdpPin, DevIdpMaterial | None]:
+def _pin(paths: RootPaths, config: UpConfig) -> tuple[IdpPin, DevIdpMaterial | None, bool]:
+    """The IdP pin, the dev IdP (when it is the pin), and whether the pin is new (a new pin is
+    saved only once its JWKS has been read: a typo must not pin a space for good)."""
     pin_path = paths.space(config.space).idp_json
     pinned = load_idp_pin(pin_path) if pin_path.exists() else None
     if config.idp_url is not None:
@@ -136,21 +147,21 @@ def _pin(paths: RootPaths, config: UpConfig) -> tuple[IdpPin, DevIdpMaterial | N
                 f"space {config.space} is pinned to IdP {pinned.issuer}; changing the pin re-keys "
                 "every owner - keep the pinned IdP, or use a new space (--space)"
             )
-        save_idp_pin(pin_path, wanted, exclusive=True)
-        return wanted, None
+        return wanted, None, pinned is None
     if pinned is not None and pinned.kind == "oidc":
-        return pinned, None
+        return pinned, None, False
     dev = _dev_idp(paths)
     pin = IdpPin(kind="dev", url="", issuer=dev.issuer, audience=dev.audience, jwks_uri="")
-    if pinned is None:
-        save_idp_pin(pin_path, pin, exclusive=True)
-    elif pinned.issuer != dev.issuer:
+    if pinned is not None and pinned.issuer != dev.issuer:
         raise ConfigError(f"{pin_path} pins another development IdP - restore {paths.devidp_json}")
-    return pin, dev
+    return pin, dev, pinned is None
 
 
 def prepare_root(config: UpConfig, *, now: float) -> Prepared:
-    """Create or reuse the root, record the policy, render the broker config (sync, file I/O).
+    """Create or reuse the root and render the broker config (sync, file I/O).
+
+    The policy and a new IdP pin are not recorded here: :func:`run_up` records them once the
+    broker listens and the IdP's JWKS has been read, so bad input never changes the root.
 
     Raises:
         ConfigError: a corrupt root file, a bad space name, or a change of IdP pin.
@@ -159,10 +170,13 @@ def prepare_root(config: UpConfig, *, now: float) -> Prepared:
     broker = provision.ensure_root(config.paths, iat=iat)
     provision.ensure_space(config.paths, broker, config.space, iat=iat)
     record = provision.load_space_accounts(config.paths, broker, config.space)
-    policy = _policy(config.paths, config)
-    pin, dev = _pin(config.paths, config)
+    policy, policy_changed = _policy(config.paths, config)
+    pin, dev, pin_is_new = _pin(config.paths, config)
     write_config(config.paths, broker, port=policy.port, auth_timeout_s=policy.auth_timeout_s)
-    return Prepared(broker=broker, policy=policy, account_jwts=(record.data_jwt, record.auth_jwt), pin=pin, dev_idp=dev)
+    return Prepared(
+        broker=broker, policy=policy, policy_changed=policy_changed,
+        account_jwts=(record.data_jwt, record.auth_jwt), pin=pin, pin_is_new=pin_is_new, dev_idp=dev,
+    )
 
 
 async def _run_broker(
@@ -182,10 +196,17 @@ async def _run_broker(
     with trio.CancelScope(shield=True):
         try:
             async with trio.open_nursery() as nursery:
-                with trio.fail_after(BROKER_START_CEILING_S):
-                    pid = await nursery.start(start)
-                    async with open_loop(), open_system_connection(url, prepared.broker) as system:
-                        await push_accounts(system, prepared.account_jwts)
+                try:
+                    with trio.fail_after(BROKER_START_CEILING_S):
+                        pid = await nursery.start(start)
+                        async with open_loop(), open_system_connection(url, prepared.broker) as system:
+                            await push_accounts(system, prepared.account_jwts)
+                except trio.TooSlowError:
+                    raise Unavailable(
+                        f"nats-server did not come up within {BROKER_START_CEILING_S} s - see {paths.broker_log}"
+                    ) from None
+                if prepared.policy_changed:
+                    save_policy(paths.policy_json, prepared.policy)
                 atomic_write(paths.broker_pid, f"{pid}\n".encode())
                 task_status.started((url, pid))
                 await stop.wait()
@@ -194,12 +215,38 @@ async def _run_broker(
             remove_quietly(paths.broker_pid)  # only once the broker has exited
 
 
-async def _start_idp(nursery: trio.Nursery, prepared: Prepared) -> tuple[IdpKeyCache, str | None]:
+async def _start_idp(
+    nursery: trio.Nursery, config: UpConfig, prepared: Prepared
+) -> tuple[IdpKeyCache, str | None]:
+    """The pinned IdP's key set (fetched, and refreshed in ``nursery``), or the dev IdP's.
+
+    A new pin is recorded only here, after its JWKS was read.
+    """
     if prepared.dev_idp is None:
-        with trio.fail_after(15):
-            return IdpKeyCache(await fetch_jwks(prepared.pin.jwks_uri)), None
-    port = await nursery.start(functools.partial(serve_app, build_dev_idp_app(prepared.dev_idp)))
-    return IdpKeyCache(parse_jwks(jwks(prepared.dev_idp))), f"http://127.0.0.1:{port}"
+        try:
+            with trio.fail_after(JWKS_FETCH_CEILING_S):
+                cache = IdpKeyCache(await fetch_jwks(prepared.pin.jwks_uri))
+        except trio.TooSlowError:
+            raise Unavailable(f"the IdP JWKS at {prepared.pin.jwks_uri} did not answer in time") from None
+        nursery.start_soon(_refresh_jwks, prepared.pin.jwks_uri, cache)
+        url = None
+    else:
+        cache = IdpKeyCache(parse_jwks(jwks(prepared.dev_idp)))
+        url = f"http://127.0.0.1:{await nursery.start(functools.partial(serve_app, build_dev_idp_app(prepared.dev_idp)))}"
+    if prepared.pin_is_new:
+        save_idp_pin(config.paths.space(config.space).idp_json, prepared.pin, exclusive=True)
+    return cache, url
+
+
+async def _refresh_jwks(uri: str, cache: IdpKeyCache) -> NoReturn:
+    """Re-read the pinned JWKS every ``JWKS_REFRESH_S``; a failed read keeps the last good keys."""
+    while True:
+        await trio.sleep(JWKS_REFRESH_S)
+        try:
+            with trio.fail_after(JWKS_FETCH_CEILING_S):
+                cache.replace(await fetch_jwks(uri))
+        except (Unavailable, trio.TooSlowError) as exc:
+            log.warning("idp: could not refresh the JWKS at %s (%s); keeping the last good keys", uri, exc)
 
 
 async def _serve(
@@ -207,7 +254,7 @@ async def _serve(
     task_status: trio.TaskStatus[UpInfo],
 ) -> NoReturn:
     async with trio.open_nursery() as nursery:
-        idp_keys, dev_url = await _start_idp(nursery, prepared)
+        idp_keys, dev_url = await _start_idp(nursery, config, prepared)
         lane_config = LaneConfig(
             space=config.space,
             paths=config.paths.space(config.space),
@@ -233,13 +280,15 @@ async def run_up(config: UpConfig, *, task_status: trio.TaskStatus[UpInfo] = tri
         Unavailable: the broker did not accept the space's accounts, the IdP's JWKS could not
             be read, or the broker or the lane failed while running.
     """
-    prepared = await trio.to_thread.run_sync(functools.partial(prepare_root, config, now=time.time()))
-    limits = CalloutLimits(**({"auth_timeout_s": prepared.policy.auth_timeout_s} if prepared.policy.auth_timeout_s else {}))
-    stop_broker = trio.Event()
-    async with trio.open_nursery() as nursery:
-        server_url, pid = await nursery.start(_run_broker, config, prepared, stop_broker)
-        try:
-            await _serve(config, prepared, server_url, pid, limits, task_status)
-        finally:
-            stop_broker.set()
+    with hold_root(config.paths.root):
+        prepared = await trio.to_thread.run_sync(functools.partial(prepare_root, config, now=time.time()))
+        timeout_s = prepared.policy.auth_timeout_s
+        limits = CalloutLimits(**({"auth_timeout_s": timeout_s} if timeout_s else {}))
+        stop_broker = trio.Event()
+        async with trio.open_nursery() as nursery:
+            server_url, pid = await nursery.start(_run_broker, config, prepared, stop_broker)
+            try:
+                await _serve(config, prepared, server_url, pid, limits, task_status)
+            finally:
+                stop_broker.set()
     raise AssertionError("unreachable")  # pragma: no cover

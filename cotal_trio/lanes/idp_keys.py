@@ -7,18 +7,16 @@ host fetches, so a request never waits on the IdP.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import urllib.error
-import urllib.request
 from collections.abc import Mapping
-from urllib.parse import urlsplit
 
 import trio
 from nacl.signing import VerifyKey
 
 from ..core.errors import CodecError, ConfigError, Unavailable
 from ..core.idp import parse_jwks
+from ..http.client import check_url, no_redirect_opener
 
 __all__ = ["IdpKeyCache", "check_jwks_uri", "fetch_jwks"]
 
@@ -27,25 +25,15 @@ MAX_JWKS_BYTES = 256 * 1024
 
 def check_jwks_uri(uri: str) -> str:
     """Return ``uri`` when it is https, or http to a loopback host; else ConfigError."""
-    parts = urlsplit(uri)
-    if parts.scheme == "https" and parts.hostname:
-        return uri
-    if parts.scheme == "http" and parts.hostname and _is_loopback(parts.hostname):
-        return uri
-    raise ConfigError(f"the IdP JWKS URI {uri} must be https:// (or http:// on loopback) - fix --idp")
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        return check_url(uri)
+    except ConfigError:
+        raise ConfigError(f"the IdP JWKS URI {uri} must be https:// (or http:// on loopback) - fix --idp") from None
 
 
 def _get(uri: str, timeout_s: float) -> bytes:
-    with urllib.request.urlopen(uri, timeout=timeout_s) as response:  # noqa: S310 - scheme checked
+    # No redirects: a 3xx could point the key set at a host the pin never named.
+    with no_redirect_opener(uri).open(uri, timeout=timeout_s) as response:
         return response.read(MAX_JWKS_BYTES + 1)
 
 

@@ -24,10 +24,11 @@ from nacl.signing import VerifyKey
 
 from ..core.admission import CalloutLimits
 from ..core.callout import CalloutKeys
-from ..core.errors import Unavailable
+from ..core.errors import ConfigError, Unavailable
 from ..core.idp import IdpPin
 from ..core.bearer import BearerVerifier
 from ..core.jose import BearerKeySet
+from ..http.client import pid_alive
 from ..http.faces import ExchangeContext
 from ..http.loopback import build_loopback_app
 from ..http.serve import serve_app
@@ -39,6 +40,7 @@ from ..state import (
     load_issuer_keys,
     load_owner_secret,
     load_space,
+    read_json,
     read_principal,
     remove_quietly,
     write_json,
@@ -126,7 +128,8 @@ async def run_lane(
     keys, creds = _callout_keys(config)
     verifier = BearerVerifier(BearerKeySet.from_keys(load_issuer_keys(config.paths.issuer_json, config.space).keys))
     exchange = None if config.callout_only else _exchange_context(config)
-    remove_quietly(config.paths.auth_service_json)  # a stale file from a crash says nothing
+    if exchange is not None:
+        _scrub_readiness(config)
     name = f"cotal:auth-service:{config.space}"
     async with open_loop(), open_connection(config.server_url, creds=creds, name=name) as conn:
         responder = CalloutResponder(
@@ -150,7 +153,34 @@ async def run_lane(
                     f" ({conn.last_error or 'no reason given'})"
                 )
             finally:
-                remove_quietly(config.paths.auth_service_json)
+                if exchange is not None:
+                    _remove_readiness(config, exchange.capability)
+
+
+def _scrub_readiness(config: LaneConfig) -> None:
+    """Remove a readiness file left by a process that is gone; refuse one that is alive."""
+    path = config.paths.auth_service_json
+    if not path.exists():
+        return
+    try:
+        pid = int(read_json(path).get("pid", 0))
+    except (ConfigError, TypeError, ValueError):
+        pid = 0
+    if pid and pid != os.getpid() and pid_alive(pid):
+        raise ConfigError(
+            f"space {config.space} is already served by pid {pid} ({path}) - stop that auth service first"
+        )
+    remove_quietly(path)
+
+
+def _remove_readiness(config: LaneConfig, capability: str) -> None:
+    """Remove the readiness file only if it is still this lane's (its capability)."""
+    try:
+        ours = read_json(config.paths.auth_service_json).get("cap") == capability
+    except ConfigError:
+        return
+    if ours:
+        remove_quietly(config.paths.auth_service_json)
 
 
 async def _open_face(nursery: trio.Nursery, config: LaneConfig, ctx: ExchangeContext) -> str:

@@ -19,6 +19,7 @@ from .files import (
     write_json,
 )
 from .layout import RootPaths, SpacePaths, resolve_root, space_dir_name
+from .lock import hold_root
 from .ledger_files import LedgerReader, kind_dir, list_rows, read_principal, remove_row, row_path, write_row
 from .material import (
     OWNER_SECRET_BYTES,
@@ -45,6 +46,7 @@ from .material import (
 )
 
 __all__ = [
+    "hold_root",
     "LedgerReader",
     "OWNER_SECRET_BYTES",
     "AccountsRecord",

@@ -152,3 +152,43 @@ def test_killed_up_leaves_no_broker_behind(tmp_path):
     proc.kill()
     proc.communicate(timeout=10)
     assert _wait_gone(broker_pid)
+
+
+def test_a_second_up_on_a_running_root_is_refused_and_changes_nothing(tmp_path):
+    root, port = tmp_path / "root", free_port()
+    first = _start(root, "--port", str(port))
+    _wait_ready(first)
+    ready = (_space_dir(root) / "auth-service.json").read_bytes()
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.suffix in (".json", ".conf")}
+    second = _start(root, "--port", str(free_port()))
+    _, err = second.communicate(timeout=30)
+    assert second.returncode == 1
+    assert err.strip() == f"cotal: root {root} is already served by `cotal up` (pid {first.pid}) - stop it first, or pass another --root"
+    after = {p: p.read_bytes() for p in before}
+    assert after == before and (_space_dir(root) / "auth-service.json").read_bytes() == ready
+    code, _ = _stop(first)
+    assert code == 0
+
+
+def test_a_busy_port_is_not_recorded(tmp_path):
+    root, port = tmp_path / "root", free_port()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        proc = _start(root, "--port", str(port))
+        proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert not (root / "policy.json").exists()
+
+
+def test_an_idp_whose_jwks_cannot_be_read_is_not_pinned(tmp_path):
+    root, dead = tmp_path / "root", free_port()  # nothing listens there
+    proc = _start(root, "--port", str(free_port()), "--idp", f"http://127.0.0.1:{dead}")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert f"could not read the IdP JWKS at http://127.0.0.1:{dead}/jwks" in err
+    assert not (_space_dir(root) / "idp.json").exists()
+    plain_http = _start(root, "--port", str(free_port()), "--idp", "http://idp.example")
+    _, err = plain_http.communicate(timeout=30)
+    assert plain_http.returncode == 1
+    assert err.strip() == "cotal: the IdP JWKS URI http://idp.example/jwks must be https:// (or http:// on loopback) - fix --idp"

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from cotal_trio.core.bearer import validate_bearer
-from cotal_trio.core.errors import ConfigError
+from cotal_trio.core.errors import CodecError, ConfigError
 from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.idp import parse_jwks
 from cotal_trio.core.jose import BearerKeySet, IssuerKey
@@ -329,6 +329,22 @@ async def test_a_failing_port_is_a_generic_500_and_logged(caplog):
     assert (status, body) == (500, {"error": "internal error - see the auth service log"})
     assert b"disk on fire" not in await response.get_data()
     assert any(record.exc_info and "disk on fire" in str(record.exc_info[1]) for record in caplog.records)
+
+
+@ceiling
+@pytest.mark.parametrize("arm", ["human", "agent"])
+async def test_a_corrupt_ledger_row_is_a_refusal_not_a_500(arm):
+    def corrupt_ledger(owner: str, actor: str):
+        raise CodecError(f"ledger row {owner}.{actor} is corrupt (not JSON) - re-grant it with `cotal actor grant`")
+
+    client = build_loopback_app(replace(_context(), read_ledger=corrupt_ledger)).test_client()
+    body = _human_body() if arm == "human" else {"owner": OWNER, "actor": "bot", "actorToken": AGENT_SECRET}
+    status, answer, _ = await _post(client, body)
+    assert status == 401
+    if arm == "human":
+        assert answer["error"].startswith(f"ledger row {OWNER}.cli is corrupt")
+    else:  # the agent arm says the same sentence for every failure (no existence oracle)
+        assert answer["error"] == AGENT_EXCHANGE_REFUSAL
 
 
 @ceiling
