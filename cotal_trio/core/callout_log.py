@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-__all__ = ["CalloutRecord", "Outcome", "Step", "format_callout_line", "format_dropped_line"]
+__all__ = ["CalloutRecord", "Outcome", "Step", "format_callout_line", "format_dropped_line", "is_slow"]
 
 
 class Outcome(enum.StrEnum):
@@ -73,15 +73,20 @@ def _ms(seconds: float) -> int:
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+    one_line = " ".join(text.splitlines())  # every kind of line break: the line stays one line
+    return '"' + one_line.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def is_slow(record: CalloutRecord, *, slow_ms: int) -> bool:
+    """True when the line logs at ``level=warn``: slower than ``slow_ms``, or timeout or shed."""
+    return _ms(record.total_s()) > slow_ms or record.outcome in (Outcome.TIMEOUT, Outcome.SHED)
 
 
 def format_callout_line(record: CalloutRecord, *, slow_ms: int) -> str:
     """Render ``record`` as the spec's single line (no trailing newline)."""
     total_ms = _ms(record.total_s())
-    slow = total_ms > slow_ms or record.outcome in (Outcome.TIMEOUT, Outcome.SHED)
     parts = [
-        f"auth callout: level={'warn' if slow else 'info'} outcome={record.outcome}",
+        f"auth callout: level={'warn' if is_slow(record, slow_ms=slow_ms) else 'info'} outcome={record.outcome}",
         f"space={record.space} req={record.req} cid={record.cid}",
         f"owner={record.owner} actor={record.actor}",
         *(f"{step}_ms={_ms(record.durations_s.get(step, 0.0))}" for step in TIMED_STEPS),

@@ -12,6 +12,7 @@ deadlines"). The wall clock is read once per request. Replies go out through
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections import deque
@@ -31,7 +32,7 @@ from ..core.callout import (
     mint_user_jwt,
     open_request,
 )
-from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line, format_dropped_line
+from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line, format_dropped_line, is_slow
 from ..core.errors import CodecError, Refused
 from ..core.bearer import BearerVerifier
 from ..core.ledger import LedgerRow
@@ -181,18 +182,20 @@ class CalloutResponder:
         record.add(Step.VERIFY, trio.current_time() - start)
         record.at = Step.QUEUE
         deadline, payload = received + self._limits.budget_s, None
-        with trio.move_on_at(deadline):
-            payload = await self._decide(request, record, now)
+        with trio.move_on_at(deadline) as scope:
+            payload = await self._decide(request, record, now, scope)
         if payload is None or trio.current_time() >= deadline:
             record.outcome = Outcome.TIMEOUT
             payload = self._deny(request, TIMEOUT_REASON, now)
         self._publish(msg.reply, payload)
         self._finish(record)
 
-    async def _decide(self, request: AuthorizationRequest, record: CalloutRecord, now: float) -> bytes:
+    async def _decide(
+        self, request: AuthorizationRequest, record: CalloutRecord, now: float, scope: trio.CancelScope
+    ) -> bytes:
         """The answer to one admitted request; Cancelled (the deadline) between its steps."""
         try:
-            return await self._allow(request, record, now)
+            return await self._allow(request, record, now, scope)
         except (Refused, CodecError) as refused:  # CodecError: a corrupt ledger row, named
             reason = refused.reason() if isinstance(refused, Refused) else str(refused)
         except Exception:  # our bug: deny this connect, keep the lane (STYLE.md practice 10)
@@ -202,8 +205,10 @@ class CalloutResponder:
         with _timed(record, Step.SIGN):
             return self._deny(request, reason, now)
 
-    async def _allow(self, request: AuthorizationRequest, record: CalloutRecord, now: float) -> bytes:
-        space, next_step = self._keys.space, trio.lowlevel.checkpoint_if_cancelled
+    async def _allow(
+        self, request: AuthorizationRequest, record: CalloutRecord, now: float, scope: trio.CancelScope
+    ) -> bytes:
+        space, next_step = self._keys.space, functools.partial(_next_step, scope)
         await next_step()  # a request that waited out its deadline in the queue stops here
         with _timed(record, Step.VERIFY):
             bearer = check_bearer(request, space=space, verifier=self._verifier, now=now)
@@ -237,8 +242,19 @@ class CalloutResponder:
 
     def _finish(self, record: CalloutRecord) -> None:
         self._stats.answered[record.outcome] += 1
-        line = format_callout_line(record, slow_ms=self._limits.slow_ms)
-        (log.warning if " level=warn " in line else log.info)(line)
+        level = logging.WARNING if is_slow(record, slow_ms=self._limits.slow_ms) else logging.INFO
+        log.log(level, format_callout_line(record, slow_ms=self._limits.slow_ms))
+
+
+async def _next_step(scope: trio.CancelScope) -> None:
+    """Stop here if the deadline passed, even inside one synchronous stretch of a task.
+
+    trio turns an expired deadline into a cancellation only between task steps, so a step that
+    ran past it (a slow disk) would otherwise carry on to the next one.
+    """
+    if trio.current_time() >= scope.deadline:
+        scope.cancel()
+    await trio.lowlevel.checkpoint_if_cancelled()
 
 
 class _timed:

@@ -1,0 +1,409 @@
+"""CalloutResponder admission and deadlines on fake NATS messages and virtual time.
+
+Spec "Callout deadlines": a request's deadline is the broker timeout less 250 ms, counted from
+receipt; a request still unanswered then gets the signed ``timeout:`` denial; a new request is
+shed at once while the oldest waiting request has waited more than half that budget; requests
+start oldest first, at most ``max_in_flight`` at a time.
+
+How time passes here, honestly. The responder's decision path is synchronous: a worker takes a
+request and runs it to its answer without yielding, unless it is cancelled. The queue can still
+age in two ways that both happen in production, and both are driven by ``autojump_clock``:
+
+* Nothing takes requests yet. ``on_message`` runs (the subscription callback) before the worker
+  pool is started, then the test sleeps, then starts ``run``. Any time the workers are slower to
+  get the CPU than messages arrive looks like this.
+* A step blocks the thread. ``read_ledger`` is a synchronous ``stat`` in production, and while
+  it blocks, trio's clock moves on and nothing else runs. The fake ledger port models that with
+  ``MockClock.jump(seconds)``: the read returns ``seconds`` later in virtual time, and meanwhile
+  no other task (no worker, no callback) ran. Requests queued behind it age by exactly that.
+
+What cannot be observed: more than one request in progress at once. Since a request never
+yields between its steps, ``in_flight`` is 1 whenever any port is called, whatever
+``max_in_flight`` is, so these tests use ``max_in_flight=1`` and check order, not parallelism.
+
+The limits are chosen so that every time is exact in binary floating point: auth timeout
+1.25 s, so the budget is 1.0 s and shedding starts past 0.5 s of waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+import trio.testing
+
+from cotal_trio.core import natsjwt
+from cotal_trio.core.admission import CalloutLimits
+from cotal_trio.core.callout import TIMEOUT_REASON
+from cotal_trio.core.nkeys import Prefix
+from cotal_trio.lanes.callout import CALLOUT_SUBJECT, CHANNEL_CAPACITY, CalloutResponder
+from cotal_trio.natsio import Message
+from tests.core.test_callout import (
+    KEYS,
+    NOW,
+    SERVER,
+    SERVER_X,
+    SPACE,
+    VERIFIER,
+    _bearer,
+    _claims,
+    _key,
+    _row,
+    _sealed,
+)
+from tests.core.test_callout_log import parse_callout_line, parse_dropped_line
+
+CEILING_S = 10
+LIMITS = CalloutLimits(auth_timeout_s=1.25, max_in_flight=1)
+BUDGET_S = 1.0
+assert LIMITS.budget_s == BUDGET_S
+BEARER = _bearer()
+NO_TOKEN_REASON = "no user token presented (auth_token empty) - connect with a bearer from the exchange"
+UNSEALED_REASON = "unsealed request (no Nats-Server-Xkey header)"
+
+
+def _user(cid: int) -> str:
+    return _key(Prefix.USER, 100 + cid).public_key
+
+
+def _message(cid: int, *, token: str | None = BEARER, reply: str | None = "", sealed: bool = True,
+             broker_timeout_s: int = 2) -> Message:
+    """A ``$SYS.REQ.USER.AUTH`` request as the broker sends it; ``cid`` names it everywhere."""
+    claims = _claims(exp=NOW + broker_timeout_s)
+    claims["nats"]["user_nkey"] = _user(cid)
+    claims["nats"]["client_info"]["id"] = cid
+    claims["nats"]["connect_opts"] = {"name": "ibx0123456789", **({"auth_token": token} if token else {})}
+    payload, headers = _sealed(claims)
+    return Message(CALLOUT_SUBJECT, f"_INBOX.r.{cid}" if reply == "" else reply, payload,
+                   headers if sealed else None)
+
+
+def _answer(payload: bytes) -> dict:
+    """The broker's view of a response: unsealed with its xkey, signature checked."""
+    claims = natsjwt.verify(SERVER_X.open(payload, KEYS.xkey.public_key))
+    assert (claims["iss"], claims["aud"]) == (KEYS.auth_signer.public_key, SERVER.public_key)
+    return claims
+
+
+class Lane:
+    """A responder on fake ports: the wall clock is ``NOW + trio.current_time()`` (STYLE 14).
+
+    Args:
+        clock: the test's ``autojump_clock``.
+        ledger_s: virtual seconds each ledger read blocks for; a list gives one per read.
+    """
+
+    def __init__(self, clock: trio.testing.MockClock, *, ledger_s: float | list[float] = 0.0) -> None:
+        self.clock, self.ledger_s = clock, ledger_s
+        self.published: list[tuple[str, bytes, float]] = []
+        self.ledger_reads: list[tuple[float, object]] = []  # (time, statistics()) at each read
+        self.wall_reads = 0
+        self._changed = trio.Event()
+        self.responder = CalloutResponder(
+            keys=KEYS, verifier=VERIFIER, read_ledger=self._read_ledger, limits=LIMITS,
+            clock=self._wall, publish=self._publish,
+        )
+
+    def _wall(self) -> float:
+        self.wall_reads += 1
+        return NOW + trio.current_time()
+
+    def _publish(self, reply: str, payload: bytes) -> None:
+        self.published.append((reply, payload, trio.current_time()))
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _read_ledger(self, owner: str, actor: str):
+        self.ledger_reads.append((trio.current_time(), self.responder.statistics()))
+        seconds = self.ledger_s.pop(0) if isinstance(self.ledger_s, list) else self.ledger_s
+        self.clock.jump(seconds)  # a blocking stat: the thread is held and trio's clock moves on
+        return (_row(), None)
+
+    async def wait_published(self, n: int) -> None:
+        while len(self.published) < n:
+            await self._changed.wait()
+
+    def answers(self) -> list[tuple[str, str, float]]:
+        """``(reply, "jwt" or the denial reason, time)`` per publish, in publish order."""
+        return [(reply, _answer(p)["nats"].get("error", "jwt"), at) for reply, p, at in self.published]
+
+
+def _lines(caplog) -> list[dict]:
+    """The parsed ``auth callout:`` outcome lines, checking each record's logging level."""
+    lines = []
+    for record in caplog.records:
+        text = record.getMessage()
+        if record.name == "cotal.callout" and text.startswith("auth callout: level=") and "outcome=dropped" not in text:
+            fields = parse_callout_line(text)
+            assert record.levelno == (logging.WARNING if fields["level"] == "warn" else logging.INFO), text
+            lines.append(fields)
+    return lines
+
+
+def _timings(lines: list[dict]) -> list[tuple]:
+    keys = ("cid", "outcome", "level", "queue_ms", "ledger_ms", "total_ms")
+    return [tuple(line[k] for k in keys) for line in lines]
+
+
+def _dropped(caplog) -> list[dict]:
+    return [parse_dropped_line(r.getMessage()) for r in caplog.records if "outcome=dropped" in r.getMessage()]
+
+
+@pytest.fixture(autouse=True)
+def _capture(caplog):
+    caplog.set_level(logging.INFO, logger="cotal.callout")
+
+
+async def test_a_burst_is_answered_oldest_first(nursery, autojump_clock, caplog):
+    """Five requests at t=0, each ledger read blocking 125 ms: answered in arrival order, each
+    waiting exactly as long as the ones ahead of it took."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, ledger_s=0.125)
+        await nursery.start(lane.responder.run)
+        for cid in range(1, 6):
+            lane.responder.on_message(_message(cid))
+        await lane.wait_published(5)
+        assert trio.current_time() == 0.625
+    assert lane.answers() == [(f"_INBOX.r.{cid}", "jwt", cid * 0.125) for cid in range(1, 6)]
+    assert [t for t, _ in lane.ledger_reads] == [0.0, 0.125, 0.25, 0.375, 0.5]
+    assert [(s.waiting, s.in_flight) for _, s in lane.ledger_reads] == [(4, 1), (3, 1), (2, 1), (1, 1), (0, 1)]
+    assert _timings(_lines(caplog)) == [
+        (1, "minted", "info", 0, 125, 125),
+        (2, "minted", "info", 125, 125, 250),
+        (3, "minted", "info", 250, 125, 375),
+        (4, "minted", "info", 375, 125, 500),  # exactly slow_ms: still info
+        (5, "minted", "warn", 500, 125, 625),  # past slow_ms
+    ]
+    assert lane.wall_reads == 5  # the wall clock is read once per request
+    user = natsjwt.verify(_answer(lane.published[0][1])["nats"]["jwt"])
+    assert (user["sub"], user["iat"]) == (_user(1), NOW)
+
+
+async def test_a_queue_behind_a_slow_ledger_read_times_out(nursery, autojump_clock, caplog):
+    """A, B, C at t=0; each ledger read blocks 500 ms; budget 1.0 s.
+
+    A is minted at 0.5. B starts at 0.5 and its read ends at 1.0, its deadline: it gets the
+    timeout denial. C starts at 1.0, already at its deadline, and stops before its first step,
+    so it never reads the ledger.
+    """
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, ledger_s=0.5)
+        await nursery.start(lane.responder.run)
+        for cid in (1, 2, 3):
+            lane.responder.on_message(_message(cid))
+        await lane.wait_published(3)
+        assert trio.current_time() == 1.0
+    assert lane.answers() == [
+        ("_INBOX.r.1", "jwt", 0.5),
+        ("_INBOX.r.2", TIMEOUT_REASON, 1.0),
+        ("_INBOX.r.3", TIMEOUT_REASON, 1.0),
+    ]
+    assert [t for t, _ in lane.ledger_reads] == [0.0, 0.5]
+    lines = _lines(caplog)
+    assert _timings(lines) == [
+        (1, "minted", "info", 0, 500, 500),
+        (2, "timeout", "warn", 500, 500, 1000),
+        (3, "timeout", "warn", 1000, 0, 1000),
+    ]
+    assert lines[2]["at"] == "queue"
+    assert lane.responder.statistics().answered == {"minted": 1, "denied": 0, "timeout": 2, "shed": 0}
+
+
+async def test_a_deadline_passing_inside_a_step_stops_the_request_at_its_next_step(nursery, autojump_clock, caplog):
+    """One request whose ledger read blocks 1.125 s, past its 1.0 s deadline. Spec: its work
+    stops at its next step and the line names the step it was in, ``at=ledger``."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, ledger_s=1.125)
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+        await lane.wait_published(1)
+    assert lane.answers() == [("_INBOX.r.1", TIMEOUT_REASON, 1.125)]
+    [line] = _lines(caplog)
+    assert _timings([line]) == [(1, "timeout", "warn", 0, 1125, 1125)]
+    assert line["at"] == "ledger"
+
+
+async def test_requests_that_waited_out_the_budget_in_the_queue_get_the_timeout_denial(
+    nursery, autojump_clock, caplog
+):
+    """A and B at t=0, C at 0.125, D at 0.25; the workers start at 1.125.
+
+    A and B waited 1.125 s and C exactly the 1.0 s budget: each gets the signed timeout denial
+    with ``at=queue`` and no ledger read. D waited 0.875 s, inside its budget, and is minted.
+    """
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        for cid, at in ((1, 0.0), (2, 0.0), (3, 0.125), (4, 0.25)):
+            await trio.sleep_until(at)
+            lane.responder.on_message(_message(cid))
+        await trio.sleep_until(1.125)
+        assert lane.published == []
+        await nursery.start(lane.responder.run)
+        await lane.wait_published(4)
+        assert trio.current_time() == 1.125
+    assert lane.answers() == [
+        ("_INBOX.r.1", TIMEOUT_REASON, 1.125),
+        ("_INBOX.r.2", TIMEOUT_REASON, 1.125),
+        ("_INBOX.r.3", TIMEOUT_REASON, 1.125),
+        ("_INBOX.r.4", "jwt", 1.125),
+    ]
+    assert [t for t, _ in lane.ledger_reads] == [1.125]
+    lines = _lines(caplog)
+    assert [(line["cid"], line["outcome"], line["level"], line["queue_ms"], line["total_ms"], line.get("at"))
+            for line in lines] == [
+        (1, "timeout", "warn", 1125, 1125, "queue"),
+        (2, "timeout", "warn", 1125, 1125, "queue"),
+        (3, "timeout", "warn", 1000, 1000, "queue"),
+        (4, "minted", "warn", 875, 875, None),
+    ]
+    assert [_answer(p)["sub"] for _, p, _ in lane.published] == [_user(cid) for cid in (1, 2, 3, 4)]
+
+
+async def test_a_request_is_shed_at_once_while_the_oldest_waited_past_half_the_budget(
+    nursery, autojump_clock, caplog
+):
+    """A at t=0 (nothing takes it). B at 0.25 and C at exactly 0.5 (half the budget, not more)
+    are queued. D at 0.625 is answered inside ``on_message``, before anything else runs, with
+    the timeout denial and a ``shed`` line: the oldest waited 625 ms, three are ahead."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        for cid, at in ((1, 0.0), (2, 0.25), (3, 0.5)):
+            await trio.sleep_until(at)
+            lane.responder.on_message(_message(cid))
+            assert lane.published == []
+        await trio.sleep_until(0.625)
+        lane.responder.on_message(_message(4))
+        assert lane.answers() == [("_INBOX.r.4", TIMEOUT_REASON, 0.625)]  # no checkpoint since the call
+        assert lane.responder.statistics().waiting == 3
+        [shed] = _lines(caplog)
+        assert shed == {
+            "level": "warn", "outcome": "shed", "space": SPACE, "req": _user(4), "cid": 4,
+            "owner": "-", "actor": "-", "queue_ms": 0, "verify_ms": 0, "ledger_ms": 0, "policy_ms": 0,
+            "sign_ms": 0, "total_ms": 0, "waited_ms": 625, "ahead": 3,
+        }
+        await nursery.start(lane.responder.run)
+        await lane.wait_published(4)
+        # Once the queue has drained, a new request is queued and answered again.
+        lane.responder.on_message(_message(5))
+        await lane.wait_published(5)
+        assert trio.current_time() == 0.625
+    assert [(reply, answer) for reply, answer, _ in lane.answers()[1:]] == [
+        (f"_INBOX.r.{cid}", "jwt") for cid in (1, 2, 3, 5)
+    ]
+    assert [(line["cid"], line["outcome"], line["queue_ms"]) for line in _lines(caplog)[1:]] == [
+        (1, "minted", 625), (2, "minted", 375), (3, "minted", 125), (5, "minted", 0),
+    ]
+
+
+async def test_a_full_channel_sheds(nursery, autojump_clock, caplog):
+    """CHANNEL_CAPACITY requests queued at t=0 fill the channel: the next one is shed although
+    nobody has waited at all, and every queued one is still answered once workers run."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        queued = _message(1)
+        for _ in range(CHANNEL_CAPACITY):
+            lane.responder.on_message(queued)
+        assert lane.published == []
+        lane.responder.on_message(_message(2))
+        assert lane.answers() == [("_INBOX.r.2", TIMEOUT_REASON, 0.0)]
+        [shed] = _lines(caplog)
+        assert (shed["cid"], shed["outcome"], shed["waited_ms"], shed["ahead"]) == (2, "shed", 0, CHANNEL_CAPACITY)
+        assert lane.responder.statistics().waiting == CHANNEL_CAPACITY
+        await nursery.start(lane.responder.run)
+        await lane.wait_published(CHANNEL_CAPACITY + 1)
+        assert trio.current_time() == 0.0
+    assert {answer for _, answer, _ in lane.answers()[1:]} == {"jwt"}
+    stats = lane.responder.statistics()
+    assert stats.answered == {"minted": CHANNEL_CAPACITY, "denied": 0, "timeout": 0, "shed": 1}
+    assert (stats.waiting, stats.in_flight, stats.dropped) == (0, 0, 0)
+
+
+async def test_statistics_count_every_outcome(nursery, autojump_clock, caplog):
+    """At t=0: A (good), B (no bearer), C (unsealed), E (good, its ledger read blocks 500 ms).
+    At 0.625: D is shed, N (no reply subject) is shed unanswered, U (unsealed) is dropped.
+    Then the workers run: A minted, B denied, C dropped, E times out at 1.125."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, ledger_s=[0.0, 0.5])
+        responder = lane.responder
+        assert responder.statistics().answered == {"minted": 0, "denied": 0, "timeout": 0, "shed": 0}
+        for msg in (_message(1), _message(2, token=None), _message(3, sealed=False), _message(5)):
+            responder.on_message(msg)
+        await trio.sleep_until(0.625)
+        for msg in (_message(4), _message(6, reply=None), _message(7, sealed=False)):
+            responder.on_message(msg)
+        stats = responder.statistics()
+        assert stats.answered == {"minted": 0, "denied": 0, "timeout": 0, "shed": 1}
+        assert (stats.dropped, stats.waiting, stats.in_flight) == (1, 4, 0)
+        await nursery.start(responder.run)
+        await lane.wait_published(4)
+        assert trio.current_time() == 1.125
+    assert lane.answers() == [
+        ("_INBOX.r.4", TIMEOUT_REASON, 0.625),
+        ("_INBOX.r.1", "jwt", 0.625),
+        ("_INBOX.r.2", NO_TOKEN_REASON, 0.625),
+        ("_INBOX.r.5", TIMEOUT_REASON, 1.125),
+    ]
+    stats = responder.statistics()
+    assert stats.answered == {"minted": 1, "denied": 1, "timeout": 1, "shed": 1}
+    assert (stats.dropped, stats.waiting, stats.in_flight) == (2, 0, 0)
+    lines = _lines(caplog)
+    assert [(line["cid"], line["outcome"], line["level"], line["queue_ms"], line["total_ms"]) for line in lines] == [
+        (4, "shed", "warn", 0, 0),
+        (1, "minted", "warn", 625, 625),
+        (2, "denied", "warn", 625, 625),
+        (5, "timeout", "warn", 625, 1125),
+    ]
+    assert lines[2]["reason"] == NO_TOKEN_REASON
+    assert _dropped(caplog) == [{"space": SPACE, "reason": UNSEALED_REASON}] * 2
+
+
+@pytest.mark.parametrize(
+    ("msg", "reason"),
+    [
+        (_message(1, sealed=False), UNSEALED_REASON),
+        (Message(CALLOUT_SUBJECT, "_INBOX.r.1", natsjwt.encode(_claims(), SERVER, iat=NOW).encode(),
+                 _sealed()[1]), "request is not a valid sealed authorization request: "),
+    ],
+    ids=["no xkey header", "not sealed"],
+)
+async def test_a_dropped_request_gets_no_answer_and_one_line(nursery, autojump_clock, caplog, msg, reason):
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(msg)
+        await trio.sleep(1)
+    assert lane.published == [] and lane.ledger_reads == [] and _lines(caplog) == []
+    [dropped] = _dropped(caplog)
+    assert dropped["space"] == SPACE and dropped["reason"].startswith(reason)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+    stats = lane.responder.statistics()
+    assert (stats.dropped, stats.waiting, sum(stats.answered.values())) == (1, 0, 0)
+
+
+async def test_a_request_without_a_reply_subject_is_not_answered(nursery, autojump_clock, caplog):
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1, reply=None))
+        await trio.sleep(1)
+        assert trio.current_time() == 1
+    assert lane.published == [] and lane.ledger_reads == [] and caplog.records == []
+    stats = lane.responder.statistics()
+    assert (stats.dropped, stats.waiting, sum(stats.answered.values())) == (0, 0, 0)
+
+
+async def test_a_broker_timeout_unlike_ours_is_warned_about_once(nursery, autojump_clock, caplog):
+    """The broker stamps ``exp = iat + timeout``; 10 s against our 1.25 s is named, once."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        await nursery.start(lane.responder.run)
+        for cid in (1, 2):
+            lane.responder.on_message(_message(cid, broker_timeout_s=10))
+        await lane.wait_published(2)
+    warnings = [r.getMessage() for r in caplog.records if "authorization timeout is" in r.getMessage()]
+    assert warnings == [
+        f"auth callout: space={SPACE} the broker's authorization timeout is 10s but this auth "
+        "service uses 1.25s - start it with --auth-timeout 10"
+    ]
+    assert [line["outcome"] for line in _lines(caplog)] == ["minted", "minted"]
