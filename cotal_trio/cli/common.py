@@ -31,7 +31,9 @@ class Where:
     space: Annotated[str, Parameter(help="Space name.")] = DEFAULT_SPACE
 
     def paths(self) -> RootPaths:
-        """The root's paths (not created)."""
+        """The root's paths (not created); ConfigError for an empty ``--root``."""
+        if self.root is not None and not self.root.strip():
+            raise ConfigError("--root is empty - pass a folder, or leave it out for ./.cotal")
         return RootPaths(resolve_root(self.root, os.environ))
 
     def space_paths(self) -> SpacePaths:

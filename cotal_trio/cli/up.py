@@ -10,6 +10,8 @@ from typing import Annotated
 import trio
 from cyclopts import Parameter
 
+from ..core.admission import DEADLINE_MARGIN_S
+from ..core.errors import ConfigError
 from ..lanes.embedded import UpConfig, UpInfo, run_up
 from .common import Where
 
@@ -30,6 +32,7 @@ async def up(
     Stops the broker it started on SIGINT or SIGTERM.
     """
     where.space_paths()  # validates --space before anything is written
+    _check_flags(port=port, auth_timeout=auth_timeout, nats_server=nats_server, http_port=http_port)
     config = UpConfig(
         paths=where.paths(), space=where.space, port=port, auth_timeout_s=auth_timeout,
         nats_server=nats_server, idp_url=idp, http_port=http_port,
@@ -38,6 +41,24 @@ async def up(
         nursery.start_soon(_stop_on_signal, nursery.cancel_scope)  # Ctrl-C works during start-up too
         _banner(await nursery.start(functools.partial(run_up, config)))
     return 0
+
+
+MAX_AUTH_TIMEOUT_S = 600.0
+
+
+def _check_flags(*, port: int | None, auth_timeout: float | None, nats_server: str | None, http_port: int) -> None:
+    """Refuse flag values that would be ignored or would break the root (ConfigError)."""
+    if port is not None and not 1 <= port <= 65535:
+        raise ConfigError(f"--port {port} is not a port - pass 1 to 65535")
+    if not 0 <= http_port <= 65535:
+        raise ConfigError(f"--http-port {http_port} is not a port - pass 1 to 65535, or 0 for any free one")
+    if auth_timeout is not None and not (DEADLINE_MARGIN_S < auth_timeout <= MAX_AUTH_TIMEOUT_S):
+        raise ConfigError(
+            f"--auth-timeout {auth_timeout} is out of range - pass seconds above {DEADLINE_MARGIN_S} "
+            f"and at most {MAX_AUTH_TIMEOUT_S:g} (the broker's default is 2)"
+        )
+    if nats_server is not None and not nats_server.strip():
+        raise ConfigError("--nats-server is empty - pass the path of a nats-server binary, or leave it out")
 
 
 async def _stop_on_signal(scope: trio.CancelScope) -> None:

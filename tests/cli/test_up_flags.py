@@ -1,0 +1,36 @@
+"""``cotal up`` refuses flag values that would be ignored or break the root, before any write."""
+
+from __future__ import annotations
+
+import pytest
+
+from cotal_trio.cli import main
+
+BAD_FLAGS = [
+    (["--port", "0"], "cotal: --port 0 is not a port - pass 1 to 65535"),
+    (["--port", "65536"], "cotal: --port 65536 is not a port - pass 1 to 65535"),
+    (["--http-port", "65536"], "cotal: --http-port 65536 is not a port - pass 1 to 65535, or 0 for any free one"),
+    (["--http-port", "-1"], "cotal: --http-port -1 is not a port - pass 1 to 65535, or 0 for any free one"),
+    (["--auth-timeout", "inf"], "cotal: --auth-timeout inf is out of range"),
+    (["--auth-timeout", "0"], "cotal: --auth-timeout 0.0 is out of range"),
+    (["--auth-timeout", "0.25"], "cotal: --auth-timeout 0.25 is out of range"),
+    (["--auth-timeout", "1e9"], "cotal: --auth-timeout 1000000000.0 is out of range"),
+    (["--nats-server", ""], "cotal: --nats-server is empty"),
+    (["--space", "a.b"], "cotal: --space: "),
+]
+
+
+@pytest.mark.parametrize(("flags", "sentence"), BAD_FLAGS)
+def test_bad_flags_are_one_sentence_and_write_nothing(tmp_path, capsys, flags, sentence):
+    root = tmp_path / "root"
+    assert main(["up", "--root", str(root), *flags]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(sentence) and len(err.strip().splitlines()) == 1
+    assert not root.exists()
+
+
+def test_an_empty_root_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["up", "--root", ""]) == 1
+    assert capsys.readouterr().err.strip() == "cotal: --root is empty - pass a folder, or leave it out for ./.cotal"
+    assert list(tmp_path.iterdir()) == []
