@@ -13,6 +13,7 @@ import sys
 
 import cyclopts
 
+from .. import __version__
 from ..core.errors import ConfigError, Refused, Unavailable, leaves
 
 __all__ = ["app", "main"]
@@ -20,15 +21,16 @@ __all__ = ["app", "main"]
 app = cyclopts.App(
     name="cotal",
     help="Auth service for NATS agent meshes: the auth callout, the token exchange, and the root.",
+    version=__version__,
     backend="trio",
 )
-app.command("cotal_trio.cli.up:up")
-app.command("cotal_trio.cli.actor:actor_app", name="actor")
-app.command("cotal_trio.cli.devidp:dev_idp_app", name="dev-idp")
-app.command("cotal_trio.cli.client:exchange")
-app.command("cotal_trio.cli.client:agent_bearer", name="agent-bearer")
-app.command("cotal_trio.cli.client:connect_info", name="connect-info")
-app.command("cotal_trio.cli.check:check")
+app.command("cotal_trio.cli.up:up", help="Run the root's broker and the space's auth service (the embedded default).")
+app.command("cotal_trio.cli.actor:actor_app", name="actor", help="Grant, revoke and list actors in the space's ledger.")
+app.command("cotal_trio.cli.devidp:dev_idp_app", name="dev-idp", help="The development IdP: mint a token (development only).")
+app.command("cotal_trio.cli.client:exchange", help="Exchange an IdP token for a bearer.")
+app.command("cotal_trio.cli.client:agent_bearer", name="agent-bearer", help="Exchange a managed agent's actor token for a bearer.")
+app.command("cotal_trio.cli.client:connect_info", name="connect-info", help="What a client needs to connect: server, sentinel creds, IdP pin.")
+app.command("cotal_trio.cli.check:check", help="Run the whole path against the running root and name any failing step.")
 
 
 def configure_logging() -> None:

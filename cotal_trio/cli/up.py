@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shlex
 import signal
 import sys
 from typing import Annotated
@@ -13,7 +14,7 @@ from cyclopts import Parameter
 from ..core.admission import DEADLINE_MARGIN_S
 from ..core.errors import ConfigError
 from ..lanes.embedded import UpConfig, UpInfo, run_up
-from .common import Where
+from .common import DEFAULT_SPACE, Where
 
 __all__ = ["up"]
 
@@ -39,7 +40,7 @@ async def up(
     )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signal, nursery.cancel_scope)  # Ctrl-C works during start-up too
-        _banner(await nursery.start(functools.partial(run_up, config)))
+        _banner(await nursery.start(functools.partial(run_up, config)), where)
     return 0
 
 
@@ -69,22 +70,30 @@ async def _stop_on_signal(scope: trio.CancelScope) -> None:
             return
 
 
-def _banner(info: UpInfo) -> None:
+def _banner(info: UpInfo, where: Where) -> None:
     print(
         f"✓ auth service up (space {info.space}) - callout on {info.server_url}, "
         f"exchange/JWKS at {info.exchange_url}",
         f"  root: {info.root}",
         sep="\n",
     )
+    # The hints carry the flags this run needed, so they work when pasted as they are.
+    flags = "".join(f" {flag} {shlex.quote(value)}" for flag, value in (
+        ("--root", where.root), ("--space", None if where.space == DEFAULT_SPACE else where.space),
+    ) if value)
     if info.dev_idp_url is not None:
         print(f"  IdP: DEVELOPMENT ONLY ({info.pin.issuer}), JWKS at {info.dev_idp_url}/jwks - pin a real one with --idp")
+        token = f"\"$(cotal dev-idp token --sub alice{flags})\""
+        check = f"  cotal check{flags}"
     else:
         print(f"  IdP: {info.pin.issuer} (JWKS {info.pin.jwks_uri})")
+        token = "<an IdP token for alice>"
+        check = f"  cotal check{flags} --idp-token <an IdP token for alice> --actor cli"
     print(
-        "Next, in another shell (same folder):",
-        "  cotal actor grant cli --sub alice --full",
-        "  cotal exchange --actor cli --idp-token \"$(cotal dev-idp token --sub alice)\"",
-        "  cotal check",
+        "Next, in another shell:",
+        f"  cotal actor grant cli --sub alice --full{flags}",
+        f"  cotal exchange --actor cli --idp-token {token}{flags}",
+        check,
         "Stop with Ctrl-C.",
         sep="\n",
         flush=True,
