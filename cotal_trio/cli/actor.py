@@ -11,18 +11,19 @@ once; only its SHA-256 is stored.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import cyclopts
 from cyclopts import Parameter
 
+from ..core.delegation import check_within_spawner_grant
 from ..core.errors import CodecError, ConfigError, Refused
 from ..core.identity import (
     check_actor,
@@ -34,13 +35,7 @@ from ..core.identity import (
     mint_lifecycle_uid,
     principal,
 )
-from ..core.ledger import (
-    LedgerKind,
-    LedgerRow,
-    check_within_spawner_grant,
-    hash_actor_token,
-    new_actor_token,
-)
+from ..core.ledger import LedgerKind, LedgerRow, hash_actor_token, new_actor_token
 from ..state import (
     SpacePaths,
     list_rows,
@@ -49,8 +44,10 @@ from ..state import (
     missing,
     read_principal,
     remove_row,
+    row_lookup,
     write_row,
 )
+from ._actor_output import ledger_problems, print_granted, row_line, row_object
 from .common import Where
 
 __all__ = ["actor_app", "grant", "list_actors", "revoke"]
@@ -176,16 +173,6 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def parent_lookup(space_paths: SpacePaths) -> Callable[[str, str], LedgerRow | None]:
-    """A fresh row lookup for the envelope walk: the managed row, else the interactive one."""
-
-    def lookup(owner: str, actor: str) -> LedgerRow | None:
-        interactive, managed = read_principal(space_paths, owner, actor)
-        return managed if managed is not None else interactive
-
-    return lookup
-
-
 def check_envelope(space_paths: SpacePaths, row: LedgerRow) -> None:
     """A managed row with a spawner must sit inside the spawner's grant (upstream-notes 1.3).
 
@@ -195,7 +182,7 @@ def check_envelope(space_paths: SpacePaths, row: LedgerRow) -> None:
     """
     if row.parent is None:
         return
-    lookup = parent_lookup(space_paths)
+    lookup = row_lookup(functools.partial(read_principal, space_paths))
     with as_config_error():
         if lookup(row.owner, row.parent.split(".", 1)[1]) is None:
             raise ConfigError(f"spawner {row.parent} has no ledger row - grant it first")
@@ -225,24 +212,6 @@ def checked_parent(owner: str, parent: str | None, managed: bool) -> str | None:
         raise ConfigError("--parent names the spawner of a managed agent - add --managed")
     with as_config_error():
         return principal(owner, check_actor(parent))
-
-
-def print_granted(row: LedgerRow, token: str | None, as_json: bool) -> None:
-    """Print the grant: a sentence (and the token once) or the JSON object."""
-    if as_json:
-        obj: dict[str, Any] = {
-            "owner": row.owner, "actor": row.actor, "kind": row.kind.value,
-            "lifecycleUid": row.lifecycle_uid, "scope": list(row.scope),
-            "allowSubscribe": list(row.allow_subscribe), "allowPublish": list(row.allow_publish),
-        }  # fmt: skip
-        if token is not None:
-            obj["actorToken"] = token
-        print(json.dumps(obj, indent=2))
-        return
-    print(f"granted {row.actor} to owner {row.owner} ({row.kind.value}, lifecycle {row.lifecycle_uid})")
-    if token is not None:
-        print("actor token (shown once, only its hash is kept - save it to a 0600 file now):")
-        print(token)
 
 
 # Upstream-notes 1.3 (row shape, envelope) and 8 (`cotal actor grant` flags).
@@ -349,46 +318,6 @@ def revoke(
 
 
 # --- list -----------------------------------------------------------------------------------
-
-
-def row_object(row: LedgerRow) -> dict[str, Any]:
-    """The listed form of a row (no token hash)."""
-    return {
-        "owner": row.owner, "actor": row.actor, "kind": row.kind.value, "scope": list(row.scope),
-        "allowSubscribe": list(row.allow_subscribe), "allowPublish": list(row.allow_publish),
-        "role": row.role, "parent": row.parent, "label": row.label,
-        "lifecycleUid": row.lifecycle_uid, "grantedAt": row.granted_at,
-    }  # fmt: skip
-
-
-def row_line(row: LedgerRow) -> str:
-    """One plain-text line per row: kind, principal, then ``key=value`` fields."""
-    fields = [
-        f"scope={','.join(row.scope) or '-'}",
-        f"subscribe={','.join(row.allow_subscribe) or '-'}",
-        f"publish={','.join(row.allow_publish) or '-'}",
-    ]
-    fields += [f"{name}={value}" for name, value in (("role", row.role), ("parent", row.parent)) if value]
-    if row.label:
-        fields.append(f"label={json.dumps(row.label, ensure_ascii=False)}")
-    fields += [f"lifecycle={row.lifecycle_uid}", f"granted={row.granted_at}"]
-    return f"{row.kind.value} {row.principal} " + " ".join(fields)
-
-
-def ledger_problems(
-    space_paths: SpacePaths, rows: list[LedgerRow], bad: list[tuple[Path, str]]
-) -> list[str]:
-    """Sentences for corrupt row files and for principals present in both folders."""
-    problems = [f"{path}: {reason}" for path, reason in bad]
-    kinds: dict[str, int] = {}
-    for row in rows:
-        kinds[row.principal] = kinds.get(row.principal, 0) + 1
-    problems += [
-        f"{name} has both an interactive and a managed row in space {space_paths.space}, which is a "
-        f"broken ledger - revoke it with `cotal actor revoke` and grant it again"
-        for name, count in sorted(kinds.items()) if count > 1
-    ]  # fmt: skip
-    return problems
 
 
 @actor_app.command(name="list")

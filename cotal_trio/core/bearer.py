@@ -20,7 +20,6 @@ Pure and synchronous: time comes in as ``now`` (unix seconds).
 
 from __future__ import annotations
 
-import json
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -48,7 +47,7 @@ from cotal_trio.core.jose import (
     JwsWording,
     refuse_jws,
     shown,
-    b64url_encode,
+    sign_ed25519_jws,
     verify_ed25519_jws,
 )
 
@@ -170,10 +169,6 @@ def _act_claim(grant: BearerGrant) -> dict[str, Any]:
     return act
 
 
-def _json_b64(value: dict[str, Any]) -> str:
-    return b64url_encode(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-
-
 def issue_bearer(grant: BearerGrant, *, key: IssuerKey, space: str, now: int, ttl_s: int) -> tuple[str, int]:
     """Sign a bearer for ``grant`` (upstream-notes 3.2).
 
@@ -202,8 +197,7 @@ def issue_bearer(grant: BearerGrant, *, key: IssuerKey, space: str, now: int, tt
         "scope": list(grant.scope), "ver": BEARER_VER, "act": _act_claim(grant), "sub": grant.owner,
         "iss": space_issuer(space), "aud": space, "iat": now, "nbf": now, "exp": exp,
     }  # fmt: skip
-    signing_input = f"{_json_b64({'alg': 'EdDSA', 'kid': key.kid, 'typ': 'JWT'})}.{_json_b64(claims)}"
-    return f"{signing_input}.{b64url_encode(key.sign(signing_input.encode('ascii')))}", exp
+    return sign_ed25519_jws({"alg": "EdDSA", "kid": key.kid, "typ": "JWT"}, claims, key), exp
 
 
 # --- validation -----------------------------------------------------------------------------

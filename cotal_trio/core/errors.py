@@ -57,7 +57,6 @@ class RefusalCode(enum.StrEnum):
     BAD_CREDENTIAL = "bad-credential"
     NOT_GRANTED = "not-granted"
     RATE_LIMITED = "rate-limited"
-    TIMEOUT = "timeout"
 
 
 class Refused(AuthServiceError):

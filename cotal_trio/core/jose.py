@@ -5,6 +5,8 @@
 * Ed25519 OKP JWKs: the RFC 7638 thumbprint, public keys and JWKS documents, and
   :class:`IssuerKey` (a signing key with its published JWK) and :class:`BearerKeySet` (pinned
   verify keys by ``kid``);
+* :func:`sign_ed25519_jws`: a compact JWS signed with an :class:`IssuerKey` (``core/bearer.py``
+  issues bearers with it and ``devidp/idp.py`` development IdP tokens);
 * :func:`verify_ed25519_jws`: a compact JWS checked against pinned keys, with refusal sentences
   worded per kind of token (:class:`JwsWording`). ``core/bearer.py`` verifies bearers with it and
   ``core/idp.py`` IdP tokens.
@@ -46,6 +48,7 @@ __all__ = [
     "verify_key_from_jwk",
     "refuse_jws",
     "shown",
+    "sign_ed25519_jws",
 ]
 
 # "EdDSA" is the RFC 8037 name; "Ed25519" is the fully specified RFC 9864 name.
@@ -272,6 +275,33 @@ class BearerKeySet(Mapping[str, VerifyKey]):
 
     def get(self, kid: str, default: Any = None) -> Any:  # noqa: D102 - Mapping.get, fast path
         return self._by_kid.get(kid, default)
+
+
+# --- compact JWS signing --------------------------------------------------------------------
+
+
+def _json_b64(value: dict[str, Any]) -> str:
+    """Compact UTF-8 JSON (no spaces, non-ASCII kept as is) of ``value``, base64url."""
+    return b64url_encode(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def sign_ed25519_jws(header: dict[str, Any], claims: dict[str, Any], key: IssuerKey) -> str:
+    """The compact JWS ``<header>.<claims>.<signature>`` of ``claims`` signed by ``key`` (RFC 7515).
+
+    Deterministic: header and claims are serialized as compact JSON in their insertion order,
+    and Ed25519 signatures are deterministic, so equal inputs give equal bytes (golden tests).
+
+    Args:
+        header: the protected header as written, e.g. ``{"alg": "EdDSA", "kid": key.kid,
+            "typ": "JWT"}``; the caller names ``alg`` and ``kid``.
+        claims: the payload object (JSON-serializable).
+        key: the signing key.
+
+    Raises:
+        TypeError, ValueError: a header or claim that JSON cannot serialize (a caller bug).
+    """
+    signing_input = f"{_json_b64(header)}.{_json_b64(claims)}"
+    return f"{signing_input}.{b64url_encode(key.sign(signing_input.encode('ascii')))}"
 
 
 # --- compact JWS verification (shared with core/idp.py) -------------------------------------

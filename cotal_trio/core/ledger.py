@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cotal_trio.core.bearer import ValidatedBearer
+from cotal_trio.core.delegation import check_within_spawner_grant
 from cotal_trio.core.errors import CodecError, ConfigError, RefusalCode, Refused
 from cotal_trio.core.identity import (
     is_actor,
@@ -46,30 +47,25 @@ from cotal_trio.core.identity import (
     is_role,
     is_scope_token,
     principal,
-    split_principal,
 )
 
 __all__ = [
-    "ADMIN_SCOPE",
     "AGENT_EXCHANGE_REFUSAL",
     "LEDGER_ROW_VER",
     "LedgerKind",
     "LedgerRow",
+    "ReadRows",
     "RowLookup",
     "authorize_agent_exchange",
     "authorize_connect",
     "authorize_human_exchange",
-    "check_within_spawner_grant",
     "hash_actor_token",
     "new_actor_token",
     "parse_row",
-    "pattern_contains",
     "render_row",
 ]
 
 LEDGER_ROW_VER = 1
-# A spawner holding this scope is an authority root: the envelope walk stops there.
-ADMIN_SCOPE = "admin"
 ACTOR_TOKEN_RANDOM_BYTES = 32
 # Every agent-exchange failure reads the same, so a caller cannot probe which agents exist.
 AGENT_EXCHANGE_REFUSAL = (
@@ -84,6 +80,12 @@ _ABSENT_HASH = "0" * 64
 
 RowLookup = Callable[[str, str], "LedgerRow | None"]
 """``lookup(owner, actor)``: the fresh ledger row of a principal (either kind), or ``None``."""
+
+ReadRows = Callable[[str, str], "tuple[LedgerRow | None, LedgerRow | None]"]
+"""``read_rows(owner, actor) -> (interactive row, managed row)``: a fresh read, ``None`` if absent.
+
+The ledger port of the exchange and the callout (``state.read_principal`` bound to a space, or a
+``state.LedgerReader``)."""
 
 
 class LedgerKind(enum.Enum):
@@ -353,7 +355,7 @@ def authorize_agent_exchange(
     """Decide the ledger step of an agent (actor-token) exchange (``ledgerAuthorizeAgentExchange``).
 
     The token's hash is compared in constant time, also when no row exists; then the delegation
-    envelope is walked (:func:`check_within_spawner_grant`).
+    envelope is walked (:func:`cotal_trio.core.delegation.check_within_spawner_grant`).
 
     Args:
         owner, actor: the principal the agent claims.
@@ -379,91 +381,3 @@ def authorize_agent_exchange(
     except Refused:
         raise _not_granted(AGENT_EXCHANGE_REFUSAL) from None
     return row
-
-
-# --- delegation envelope --------------------------------------------------------------------
-
-
-def pattern_contains(outer: str, inner: str) -> bool:
-    """True when every subject matched by NATS pattern ``inner`` is matched by ``outer``.
-
-    Tokens are dot-separated; ``*`` matches one token, a final ``>`` one or more. A literal in
-    ``outer`` contains only the same literal; ``*`` contains any single token pattern; ``>``
-    contains any non-empty rest. ``inner``'s ``>`` is contained only by ``outer``'s ``>``.
-    """
-    outer_tokens, inner_tokens = outer.split("."), inner.split(".")
-    for index, token in enumerate(outer_tokens):
-        if token == ">":
-            return len(inner_tokens) > index
-        if index >= len(inner_tokens) or inner_tokens[index] == ">":
-            return False
-        if token != "*" and token != inner_tokens[index]:
-            return False
-    return len(inner_tokens) == len(outer_tokens)
-
-
-def _acl_within(child: tuple[str, ...], parent: tuple[str, ...]) -> list[str]:
-    return [p for p in child if not any(pattern_contains(outer, p) for outer in parent)]
-
-
-def _check_hop(child: LedgerRow, parent: LedgerRow) -> None:
-    """One envelope hop: the child holds nothing its spawner does not."""
-    fix = f"narrow the grant of {child.principal} or widen its spawner {parent.principal}"
-    wider = sorted(set(child.scope) - set(parent.scope))
-    if wider:
-        raise _not_granted(f"{child.principal} holds scope {', '.join(wider)} its spawner lacks - {fix}")
-    for name, mine, theirs in (
-        ("allowSubscribe", child.allow_subscribe, parent.allow_subscribe),
-        ("allowPublish", child.allow_publish, parent.allow_publish),
-    ):
-        outside = _acl_within(mine, theirs)
-        if outside:
-            raise _not_granted(f"{child.principal} {name} {', '.join(outside)} is outside its spawner's - {fix}")
-    if child.role is not None and f"role:{child.role}" not in parent.scope:
-        raise _not_granted(f"{child.principal} has role {child.role} but its spawner lacks scope role:{child.role} - {fix}")
-
-
-def _spawner_row(child: LedgerRow, lookup: RowLookup, seen: set[str]) -> LedgerRow:
-    assert child.parent is not None
-    parent_owner, parent_actor = split_principal(child.parent)
-    if parent_owner != child.owner:
-        raise _not_granted(f"{child.principal} names a spawner of another owner ({child.parent}) - re-spawn it under its own owner")
-    if child.parent in seen:
-        raise _not_granted(f"the spawner chain of {child.principal} loops at {child.parent} - revoke and re-grant the agents in the loop")
-    seen.add(child.parent)
-    parent = lookup(parent_owner, parent_actor)
-    if parent is None or parent.principal != child.parent:
-        raise _not_granted(f"spawner {child.parent} of {child.principal} is no longer granted - re-grant the spawner or revoke {child.principal}")
-    return parent
-
-
-def check_within_spawner_grant(row: LedgerRow, lookup: RowLookup) -> LedgerRow:
-    """Walk ``row``'s spawner chain to its authority root (upstream ``assertWithinSpawnerGrant``).
-
-    From ``row``, follow ``parent`` links. Each hop must stay with the same owner and must not
-    loop. The walk stops at an **authority root**: a spawner holding scope ``admin`` (which
-    delegates without the containment checks: the "admin parent's containment bypass") or a
-    row without a parent. Every other hop must be contained: child scope a subset of the
-    spawner's, each child ``allowSubscribe``/``allowPublish`` pattern contained in one of the
-    spawner's (:func:`pattern_contains`), and a child ``role`` needs ``role:<r>`` in the
-    spawner's scope. Used by the CLI's managed grant and by every agent exchange.
-
-    Args:
-        row: the row to check (normally managed).
-        lookup: ``lookup(owner, actor)`` returning the fresh row of either kind, or ``None``.
-
-    Returns:
-        The authority root row (``row`` itself when it has no parent).
-
-    Raises:
-        Refused: NOT_GRANTED naming the broken hop and its fix.
-    """
-    seen = {row.principal}
-    child = row
-    while child.parent is not None:
-        parent = _spawner_row(child, lookup, seen)
-        if ADMIN_SCOPE in parent.scope:
-            return parent
-        _check_hop(child, parent)
-        child = parent
-    return child

@@ -22,7 +22,7 @@ from typing import Any
 
 from cotal_trio.core.errors import CodecError, ConfigError
 from cotal_trio.core.idp import IdpPin
-from cotal_trio.core.jose import IssuerKey, b64url_encode
+from cotal_trio.core.jose import IssuerKey, sign_ed25519_jws
 
 __all__ = [
     "DEV_AUDIENCE",
@@ -76,9 +76,9 @@ class DevIdpMaterial:
         """The ``kid`` header of minted tokens."""
         return self.key.kid
 
-    def pin(self, jwks_uri: str | None = None) -> IdpPin:
-        """The :class:`IdpPin` a space uses to trust this dev IdP (``jwks_uri`` optional)."""
-        return IdpPin(issuer=self.issuer, audience=self.audience, jwks_uri=jwks_uri)
+    def pin(self) -> IdpPin:
+        """The :class:`IdpPin` a space uses to trust this dev IdP (its JWKS pinned inline)."""
+        return IdpPin(issuer=self.issuer, audience=self.audience)
 
     def to_json(self) -> str:
         """The ``devidp.json`` document (JSON text, secret: the state layer writes it 0600).
@@ -146,10 +146,6 @@ def create_dev_idp(random_bytes: Callable[[int], bytes]) -> DevIdpMaterial:
     )
 
 
-def _json_b64(value: dict[str, Any]) -> str:
-    return b64url_encode(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-
-
 def mint_dev_token(
     material: DevIdpMaterial, *, sub: str, now: int, ttl_s: int = 3600, amr: Iterable[str] = ("pwd",)
 ) -> str:
@@ -181,8 +177,7 @@ def mint_dev_token(
         "iss": material.issuer, "aud": material.audience, "sub": sub,
         "iat": now, "exp": now + ttl_s, "auth_time": now, "amr": methods,
     }  # fmt: skip
-    signing_input = f"{_json_b64({'alg': 'EdDSA', 'kid': material.kid, 'typ': 'JWT'})}.{_json_b64(claims)}"
-    return f"{signing_input}.{b64url_encode(material.key.sign(signing_input.encode('ascii')))}"
+    return sign_ed25519_jws({"alg": "EdDSA", "kid": material.kid, "typ": "JWT"}, claims, material.key)
 
 
 def jwks(material: DevIdpMaterial) -> dict[str, list[dict[str, str]]]:

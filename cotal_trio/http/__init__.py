@@ -5,14 +5,13 @@ any exception into a JSON answer.
 """
 
 from cotal_trio.http.errors import REFUSAL_STATUS, Rejected, answer_error, install_edge
-from cotal_trio.http.faces import ExchangeContext, LedgerReader, Minted, mint_exchange
+from cotal_trio.http.faces import ExchangeContext, Minted, mint_exchange
 from cotal_trio.http.loopback import build_loopback_app
 from cotal_trio.http.serve import serve_app
 
 __all__ = [
     "REFUSAL_STATUS",
     "ExchangeContext",
-    "LedgerReader",
     "Minted",
     "Rejected",
     "answer_error",

@@ -67,7 +67,6 @@ REFUSAL_STATUS: Mapping[RefusalCode, int] = MappingProxyType(
         RefusalCode.BAD_CREDENTIAL: 401,
         RefusalCode.NOT_GRANTED: 401,
         RefusalCode.RATE_LIMITED: 429,
-        RefusalCode.TIMEOUT: 503,
     }
 )
 

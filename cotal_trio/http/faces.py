@@ -36,15 +36,13 @@ from cotal_trio.core.idp import IdpPin, verify_idp_token
 from cotal_trio.core.ledger import (
     AGENT_EXCHANGE_REFUSAL,
     LedgerRow,
-    RowLookup,
+    ReadRows,
     authorize_agent_exchange,
     authorize_human_exchange,
 )
+from cotal_trio.state import row_lookup
 
-__all__ = ["ExchangeContext", "LedgerReader", "Minted", "exchange_arm", "mint_exchange"]
-
-LedgerReader = Callable[[str, str], tuple[LedgerRow | None, LedgerRow | None]]
-"""``read_ledger(owner, actor) -> (interactive row, managed row)``; a fresh read, ``None`` if absent."""
+__all__ = ["ExchangeContext", "Minted", "exchange_arm", "mint_exchange"]
 
 _CAPABILITY = re.compile(r"[0-9a-f]{64}")
 
@@ -61,7 +59,7 @@ class ExchangeContext:
         owner_secret: the space's owner-derivation secret, at least 32 bytes.
         idp_pin: the pinned IdP coordinates; ``idp_pin.issuer`` keys owner derivation.
         idp_keys: returns the current pinned IdP key set ``{kid: VerifyKey}``; sync.
-        read_ledger: :data:`LedgerReader`; sync, fresh per call.
+        read_ledger: :data:`~cotal_trio.core.ledger.ReadRows`; sync, fresh per call.
         clock: wall time, unix seconds as a float; read once per request.
         metrics: optional; called with one outcome name per exchange request (``minted``,
             ``refused``, ``throttled``, ``bad-capability``); sync, must not block.
@@ -77,7 +75,7 @@ class ExchangeContext:
     owner_secret: bytes = field(repr=False)
     idp_pin: IdpPin
     idp_keys: Callable[[], Mapping[str, VerifyKey]]
-    read_ledger: LedgerReader
+    read_ledger: ReadRows
     clock: Callable[[], float]
     metrics: Callable[[str], None] | None = None
 
@@ -121,14 +119,6 @@ def exchange_arm(request: HumanExchange | AgentExchange) -> str:
     return "agent" if isinstance(request, AgentExchange) else "human"
 
 
-def _row_lookup(read_ledger: LedgerReader) -> RowLookup:
-    def lookup(owner: str, actor: str) -> LedgerRow | None:
-        interactive, managed = read_ledger(owner, actor)
-        return managed if managed is not None else interactive
-
-    return lookup
-
-
 def _issue(ctx: ExchangeContext, row: LedgerRow, *, now: int, ttl_s: int) -> Minted:
     token, exp = issue_bearer(grant_from_row(row), key=ctx.issuer_key, space=ctx.space, now=now, ttl_s=ttl_s)
     return Minted(token=token, owner=row.owner, exp=exp)
@@ -145,7 +135,7 @@ def _mint_human(ctx: ExchangeContext, request: HumanExchange, now: float) -> Min
 
 def _mint_agent(ctx: ExchangeContext, request: AgentExchange, now: float) -> Minted:
     _interactive, managed = ctx.read_ledger(request.owner, request.actor)
-    lookup = _row_lookup(ctx.read_ledger)
+    lookup = row_lookup(ctx.read_ledger)
     row = authorize_agent_exchange(request.owner, request.actor, request.actor_token, managed, lookup)
     return _issue(ctx, row, now=int(now), ttl_s=agent_bearer_ttl(request.ttl_s))
 

@@ -35,7 +35,7 @@ from ..core.callout import (
 from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line, format_dropped_line, is_slow
 from ..core.errors import CodecError, Refused
 from ..core.bearer import BearerVerifier
-from ..core.ledger import LedgerRow
+from ..core.ledger import ReadRows
 from ..core.natsjwt import AuthorizationRequest
 from ..natsio import Message
 
@@ -49,7 +49,6 @@ CALLOUT_QUEUE_GROUP = "cotal-auth-callout"
 # shed at once rather than queued where it could never meet its deadline.
 CHANNEL_CAPACITY = 1024
 
-ReadRows = Callable[[str, str], tuple[LedgerRow | None, LedgerRow | None]]
 INTERNAL_ERROR_REASON = "internal error in the auth callout - see the auth service log"
 Publish = Callable[[str, bytes], None]
 

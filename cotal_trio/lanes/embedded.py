@@ -36,7 +36,7 @@ from ..natsio import open_loop
 from ..state import (
     BrokerMaterial,
     BrokerPolicy,
-    IdpPin,
+    IdpPinRecord,
     RootPaths,
     atomic_create,
     atomic_write,
@@ -93,7 +93,7 @@ class Prepared:
     policy: BrokerPolicy
     policy_changed: bool
     account_jwts: tuple[str, str]
-    pin: IdpPin
+    pin: IdpPinRecord
     pin_is_new: bool
     dev_idp: DevIdpMaterial | None
 
@@ -107,7 +107,7 @@ class UpInfo:
     server_url: str
     broker_pid: int
     exchange_url: str
-    pin: IdpPin
+    pin: IdpPinRecord
     dev_idp_url: str | None
 
 
@@ -115,19 +115,19 @@ def _policy(paths: RootPaths, config: UpConfig) -> tuple[BrokerPolicy, bool]:
     """The policy to run with, and whether it differs from the recorded one (saved once the
     broker listens on it, so a busy port is never recorded)."""
     recorded = load_policy(paths.policy_json) if paths.policy_json.exists() else None
-    port = config.port or (recorded.port if recorded else DEFAULT_PORT)
-    timeout = config.auth_timeout_s or (recorded.auth_timeout_s if recorded else None)
+    port = config.port if config.port is not None else (recorded.port if recorded else DEFAULT_PORT)
+    timeout = config.auth_timeout_s if config.auth_timeout_s is not None else (recorded.auth_timeout_s if recorded else None)
     policy = BrokerPolicy(port=port, auth_timeout_s=timeout)
     return policy, policy != recorded
 
 
-def _oidc_pin(url: str) -> IdpPin:
+def _oidc_pin(url: str) -> IdpPinRecord:
     parts = urlsplit(url.rstrip("/"))
     if not parts.scheme or not parts.netloc:
         raise ConfigError(f"--idp {url} is not a URL - pass the IdP's base URL, e.g. https://idp.example")
     origin = f"{parts.scheme}://{parts.netloc}"
     base = url.rstrip("/")
-    return IdpPin(kind="oidc", url=base, issuer=origin, audience=origin, jwks_uri=check_jwks_uri(f"{base}/jwks"))
+    return IdpPinRecord(kind="oidc", url=base, issuer=origin, audience=origin, jwks_uri=check_jwks_uri(f"{base}/jwks"))
 
 
 def _dev_idp(paths: RootPaths) -> DevIdpMaterial:
@@ -135,7 +135,7 @@ def _dev_idp(paths: RootPaths) -> DevIdpMaterial:
     return DevIdpMaterial.from_json(paths.devidp_json.read_bytes())
 
 
-def _pin(paths: RootPaths, config: UpConfig) -> tuple[IdpPin, DevIdpMaterial | None, bool]:
+def _pin(paths: RootPaths, config: UpConfig) -> tuple[IdpPinRecord, DevIdpMaterial | None, bool]:
     """The IdP pin, the dev IdP (when it is the pin), and whether the pin is new (a new pin is
     saved only once its JWKS has been read: a typo must not pin a space for good)."""
     pin_path = paths.space(config.space).idp_json
@@ -151,7 +151,7 @@ def _pin(paths: RootPaths, config: UpConfig) -> tuple[IdpPin, DevIdpMaterial | N
     if pinned is not None and pinned.kind == "oidc":
         return pinned, None, False
     dev = _dev_idp(paths)
-    pin = IdpPin(kind="dev", url="", issuer=dev.issuer, audience=dev.audience, jwks_uri="")
+    pin = IdpPinRecord(kind="dev", url="", issuer=dev.issuer, audience=dev.audience, jwks_uri="")
     if pinned is not None and pinned.issuer != dev.issuer:
         raise ConfigError(f"{pin_path} pins another development IdP - restore {paths.devidp_json}")
     return pin, dev, pinned is None

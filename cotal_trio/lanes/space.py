@@ -25,7 +25,6 @@ from nacl.signing import VerifyKey
 from ..core.admission import CalloutLimits
 from ..core.callout import CalloutKeys
 from ..core.errors import ConfigError, Unavailable
-from ..core.idp import IdpPin
 from ..core.bearer import BearerVerifier
 from ..core.jose import BearerKeySet
 from ..http.client import pid_alive
@@ -34,6 +33,7 @@ from ..http.loopback import build_loopback_app
 from ..http.serve import serve_app
 from ..natsio import open_connection, open_loop
 from ..state import (
+    IssuerKeys,
     LedgerReader,
     SpacePaths,
     load_idp_pin,
@@ -100,15 +100,13 @@ def _callout_keys(config: LaneConfig) -> tuple[CalloutKeys, str]:
     return keys, material.callout_creds
 
 
-def _exchange_context(config: LaneConfig) -> ExchangeContext:
-    issuer = load_issuer_keys(config.paths.issuer_json, config.space)
-    pin = load_idp_pin(config.paths.idp_json)
+def _exchange_context(config: LaneConfig, issuer: IssuerKeys) -> ExchangeContext:
     return ExchangeContext(
         space=config.space,
         capability=secrets.token_hex(32),
         issuer_key=issuer.active,
         owner_secret=load_owner_secret(config.paths.owner_secret_json),
-        idp_pin=IdpPin(issuer=pin.issuer, audience=pin.audience, jwks_uri=pin.jwks_uri or None),
+        idp_pin=load_idp_pin(config.paths.idp_json).pin(),
         idp_keys=config.idp_keys,
         read_ledger=functools.partial(read_principal, config.paths),
         clock=config.clock,
@@ -126,8 +124,9 @@ async def run_lane(
             it means the lane lost the broker and ends (the host decides whether to retry).
     """
     keys, creds = _callout_keys(config)
-    verifier = BearerVerifier(BearerKeySet.from_keys(load_issuer_keys(config.paths.issuer_json, config.space).keys))
-    exchange = None if config.callout_only else _exchange_context(config)
+    issuer = load_issuer_keys(config.paths.issuer_json, config.space)
+    verifier = BearerVerifier(BearerKeySet.from_keys(issuer.keys))
+    exchange = None if config.callout_only else _exchange_context(config, issuer)
     if exchange is not None:
         _scrub_readiness(config)
     name = f"cotal:auth-service:{config.space}"

@@ -20,13 +20,22 @@ from .files import (
 )
 from .layout import RootPaths, SpacePaths, resolve_root, space_dir_name
 from .lock import hold_root
-from .ledger_files import LedgerReader, kind_dir, list_rows, read_principal, remove_row, row_path, write_row
+from .ledger_files import (
+    LedgerReader,
+    kind_dir,
+    list_rows,
+    read_principal,
+    remove_row,
+    row_lookup,
+    row_path,
+    write_row,
+)
 from .material import (
     OWNER_SECRET_BYTES,
     AccountsRecord,
     BrokerMaterial,
     BrokerPolicy,
-    IdpPin,
+    IdpPinRecord,
     IssuerKeys,
     SpaceMaterial,
     load_accounts,
@@ -53,7 +62,7 @@ __all__ = [
     "BrokerMaterial",
     "BrokerPolicy",
     "Fields",
-    "IdpPin",
+    "IdpPinRecord",
     "IssuerKeys",
     "RootPaths",
     "SpaceMaterial",
@@ -79,6 +88,7 @@ __all__ = [
     "remove_row",
     "render_json",
     "resolve_root",
+    "row_lookup",
     "row_path",
     "save_accounts",
     "save_broker",

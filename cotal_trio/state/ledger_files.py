@@ -23,12 +23,21 @@ from pathlib import Path
 
 from cotal_trio.core.errors import CodecError, ConfigError
 from cotal_trio.core.identity import check_actor, check_owner, is_actor, is_owner
-from cotal_trio.core.ledger import LedgerKind, LedgerRow, parse_row, render_row
+from cotal_trio.core.ledger import LedgerKind, LedgerRow, ReadRows, RowLookup, parse_row, render_row
 
 from .files import TEMP_SUFFIX, atomic_write, ensure_dir, remove_quietly
 from .layout import SpacePaths
 
-__all__ = ["LedgerReader", "kind_dir", "list_rows", "read_principal", "remove_row", "row_path", "write_row"]
+__all__ = [
+    "LedgerReader",
+    "kind_dir",
+    "list_rows",
+    "read_principal",
+    "remove_row",
+    "row_lookup",
+    "row_path",
+    "write_row",
+]
 
 ROW_SUFFIX = ".json"
 
@@ -74,6 +83,25 @@ def read_principal(
         _read(space_paths, LedgerKind.INTERACTIVE, owner, actor),
         _read(space_paths, LedgerKind.MANAGED, owner, actor),
     )
+
+
+def row_lookup(read_rows: ReadRows) -> RowLookup:
+    """The envelope walk's lookup over ``read_rows``: the managed row if any, else the interactive.
+
+    Args:
+        read_rows: ``(owner, actor) -> (interactive row, managed row)``, e.g.
+            ``functools.partial(read_principal, space_paths)`` or a :class:`LedgerReader`.
+
+    Returns:
+        ``lookup(owner, actor) -> LedgerRow | None``, reading through ``read_rows`` on every
+        call (same errors as ``read_rows``).
+    """
+
+    def lookup(owner: str, actor: str) -> LedgerRow | None:
+        interactive, managed = read_rows(owner, actor)
+        return managed if managed is not None else interactive
+
+    return lookup
 
 
 class LedgerReader:

@@ -47,7 +47,7 @@ from .files import VERSION, Fields, read_fields, save_json
 from .records import (
     OWNER_SECRET_BYTES,
     BrokerPolicy,
-    IdpPin,
+    IdpPinRecord,
     IssuerKeys,
     load_idp_pin,
     load_issuer_keys,
@@ -63,7 +63,7 @@ __all__ = [
     "AccountsRecord",
     "BrokerMaterial",
     "BrokerPolicy",
-    "IdpPin",
+    "IdpPinRecord",
     "IssuerKeys",
     "OWNER_SECRET_BYTES",
     "SpaceMaterial",

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from cotal_trio.core.bearer import space_issuer
 from cotal_trio.core.errors import CodecError, ConfigError
+from cotal_trio.core.idp import IdpPin
 from cotal_trio.core.jose import IssuerKey
 
 from .files import VERSION, Fields, read_fields, save_json
@@ -30,7 +31,7 @@ __all__ = [
     "IDP_KINDS",
     "OWNER_SECRET_BYTES",
     "BrokerPolicy",
-    "IdpPin",
+    "IdpPinRecord",
     "IssuerKeys",
     "load_idp_pin",
     "load_issuer_keys",
@@ -139,21 +140,32 @@ IDP_KINDS = ("dev", "oidc")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class IdpPin:
-    """The IdP a space trusts (upstream-notes 4.4); changing it re-keys owners, so it is pinned."""
+class IdpPinRecord:
+    """The IdP a space trusts (upstream-notes 4.4); changing it re-keys owners, so it is pinned.
+
+    The ``idp.json`` record: :meth:`pin` is the part token verification uses.
+    """
 
     kind: str  # "dev" | "oidc"
     url: str
     issuer: str
     audience: str
-    jwks_uri: str
+    jwks_uri: str  # "" when the JWKS is not fetched from a URL
 
     def __post_init__(self) -> None:
         if self.kind not in IDP_KINDS:
             raise ConfigError(f"an IdP pin kind is one of {', '.join(IDP_KINDS)}")
 
+    def pin(self) -> IdpPin:
+        """The core :class:`~cotal_trio.core.idp.IdpPin` (an empty ``jwks_uri`` becomes ``None``).
 
-def save_idp_pin(path: Path, pin: IdpPin, *, exclusive: bool = False) -> bool:
+        Raises:
+            ConfigError: an empty issuer or audience, or a ``jwks_uri`` that is not http(s).
+        """
+        return IdpPin(issuer=self.issuer, audience=self.audience, jwks_uri=self.jwks_uri or None)
+
+
+def save_idp_pin(path: Path, pin: IdpPinRecord, *, exclusive: bool = False) -> bool:
     """Write ``idp.json``; see the module docstring for ``exclusive``."""
     return save_json(path, {
         "ver": VERSION, "kind": pin.kind, "url": pin.url, "issuer": pin.issuer,
@@ -161,7 +173,7 @@ def save_idp_pin(path: Path, pin: IdpPin, *, exclusive: bool = False) -> bool:
     }, exclusive=exclusive)
 
 
-def load_idp_pin(path: Path) -> IdpPin:
+def load_idp_pin(path: Path) -> IdpPinRecord:
     """Read ``idp.json``.
 
     Raises:
@@ -169,7 +181,7 @@ def load_idp_pin(path: Path) -> IdpPin:
     """
     f = read_fields(path)
     try:
-        return IdpPin(
+        return IdpPinRecord(
             kind=f.get("kind", str), url=f.get("url", str), issuer=f.get("issuer", str),
             audience=f.get("audience", str), jwks_uri=f.get("jwksUri", str),
         )

@@ -21,7 +21,7 @@ from cotal_trio.core.identity import derive_owner
 from cotal_trio.devidp import DevIdpMaterial, create_dev_idp
 from cotal_trio.state import (
     BrokerPolicy,
-    IdpPin,
+    IdpPinRecord,
     RootPaths,
     SpacePaths,
     atomic_write,
@@ -63,7 +63,7 @@ def provision(root_dir: Path) -> Root:
     material = create_dev_idp(os.urandom)
     atomic_write(paths.devidp_json, material.to_json().encode())
     space = paths.space(SPACE)
-    pin = IdpPin(kind="dev", url="", issuer=material.issuer, audience=material.audience, jwks_uri="")
+    pin = IdpPinRecord(kind="dev", url="", issuer=material.issuer, audience=material.audience, jwks_uri="")
     save_idp_pin(space.idp_json, pin)
     return Root(paths=paths, space=space, idp=material)
 

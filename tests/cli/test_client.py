@@ -19,7 +19,6 @@ import trio
 
 from cotal_trio.cli import main
 from cotal_trio.core.bearer import validate_bearer
-from cotal_trio.core.idp import IdpPin as CorePin
 from cotal_trio.core.idp import parse_jwks
 from cotal_trio.core.jose import BearerKeySet
 from cotal_trio.core.ledger import AGENT_EXCHANGE_REFUSAL
@@ -41,12 +40,11 @@ CEILING_S = 10
 
 def _context(root: Root, cap: str) -> ExchangeContext:
     """The space's exchange ports, from the root's files (as a lane builds them)."""
-    pin = load_idp_pin(root.space.idp_json)
     return ExchangeContext(
         space=SPACE, capability=cap,
         issuer_key=load_issuer_keys(root.space.issuer_json, SPACE).active,
         owner_secret=load_owner_secret(root.space.owner_secret_json),
-        idp_pin=CorePin(issuer=pin.issuer, audience=pin.audience),
+        idp_pin=load_idp_pin(root.space.idp_json).pin(),
         idp_keys=lambda: parse_jwks(jwks(root.idp)),
         read_ledger=functools.partial(read_principal, root.space), clock=time.time,
     )  # fmt: skip

@@ -7,7 +7,7 @@ import time
 from cotal_trio.core.idp import IdpPin as CorePin
 from cotal_trio.core.idp import parse_jwks, verify_idp_token
 from cotal_trio.devidp import jwks
-from cotal_trio.state import IdpPin, save_idp_pin
+from cotal_trio.state import IdpPinRecord, save_idp_pin
 
 from .conftest import Root
 
@@ -43,8 +43,8 @@ def test_a_root_without_a_dev_idp_names_cotal_up(root, capsys):
 
 
 def test_a_space_pinned_to_a_real_idp_refuses(root, capsys):
-    pin = IdpPin(kind="oidc", url="https://idp.example", issuer="https://idp.example",
-                 audience="https://idp.example", jwks_uri="https://idp.example/jwks")  # fmt: skip
+    pin = IdpPinRecord(kind="oidc", url="https://idp.example", issuer="https://idp.example",
+                       audience="https://idp.example", jwks_uri="https://idp.example/jwks")  # fmt: skip
     save_idp_pin(root.space.idp_json, pin)
     code, out, err = root.run(capsys, "dev-idp", "token", "--sub", "alice", "--space", "default")
     assert (code, out) == (1, "")
@@ -52,7 +52,7 @@ def test_a_space_pinned_to_a_real_idp_refuses(root, capsys):
 
 
 def test_a_space_pinned_to_another_dev_idp_refuses(root, capsys):
-    other = IdpPin(kind="dev", url="", issuer="urn:cotal:dev-idp:000000000000", audience="cotal-dev", jwks_uri="")
+    other = IdpPinRecord(kind="dev", url="", issuer="urn:cotal:dev-idp:000000000000", audience="cotal-dev", jwks_uri="")
     save_idp_pin(root.space.idp_json, other)
     code, _, err = root.run(capsys, "dev-idp", "token", "--sub", "alice", "--space", "default")
     assert code == 1 and err.startswith("cotal: space default pins another development IdP")

@@ -1,4 +1,4 @@
-"""Ed25519 JWK keys and key sets (RFC 7638, RFC 8037; reference/upstream-notes.md 3.1)."""
+"""Ed25519 JWK keys, key sets and compact JWS signing (RFC 7515, RFC 7638, RFC 8037; reference/upstream-notes.md 3.1)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from nacl.signing import SigningKey
 
 from cotal_trio.core.errors import CodecError
-from cotal_trio.core.jose import BearerKeySet, IssuerKey
+from cotal_trio.core.jose import BearerKeySet, IssuerKey, JwsWording, sign_ed25519_jws, verify_ed25519_jws
 
 SEED = bytes(range(32))
 KEY = IssuerKey.generate(SEED)
@@ -48,6 +48,21 @@ def test_public_and_private_jwk():
     assert IssuerKey.from_private_jwk(KEY.private_jwk()) == KEY
     stored = {"kty": "OKP", "crv": "Ed25519", "x": KEY.x, "d": b64(SEED)}  # issuer.json shape
     assert IssuerKey.from_private_jwk(stored) == KEY
+
+
+def test_sign_compact_jws_golden_bytes():
+    """Compact JSON in insertion order, UTF-8 kept, deterministic signature; verifies back."""
+    header = {"alg": "EdDSA", "kid": KEY.kid, "typ": "JWT"}
+    token = sign_ed25519_jws(header, {"sub": "\u00fc", "n": 1}, KEY)
+    header_b64, payload_b64, signature_b64 = token.split(".")
+    assert header_b64 == b64(f'{{"alg":"EdDSA","kid":"{KEY.kid}","typ":"JWT"}}'.encode())
+    assert payload_b64 == b64('{"sub":"\u00fc","n":1}'.encode()) == "eyJzdWIiOiLDvCIsIm4iOjF9"
+    assert signature_b64 == (
+        "3NEePnYx00rB1Ngnop25KKfMa0aUYz6rfvzvJsLXOSb5oReJ7zX7KTGkpupNMGiWX15SfI1HLYckMAyAJORrCA"
+    )
+    wording = JwsWording(what="token", fix="sign again", unknown_key="unknown kid {kid}")
+    keys = BearerKeySet.from_keys([KEY])
+    assert verify_ed25519_jws(token, keys, wording=wording) == {"sub": "\u00fc", "n": 1}
 
 
 def test_seed_never_in_repr():

@@ -13,11 +13,12 @@ import pytest
 from cotal_trio.broker import provision
 from cotal_trio.core import natsjwt
 from cotal_trio.core.errors import ConfigError
+from cotal_trio.core.idp import IdpPin
 from cotal_trio.core.jose import IssuerKey
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.state import (
     BrokerPolicy,
-    IdpPin,
+    IdpPinRecord,
     IssuerKeys,
     RootPaths,
     load_accounts,
@@ -269,14 +270,25 @@ def test_owner_secret_round_trip(tmp_path):
 
 def test_idp_pin_round_trip(tmp_path):
     path = tmp_path / "idp.json"
-    pin = IdpPin(kind="dev", url="http://127.0.0.1:7450", issuer="http://127.0.0.1:7450",
-                 audience="http://127.0.0.1:7450", jwks_uri="http://127.0.0.1:7450/jwks")
+    pin = IdpPinRecord(kind="dev", url="http://127.0.0.1:7450", issuer="http://127.0.0.1:7450",
+                       audience="http://127.0.0.1:7450", jwks_uri="http://127.0.0.1:7450/jwks")
     save_idp_pin(path, pin)
     assert load_idp_pin(path) == pin
-    assert json.loads(path.read_text())["jwksUri"] == pin.jwks_uri
+    assert json.loads(path.read_text()) == {
+        "ver": 1, "kind": "dev", "url": pin.url, "issuer": pin.issuer, "audience": pin.audience,
+        "jwksUri": pin.jwks_uri,
+    }  # fmt: skip
     path.write_text(json.dumps({**json.loads(path.read_text()), "kind": "saml"}))
     with pytest.raises(ConfigError, match="idp.json is corrupt"):
         load_idp_pin(path)
+
+
+def test_idp_pin_record_gives_the_core_pin():
+    record = IdpPinRecord(kind="oidc", url="https://idp.example", issuer="https://idp.example",
+                          audience="aud", jwks_uri="https://idp.example/jwks")
+    assert record.pin() == IdpPin(issuer="https://idp.example", audience="aud", jwks_uri="https://idp.example/jwks")
+    inline = dataclasses.replace(record, kind="dev", url="", jwks_uri="")
+    assert inline.pin() == IdpPin(issuer="https://idp.example", audience="aud", jwks_uri=None)
 
 
 @pytest.mark.parametrize("timeout", [None, 3, 2.5])
