@@ -95,7 +95,7 @@ class Whose:
     """Whose actor a command works on: exactly one of ``--sub`` and ``--owner``.
 
     Attributes:
-        sub: the person's IdP subject; the owner is derived from it (printed by `cotal login`).
+        sub: the person's IdP subject; the owner is derived from it (the IdP token's `sub` claim).
         owner: the owner itself, u_ followed by 26 characters.
     """
 

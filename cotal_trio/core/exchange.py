@@ -198,7 +198,7 @@ def human_bearer_ttl(requested: int | None, idp_exp: int, now: int) -> int:
     """
     remaining = idp_exp - now
     if remaining <= 0:
-        raise Refused(RefusalCode.BAD_CREDENTIAL, "IdP token expired - sign in again with `cotal login` and retry")
+        raise Refused(RefusalCode.BAD_CREDENTIAL, "IdP token expired - sign in to the IdP again for a fresh token and retry")
     return min(requested or HUMAN_TTL_DEFAULT_S, MAX_TOKEN_TTL_S, remaining)
 
 

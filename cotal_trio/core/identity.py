@@ -168,7 +168,7 @@ def check_owner(value: object) -> str:
     if not is_owner(value):
         raise _refuse(
             "an owner is u_ followed by 26 characters a-z and 2-7 - "
-            "copy it from `cotal login` or `cotal actor grant` output"
+            "copy it from the `cotal actor grant` output or `cotal actor list`"
         )
     return value  # type: ignore[return-value]
 

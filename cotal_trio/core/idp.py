@@ -26,7 +26,7 @@ __all__ = ["IdpIdentity", "IdpPin", "parse_jwks", "verify_idp_token"]
 
 _IDP_WORDING = JwsWording(
     what="IdP token",
-    fix="sign in again with `cotal login` and retry",
+    fix="sign in to the IdP again for a fresh token and retry",
     unknown_key=(
         "IdP token key {kid} is not in the pinned JWKS - if the IdP rotated its keys, "
         "refresh the pinned JWKS, then sign in again"
@@ -121,7 +121,7 @@ def _check_times(claims: Mapping[str, Any], now: float) -> tuple[int, int]:
     if type(exp) is not int or type(iat) is not int:
         raise _bad("needs integer exp and iat claims")
     if now >= exp:
-        raise Refused(RefusalCode.BAD_CREDENTIAL, "IdP token expired - sign in again with `cotal login` and retry")
+        raise Refused(RefusalCode.BAD_CREDENTIAL, "IdP token expired - sign in to the IdP again for a fresh token and retry")
     nbf = claims.get("nbf", iat)
     if iat > now + CLOCK_SKEW_S or type(nbf) is not int or nbf > now + CLOCK_SKEW_S:
         raise _bad("is not valid yet (iat or nbf in the future); check this host's clock")

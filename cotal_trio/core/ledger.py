@@ -343,8 +343,7 @@ def authorize_human_exchange(owner: str, actor: str, interactive_row: LedgerRow 
     if row is None or row.kind is not LedgerKind.INTERACTIVE or row.principal != principal(owner, actor):
         raise _not_granted(
             f'actor "{actor}" is not granted for this user - the mesh operator lets them in with '
-            f"`cotal actor grant {actor} --owner {owner}` (or --sub <their IdP subject>, printed by "
-            f"their `cotal login`)"
+            f"`cotal actor grant {actor} --owner {owner}` (or --sub <their IdP subject>)"
         )
     return row
 

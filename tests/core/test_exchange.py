@@ -116,7 +116,7 @@ def test_human_bearer_ttl_refuses_an_expired_proof(idp_exp):
     with pytest.raises(Refused) as info:
         human_bearer_ttl(None, idp_exp, NOW)
     assert info.value.code is RefusalCode.BAD_CREDENTIAL
-    assert "sign in again" in info.value.detail
+    assert "sign in to the IdP again" in info.value.detail
 
 
 @given(st.none() | st.integers(min_value=1, max_value=10**6), st.integers(min_value=1, max_value=10**5))

@@ -274,8 +274,7 @@ def test_human_exchange_refusal_sentence(interactive):
     assert info.value.code is RefusalCode.NOT_GRANTED
     assert info.value.detail == (
         'actor "cli" is not granted for this user - the mesh operator lets them in with '
-        f"`cotal actor grant cli --owner {OWNER}` (or --sub <their IdP subject>, printed by their "
-        "`cotal login`)"
+        f"`cotal actor grant cli --owner {OWNER}` (or --sub <their IdP subject>)"
     )
 
 

@@ -251,7 +251,7 @@ async def test_an_ungranted_actor_gets_the_grant_sentence(client, caplog):
     assert status == 401
     assert body["error"] == (
         f'actor "ghost" is not granted for this user - the mesh operator lets them in with '
-        f"`cotal actor grant ghost --owner {OWNER}` (or --sub <their IdP subject>, printed by their `cotal login`)"
+        f"`cotal actor grant ghost --owner {OWNER}` (or --sub <their IdP subject>)"
     )
     assert f"auth-service: refused an exchange: {body['error']}" in caplog.messages
 
