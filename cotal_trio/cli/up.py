@@ -14,6 +14,7 @@ from cyclopts import Parameter
 from ..core.admission import DEADLINE_MARGIN_S
 from ..core.errors import ConfigError
 from ..lanes.embedded import UpConfig, UpInfo, run_up
+from ..state.records import MAX_AUTH_TIMEOUT_S
 from .common import DEFAULT_SPACE, Where
 
 __all__ = ["up"]
@@ -42,9 +43,6 @@ async def up(
         nursery.start_soon(_stop_on_signal, nursery.cancel_scope)  # Ctrl-C works during start-up too
         _banner(await nursery.start(functools.partial(run_up, config)), where)
     return 0
-
-
-MAX_AUTH_TIMEOUT_S = 600.0
 
 
 def _check_flags(*, port: int | None, auth_timeout: float | None, nats_server: str | None, http_port: int) -> None:

@@ -19,6 +19,7 @@ import errno
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -230,6 +231,13 @@ class Fields:
     def bad(self, why: str) -> ConfigError:
         """The :func:`corrupt` error for this file."""
         return corrupt(self.path, why)
+
+    def build(self, factory: Callable[..., T], **fields: Any) -> T:
+        """``factory(**fields)``; its ConfigError (a rule the values break) names this file."""
+        try:
+            return factory(**fields)
+        except ConfigError as exc:
+            raise self.bad(str(exc)) from None
 
     def get(self, dotted: str, kind: type[T] | tuple[type, ...]) -> T:
         """The value at ``dotted``, which must be an instance of ``kind``."""

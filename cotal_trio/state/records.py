@@ -44,6 +44,8 @@ __all__ = [
 ]
 
 OWNER_SECRET_BYTES = 32
+# The longest broker authorization timeout a root records (seconds); `inf` would break the config.
+MAX_AUTH_TIMEOUT_S = 600.0
 
 
 # -- issuer.json ----------------------------------------------------------------------------------
@@ -89,10 +91,7 @@ def load_issuer_keys(path: Path, space: str) -> IssuerKeys:
         raise f.bad(f"its issuer is not {space_issuer(space)}")
     entries = f.get("keys", list)
     keys = tuple(_issuer_key(f, i) for i in range(len(entries)))
-    try:
-        return IssuerKeys(issuer=space_issuer(space), active_kid=f.get("activeKid", str), keys=keys)
-    except ConfigError as exc:
-        raise f.bad(str(exc)) from None
+    return f.build(IssuerKeys, issuer=space_issuer(space), active_kid=f.get("activeKid", str), keys=keys)
 
 
 def _issuer_key(f: Fields, index: int) -> IssuerKey:
@@ -180,13 +179,10 @@ def load_idp_pin(path: Path) -> IdpPinRecord:
         ConfigError: missing, corrupt, or an unknown kind.
     """
     f = read_fields(path)
-    try:
-        return IdpPinRecord(
-            kind=f.get("kind", str), url=f.get("url", str), issuer=f.get("issuer", str),
-            audience=f.get("audience", str), jwks_uri=f.get("jwksUri", str),
-        )
-    except ConfigError as exc:
-        raise f.bad(str(exc)) from None
+    return f.build(
+        IdpPinRecord, kind=f.get("kind", str), url=f.get("url", str), issuer=f.get("issuer", str),
+        audience=f.get("audience", str), jwks_uri=f.get("jwksUri", str),
+    )
 
 
 # -- policy.json -----------------------------------------------------------------------------------
@@ -204,8 +200,8 @@ class BrokerPolicy:
             raise ConfigError("the broker port is a whole number from 1 to 65535")
         timeout = self.auth_timeout_s
         number = isinstance(timeout, int | float) and not isinstance(timeout, bool)
-        if timeout is not None and not (number and timeout > 0):
-            raise ConfigError("the auth timeout is a positive number of seconds")
+        if timeout is not None and not (number and 0 < timeout <= MAX_AUTH_TIMEOUT_S):
+            raise ConfigError(f"the auth timeout is a number of seconds above 0 and at most {MAX_AUTH_TIMEOUT_S:g}")
 
 
 def save_policy(path: Path, policy: BrokerPolicy, *, exclusive: bool = False) -> bool:
@@ -221,9 +217,6 @@ def load_policy(path: Path) -> BrokerPolicy:
         ConfigError: missing, corrupt, a port outside 1-65535 or a non-positive timeout.
     """
     f = read_fields(path)
-    try:
-        return BrokerPolicy(
-            port=f.get("port", int), auth_timeout_s=f.get("authTimeoutS", (int, float, type(None)))
-        )
-    except ConfigError as exc:
-        raise f.bad(str(exc)) from None
+    return f.build(
+        BrokerPolicy, port=f.get("port", int), auth_timeout_s=f.get("authTimeoutS", (int, float, type(None)))
+    )

@@ -300,12 +300,14 @@ def test_policy_round_trip(tmp_path, timeout):
 
 
 @pytest.mark.parametrize("obj", [{"port": 0}, {"port": True}, {"port": 1, "authTimeoutS": -1},
-                                 {"port": 1, "authTimeoutS": "2"}])
+                                 {"port": 1, "authTimeoutS": "2"}, {"port": 1, "authTimeoutS": float("inf")},
+                                 {"port": 1, "authTimeoutS": 601}, {"port": "x"}])
 def test_policy_refuses_bad_values(tmp_path, obj):
     path = tmp_path / "policy.json"
     path.write_text(json.dumps({"ver": 1, "authTimeoutS": None, **obj}))
-    with pytest.raises(ConfigError, match="policy.json is corrupt"):
+    with pytest.raises(ConfigError, match="policy.json is corrupt") as refused:
         load_policy(path)
+    assert str(refused.value).count("is corrupt") == 1  # once: it used to be wrapped twice
 
 
 def test_material_repr_shows_no_secret(paths, broker):
