@@ -42,7 +42,11 @@ _DEV_ISSUER = re.compile(re.escape(DEV_ISSUER_PREFIX) + r"[0-9a-f]{12}")
 _ISSUER_RANDOM_BYTES = 6
 _SEED_BYTES = 32
 _NOTE = "development IdP - anyone who can read this file can sign in as anyone; never pin it in production"
-_BAD_FILE = "devidp.json is not a development IdP document ({problem}) - delete it and run `cotal up` again"
+_BAD_FILE = (
+    "devidp.json is not a development IdP document ({problem}) - restore it from a backup; to start"
+    " over instead, remove it and every space's idp.json pinned to it, run `cotal up`, and grant the"
+    " actors again (a new development IdP gives every user a new owner)"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -153,8 +153,41 @@ def _pin(paths: RootPaths, config: UpConfig) -> tuple[IdpPinRecord, DevIdpMateri
     dev = _dev_idp(paths)
     pin = IdpPinRecord(kind="dev", url="", issuer=dev.issuer, audience=dev.audience, jwks_uri="")
     if pinned is not None and pinned.issuer != dev.issuer:
-        raise ConfigError(f"{pin_path} pins another development IdP - restore {paths.devidp_json}")
+        raise ConfigError(
+            f"{pin_path} pins another development IdP than {paths.devidp_json} - restore that file "
+            f"from a backup; to start over instead, remove {pin_path} and grant the actors again "
+            "(a new development IdP gives every user a new owner)"
+        )
     return pin, dev, pinned is None
+
+
+def _restore_sentinel(path: Path, creds: str) -> None:
+    """Rewrite the public sentinel creds file if it is missing or differs from callout.json.
+
+    It is derived material that clients read; a damaged copy would make every connect fail
+    while the service looks healthy.
+    """
+    try:
+        intact = path.read_text() == creds
+    except (OSError, UnicodeDecodeError):
+        intact = False
+    if not intact:
+        log.warning("up: %s did not match the space's callout.json - rewrote it", path)
+        atomic_write(path, creds.encode())
+
+
+def _warn_loose_modes(paths: RootPaths, space: str) -> None:
+    """Warn about secrets (and their folders) that group or others can reach."""
+    sp = paths.space(space)
+    secrets_ = [paths.broker_json, paths.devidp_json, sp.callout_json, sp.issuer_json, sp.owner_secret_json]
+    for path in (paths.root, sp.dir, *secrets_):
+        try:
+            mode = path.stat().st_mode & 0o777
+        except OSError:
+            continue
+        if mode & 0o077:
+            fix = "chmod 700" if path.is_dir() else "chmod 600"
+            log.warning("up: %s is open to group or others (mode %04o) - %s %s", path, mode, fix, path)
 
 
 def prepare_root(config: UpConfig, *, now: float) -> Prepared:
@@ -168,7 +201,9 @@ def prepare_root(config: UpConfig, *, now: float) -> Prepared:
     """
     iat = int(now)
     broker = provision.ensure_root(config.paths, iat=iat)
-    provision.ensure_space(config.paths, broker, config.space, iat=iat)
+    material = provision.ensure_space(config.paths, broker, config.space, iat=iat)
+    _restore_sentinel(config.paths.space(config.space).sentinel_creds, material.sentinel_creds)
+    _warn_loose_modes(config.paths, config.space)
     record = provision.load_space_accounts(config.paths, broker, config.space)
     policy, policy_changed = _policy(config.paths, config)
     pin, dev, pin_is_new = _pin(config.paths, config)

@@ -192,3 +192,31 @@ def test_an_idp_whose_jwks_cannot_be_read_is_not_pinned(tmp_path):
     _, err = plain_http.communicate(timeout=30)
     assert plain_http.returncode == 1
     assert err.strip() == "cotal: the IdP JWKS URI http://idp.example/jwks must be https:// (or http:// on loopback) - fix --idp"
+
+
+def test_a_damaged_sentinel_file_is_restored_at_start(tmp_path):
+    root = tmp_path / "root"
+    first = _start(root, "--port", str(free_port()))
+    _wait_ready(first)
+    _stop(first)
+    sentinel = _space_dir(root) / "sentinel.creds"
+    good = sentinel.read_text()
+    sentinel.write_text("garbage")
+    second = _start(root)
+    _wait_ready(second)
+    _, err = _stop(second)
+    assert sentinel.read_text() == good
+    assert f"{sentinel} did not match the space's callout.json - rewrote it" in err
+
+
+def test_secrets_open_to_others_are_named_at_start(tmp_path):
+    root = tmp_path / "root"
+    first = _start(root, "--port", str(free_port()))
+    _wait_ready(first)
+    _stop(first)
+    (root / "broker.json").chmod(0o644)
+    second = _start(root)
+    _wait_ready(second)
+    _, err = _stop(second)
+    assert f"{root / 'broker.json'} is open to group or others (mode 0644) - chmod 600 {root / 'broker.json'}" in err
+    assert "callout.json is open" not in err

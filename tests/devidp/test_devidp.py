@@ -95,7 +95,7 @@ def _doc(**changes) -> str:
     ],
 )
 def test_a_bad_document_is_a_config_error(text):
-    with pytest.raises(ConfigError, match="delete it and run `cotal up` again"):
+    with pytest.raises(ConfigError, match="restore it from a backup; to start over instead"):
         DevIdpMaterial.from_json(text)
 
 
