@@ -35,19 +35,33 @@ def checked(check: Any, value: str) -> str:
         raise ConfigError(exc.detail) from None
 
 
+class ExchangeFailed(ConfigError):
+    """The service refused the exchange; ``status`` and ``body`` are its HTTP answer."""
+
+    def __init__(self, sentence: str, status: int, body: dict[str, Any]) -> None:
+        super().__init__(sentence)
+        self.status, self.body = status, body
+
+    def as_json(self) -> str:
+        """``{"error": {"code", "message", "status", "cause"}}`` for ``--json`` output."""
+        error = {"code": "EXCHANGE_REFUSED", "message": str(self), "status": self.status, "cause": self.body}
+        return json.dumps({"error": error}, indent=2)
+
+
 def run_exchange(space_paths: SpacePaths, actor: str, body: dict[str, Any]) -> dict[str, Any]:
     """POST ``body`` to the space's running auth service; the minted ``{token, owner, exp}``.
 
     Raises:
-        ConfigError: the service is not running, or it refused: ``the exchange for actor "<a>"
-            was refused: <its sentence>``.
+        ConfigError: the service is not running.
+        ExchangeFailed: it refused: ``the exchange for actor "<a>" was refused: <its sentence>``.
         Unavailable: the service did not answer, or answered without a bearer.
     """
     service = read_service(space_paths)
     try:
         answer = post_exchange(service.url, service.cap, body)
     except ExchangeRefused as exc:
-        raise ConfigError(f'the exchange for actor "{actor}" was refused: {exc.error}') from None
+        sentence = f'the exchange for actor "{actor}" was refused: {exc.error}'
+        raise ExchangeFailed(sentence, exc.status, exc.body) from None
     token, owner, exp = answer.get("token"), answer.get("owner"), answer.get("exp")
     if not (isinstance(token, str) and isinstance(owner, str) and type(exp) is int):
         raise Unavailable(f"the auth service at {service.url} answered without a bearer - check its log")
@@ -61,10 +75,11 @@ def exchange(
     ttl: int | None = None,
     as_json: Annotated[bool, Parameter(name="--json", negative="")] = False,
     where: Where = Where(),
-) -> None:
+) -> int:
     """Exchange an IdP token for a bearer of one of your actors (the human arm).
 
-    Prints the bearer, or {"token", "owner", "exp"} with --json.
+    Prints the bearer, or {"token", "owner", "exp"} with --json; a refusal with --json prints
+    {"error": {"code", "message", "status", "cause"}} and exits 1.
 
     Parameters
     ----------
@@ -85,8 +100,15 @@ def exchange(
     body: dict[str, Any] = {"idpToken": idp_token.strip(), "actor": actor}
     if ttl is not None:
         body["ttlSec"] = ttl
-    answer = run_exchange(where.space_paths(), actor, body)
+    try:
+        answer = run_exchange(where.space_paths(), actor, body)
+    except ExchangeFailed as failed:
+        if not as_json:
+            raise
+        print(failed.as_json())
+        return 1
     print(json.dumps(answer, indent=2) if as_json else answer["token"])
+    return 0
 
 
 def read_token_file(path: Path) -> str:

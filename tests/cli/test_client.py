@@ -113,6 +113,15 @@ async def test_a_refused_exchange_prints_the_sentence_and_exits_1(root, service,
     assert expected in err.splitlines()[-1]
 
 
+async def test_a_refused_exchange_with_json_prints_a_json_error(root, service, capsys):
+    code, out, err = await _cotal(root, capsys, "exchange", "--actor", "web", "--idp-token", _idp_token(root), "--json")
+    assert code == 1 and "cotal:" not in err  # (stderr has the in-process service's own log line)
+    error = json.loads(out)["error"]
+    assert (error["code"], error["status"]) == ("EXCHANGE_REFUSED", 401)
+    assert error["message"].startswith('the exchange for actor "web" was refused: actor "web" is not granted')
+    assert error["cause"]["error"].startswith('actor "web" is not granted')
+
+
 async def test_an_exchange_after_a_regrant_gets_the_new_lifecycle(root, service, capsys):
     root.run(capsys, "actor", "grant", "cli", "--sub", SUB, "--full")
     _, first, _ = await _cotal(root, capsys, "exchange", "--actor", "cli", "--idp-token", _idp_token(root))
