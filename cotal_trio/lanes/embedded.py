@@ -3,11 +3,13 @@
 DESIGN.md section 1: ``cotal up`` provisions a root, starts a bundled nats-server, creates a
 space and runs its auth service, so the whole thing works on one machine with one command.
 
-Order (DESIGN.md section 4, "Adding a space to a running broker"): prepare the root (keys are
-created once and never regenerated; the broker policy is recorded), render the config, start
-the broker, push the space's data account then its auth account and read both back, start the
-IdP key source (the development IdP unless a real one is pinned), then start the lane. Every
-child belongs to one nursery: cancelling it stops the lane, the IdP face and the broker.
+Order (DESIGN.md section 4, "Adding a space to a running broker"): lock the root (one
+``cotal up`` per root), prepare it (keys are created once and never regenerated), render the
+config, start the broker and record the policy it runs with, push the space's data account then
+its auth account and read both back, start the IdP key source (the development IdP unless a
+real one is pinned; a new pin is recorded only once its JWKS was read), then start the lane.
+Every child belongs to one nursery; on cancellation the lane and the IdP face stop first and the
+broker last, so the lane never sees its broker vanish while it drains.
 """
 
 from __future__ import annotations
