@@ -37,6 +37,34 @@ How a call crosses the bridge (every async method of :class:`Connection`):
 """
 
 from ._conn import Connection, Message, Subscription, open_connection
+from ._kv import (
+    KeyExists,
+    KvEntry,
+    WrongRevision,
+    delete_bucket,
+    ensure_bucket,
+    kv_create,
+    kv_delete,
+    kv_get,
+    kv_put,
+    kv_update,
+)
 from ._loop import open_loop
 
-__all__ = ["Connection", "Message", "Subscription", "open_connection", "open_loop"]
+__all__ = [
+    "Connection",
+    "KeyExists",
+    "KvEntry",
+    "Message",
+    "Subscription",
+    "WrongRevision",
+    "delete_bucket",
+    "ensure_bucket",
+    "kv_create",
+    "kv_delete",
+    "kv_get",
+    "kv_put",
+    "kv_update",
+    "open_connection",
+    "open_loop",
+]

@@ -1,0 +1,456 @@
+"""JetStream KV on a :class:`~cotal_trio.natsio.Connection`, seen from trio (DESIGN.md section 8).
+
+Flavours: every public function here is trio-flavoured; the nested ``async def op(js)``
+coroutines are asyncio-flavoured and run on the lane's loop through :func:`run_aio` (bounded by
+the caller's trio deadline, no ``timeout=`` parameters).
+
+Why not nats-py's ``KeyValue``: it has no TTL on put/update, and it misreads the markers the
+server leaves when a bucket has subject delete markers (``Nats-Marker-Reason``): ``get()``
+returns a marker as a value and ``create()`` then fails (reference stack-prototype.md section 4
+and pitfall 11). So writes are plain ``js.publish`` with the KV headers, and reads fetch the last
+message on the key's subject (``$JS.API.STREAM.MSG.GET.KV_<bucket>`` with ``last_by_subj``) and
+look at its headers themselves. A key whose last message is a delete, a purge or a server
+marker is absent.
+
+nats-py internals relied on (nats-py 2.16; re-check on upgrade):
+
+* ``Connection._nc`` and ``Connection._loop`` (this package's own private attributes).
+* ``Client.jetstream(timeout=...)`` is cheap (no I/O), so each call builds one with the bound
+  :func:`run_aio` hands over.
+* ``JetStreamContext.publish(subject, payload, headers=...)`` raises ``APIError`` carrying the
+  server's ``err_code``; 10071/10164 mean "wrong last sequence" (as nats-py's ``KeyValue`` reads
+  them). ``get_last_msg(stream, subject)`` uses ``STREAM.MSG.GET`` (not direct get, so it works
+  whatever ``allow_direct`` is) and returns base64-decoded ``data`` (None when empty) and parsed
+  ``headers`` (None when absent).
+* ``stream_info``/``add_stream``/``delete_stream`` with ``api.StreamConfig``, whose ``as_dict``
+  converts ``max_age``, ``duplicate_window`` and ``subject_delete_marker_ttl`` from seconds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import nats.errors
+import nats.js
+import nats.js.errors
+from nats.js import api
+
+from cotal_trio.core.errors import AuthServiceError, ConfigError, Unavailable
+
+from ._conn import Connection, _translate
+from ._loop import run_aio
+
+__all__ = [
+    "KeyExists",
+    "KvEntry",
+    "WrongRevision",
+    "delete_bucket",
+    "ensure_bucket",
+    "kv_create",
+    "kv_delete",
+    "kv_get",
+    "kv_put",
+    "kv_update",
+]
+
+T = TypeVar("T")
+
+# KV wire headers (ADR-8, ADR-43).
+KV_OPERATION = "KV-Operation"
+MARKER_REASON = "Nats-Marker-Reason"  # placed by the server itself (MaxAge, Purge, Remove)
+EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+MSG_TTL = "Nats-TTL"  # whole seconds; nats-server 2.11+
+_TOMBSTONE_OPS = frozenset({"DEL", "PURGE"})
+# JetStream API err_codes (nats-server errors.json).
+_WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
+_NO_MESSAGE_FOUND = 10037
+_STREAM_NAME_IN_USE = 10058
+_STREAM_NOT_FOUND = 10059
+# nats-py's KV limits: history is a per-subject message count the server caps at 64.
+MAX_HISTORY = 64
+# kv_create reads the key again after each conflict; a marker can expire between the read and
+# the retry, so a few rounds are allowed before calling it a concurrent creator.
+CREATE_ATTEMPTS = 3
+# Key and bucket grammars of nats-py's KV (``VALID_KEY_RE``, ``VALID_BUCKET_RE``).
+_BUCKET_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
+_KEY_RE = re.compile(r"^[-/_=\.a-zA-Z0-9]+$")
+
+
+class KeyExists(AuthServiceError):
+    """:func:`kv_create` found a live value under the key (``key`` attribute)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key {key!r} already has a value")
+        self.key = key
+
+
+class WrongRevision(AuthServiceError):
+    """A compare-and-set named a revision that is no longer the key's last (``key`` attribute)."""
+
+    def __init__(self, key: str, revision: int) -> None:
+        super().__init__(f"key {key!r} is no longer at revision {revision}")
+        self.key = key
+        self.revision = revision
+
+
+class _Conflict(Exception):
+    """The server refused a publish's expected last subject sequence (translated by callers)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvEntry:
+    """A live value read from a bucket.
+
+    Attributes:
+        key: the key, without the ``$KV.<bucket>.`` prefix.
+        value: the stored bytes (possibly empty).
+        revision: the stream sequence of the message, the ``last_revision`` for a CAS (>= 1).
+    """
+
+    key: str
+    value: bytes
+    revision: int
+
+    def __post_init__(self) -> None:
+        if self.revision < 1:
+            raise ValueError(f"KvEntry.revision must be >= 1, got {self.revision}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Last:
+    """The last message on a key's subject: live value or tombstone."""
+
+    seq: int
+    value: bytes
+    live: bool
+
+
+# -- validation --------------------------------------------------------------------------------
+
+
+def _stream(bucket: str) -> str:
+    if not _BUCKET_RE.match(bucket):
+        raise ValueError(f"invalid bucket name {bucket!r}: letters, digits, '_' and '-' only")
+    return f"KV_{bucket}"
+
+
+def _subject(bucket: str, key: str) -> str:
+    _stream(bucket)
+    if not _KEY_RE.match(key) or key.startswith(".") or key.endswith(".") or ".." in key:
+        raise ValueError(f"invalid key {key!r}: letters, digits and -/_=. in non-empty tokens")
+    return f"$KV.{bucket}.{key}"
+
+
+def _ttl_headers(ttl_s: int | None) -> dict[str, str]:
+    """The ``Nats-TTL`` header for ``ttl_s`` whole seconds (>= 1), or none."""
+    if ttl_s is None:
+        return {}
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or ttl_s < 1:
+        # The server rejects "0" (err_code 10165) and the header has 1 s resolution.
+        raise ValueError(f"ttl_s must be a whole number of seconds >= 1, got {ttl_s!r}")
+    return {MSG_TTL: str(ttl_s)}
+
+
+# -- the bridge --------------------------------------------------------------------------------
+
+
+def _api_text(exc: nats.js.errors.APIError) -> str:
+    if exc.description:
+        return f"{exc.description} (err_code {exc.err_code})"
+    if isinstance(exc, nats.js.errors.ServiceUnavailableError):
+        return "no JetStream responder (JetStream off for this account?)"
+    return str(exc)
+
+
+async def _js(
+    conn: Connection, what: str, op: Callable[[nats.js.JetStreamContext], Awaitable[T]]
+) -> T:
+    """Trio: run ``op(js)`` on the lane's loop, translating JetStream errors.
+
+    Raises:
+        _Conflict: a wrong expected last subject sequence (the caller names it).
+        Unavailable: any other JetStream or connection error, with the server's text.
+    """
+
+    async def run(bound_s: float) -> T:  # asyncio-flavoured
+        return await op(conn._nc.jetstream(timeout=bound_s))
+
+    try:
+        return await run_aio(conn._loop, run, what=what)
+    except nats.js.errors.APIError as exc:
+        if exc.err_code in _WRONG_LAST_SEQUENCE:
+            raise _Conflict(what) from exc
+        raise Unavailable(f"{what}: {_api_text(exc)}") from exc
+    except (nats.errors.Error, OSError) as exc:
+        raise _translate(what, exc) from exc
+
+
+async def _publish(conn: Connection, subject: str, value: bytes, headers: dict[str, str]) -> int:
+    """Trio: a JetStream publish; returns the stored sequence. Raises as :func:`_js`."""
+
+    async def op(js: nats.js.JetStreamContext) -> int:  # asyncio-flavoured
+        return (await js.publish(subject, value, headers=headers or None)).seq
+
+    return await _js(conn, f"publish {subject}", op)
+
+
+async def _last(conn: Connection, bucket: str, subject: str) -> _Last | None:
+    """Trio: the last message on ``subject`` in the bucket's stream, or None when there is none."""
+
+    async def op(js: nats.js.JetStreamContext) -> api.RawStreamMsg | None:  # asyncio-flavoured
+        try:
+            return await js.get_last_msg(f"KV_{bucket}", subject)
+        except nats.js.errors.NotFoundError as exc:
+            if exc.err_code == _NO_MESSAGE_FOUND:
+                return None
+            raise  # 10059: the bucket itself is missing
+
+    raw = await _js(conn, f"get {subject}", op)
+    if raw is None:
+        return None
+    headers = {k.lower(): v.strip() for k, v in (raw.headers or {}).items()}
+    tombstone = (
+        headers.get(KV_OPERATION.lower()) in _TOMBSTONE_OPS or MARKER_REASON.lower() in headers
+    )
+    return _Last(seq=int(raw.seq), value=bytes(raw.data or b""), live=not tombstone)
+
+
+# -- buckets -----------------------------------------------------------------------------------
+
+
+def _bucket_config(
+    bucket: str,
+    history: int,
+    allow_msg_ttl: bool,
+    direct: bool,
+    max_age_s: float | None,
+    marker_ttl_s: int | None,
+) -> api.StreamConfig:
+    """The KV stream nats-py's ``create_key_value`` would build, with ``allow_msg_ttl`` our own."""
+    if not 1 <= history <= MAX_HISTORY:
+        raise ValueError(f"history must be 1..{MAX_HISTORY}, got {history}")
+    if max_age_s is not None and not max_age_s > 0:
+        raise ValueError(f"max_age_s must be > 0 or None, got {max_age_s}")
+    if marker_ttl_s is not None and (not isinstance(marker_ttl_s, int) or marker_ttl_s < 1):
+        raise ValueError(f"marker_ttl_s must be whole seconds >= 1 or None, got {marker_ttl_s!r}")
+    if marker_ttl_s is not None and not allow_msg_ttl:
+        raise ValueError("marker_ttl_s needs allow_msg_ttl=True (markers carry a Nats-TTL)")
+    return api.StreamConfig(
+        name=_stream(bucket),
+        subjects=[f"$KV.{bucket}.>"],
+        allow_direct=direct,
+        allow_rollup_hdrs=True,
+        allow_msg_ttl=allow_msg_ttl,
+        deny_delete=True,
+        discard=api.DiscardPolicy.NEW,
+        duplicate_window=min(max_age_s or 120.0, 120.0),
+        max_age=max_age_s,
+        max_bytes=-1,
+        max_consumers=-1,
+        max_msg_size=-1,
+        max_msgs=-1,
+        max_msgs_per_subject=history,
+        num_replicas=1,
+        storage=api.StorageType.FILE,
+        subject_delete_marker_ttl=marker_ttl_s,
+    )
+
+
+def _check_shape(bucket: str, have: api.StreamConfig, want: api.StreamConfig) -> None:
+    """Raise ConfigError when an existing stream differs from ``want`` in a way reads rely on."""
+    if f"$KV.{bucket}.>" not in (have.subjects or []) or (have.max_msgs_per_subject or 0) < 1:
+        raise ConfigError(
+            f"stream KV_{bucket} exists but is not a KV bucket; delete it or choose another name."
+        )
+    for field in ("allow_direct", "allow_msg_ttl"):
+        had, wanted = bool(getattr(have, field)), bool(getattr(want, field))
+        if had != wanted:
+            raise ConfigError(
+                f"KV bucket {bucket} exists with {field}={had} where {wanted} is needed;"
+                f" delete the bucket (its rows are lost) or recreate it with {field}={wanted}."
+            )
+
+
+async def ensure_bucket(
+    conn: Connection,
+    bucket: str,
+    *,
+    history: int = 1,
+    allow_msg_ttl: bool = True,
+    direct: bool = False,
+    max_age_s: float | None = None,
+    marker_ttl_s: int | None = None,
+) -> None:
+    """Trio: create the KV bucket ``bucket`` (stream ``KV_<bucket>``), or verify the existing one.
+
+    An existing bucket is accepted when it is a KV stream with the same ``allow_direct`` and
+    ``allow_msg_ttl``; other differences (history, max age, marker TTL) are left as they are.
+    Idempotent; two concurrent callers both succeed.
+
+    Args:
+        history: values kept per key (1..64).
+        allow_msg_ttl: allow per-message TTL (``ttl_s`` on writes).
+        direct: allow direct get (reads here use ``STREAM.MSG.GET`` either way).
+        max_age_s: the bucket-wide max age in seconds, None for none.
+        marker_ttl_s: when set, the server leaves a delete marker (``Nats-Marker-Reason``)
+            for this many seconds when a key's last value ages out; needs ``allow_msg_ttl``.
+
+    Raises:
+        ConfigError: the existing stream differs in a way that matters (the message names it).
+        ValueError: an invalid bucket name or option.
+        Unavailable: the broker or JetStream did not answer, or refused (server text).
+    """
+    want = _bucket_config(bucket, history, allow_msg_ttl, direct, max_age_s, marker_ttl_s)
+
+    async def op(js: nats.js.JetStreamContext) -> api.StreamConfig:  # asyncio-flavoured
+        try:
+            return (await js.stream_info(want.name)).config
+        except nats.js.errors.NotFoundError as exc:
+            if exc.err_code != _STREAM_NOT_FOUND:
+                raise
+        try:
+            return (await js.add_stream(want)).config
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != _STREAM_NAME_IN_USE:  # created meanwhile by someone else
+                raise
+        return (await js.stream_info(want.name)).config
+
+    _check_shape(bucket, await _js(conn, f"ensure bucket {bucket}", op), want)
+
+
+async def delete_bucket(conn: Connection, bucket: str) -> None:
+    """Trio: delete the bucket and every value in it; a missing bucket is not an error.
+
+    Raises:
+        ValueError: an invalid bucket name.
+        Unavailable: the broker or JetStream did not answer, or refused.
+    """
+    stream = _stream(bucket)
+
+    async def op(js: nats.js.JetStreamContext) -> None:  # asyncio-flavoured
+        try:
+            await js.delete_stream(stream)
+        except nats.js.errors.NotFoundError as exc:
+            if exc.err_code != _STREAM_NOT_FOUND:
+                raise
+
+    await _js(conn, f"delete bucket {bucket}", op)
+
+
+# -- keys --------------------------------------------------------------------------------------
+
+
+async def kv_get(conn: Connection, bucket: str, key: str) -> KvEntry | None:
+    """Trio: the live value of ``key``, or None when it is missing, deleted, purged or expired.
+
+    One request (``STREAM.MSG.GET`` ``last_by_subj``); a delete/purge (``KV-Operation``) or a
+    server marker (``Nats-Marker-Reason``) reads as None.
+
+    Raises:
+        ValueError: an invalid bucket or key.
+        Unavailable: the bucket is missing, or the broker/JetStream did not answer.
+    """
+    last = await _last(conn, bucket, _subject(bucket, key))
+    if last is None or not last.live:
+        return None
+    return KvEntry(key=key, value=last.value, revision=last.seq)
+
+
+async def kv_create(
+    conn: Connection, bucket: str, key: str, value: bytes, *, ttl_s: int | None = None
+) -> int:
+    """Trio: store ``value`` under ``key`` only if it has no live value; returns the revision.
+
+    Succeeds when the key is missing or its last message is a delete, purge or server marker:
+    the publish expects that message's sequence (``Nats-Expected-Last-Subject-Sequence``, 0 for
+    none), so a concurrent creator makes exactly one of us win.
+
+    Args:
+        ttl_s: the value expires after this many whole seconds (>= 1), or never.
+
+    Raises:
+        KeyExists: the key has a live value (or concurrent writers kept changing it).
+        ValueError: an invalid bucket, key or ``ttl_s``.
+        Unavailable: the bucket is missing, refuses TTLs, or the broker did not answer.
+    """
+    subject = _subject(bucket, key)
+    headers = _ttl_headers(ttl_s)
+    expected = 0
+    for _ in range(CREATE_ATTEMPTS):
+        expect = {EXPECTED_LAST_SUBJECT_SEQ: str(expected)}
+        try:
+            return await _publish(conn, subject, value, headers | expect)
+        except _Conflict:
+            pass
+        last = await _last(conn, bucket, subject)
+        if last is not None and last.live:
+            raise KeyExists(key)
+        expected = 0 if last is None else last.seq
+    raise KeyExists(key)
+
+
+async def kv_update(
+    conn: Connection,
+    bucket: str,
+    key: str,
+    value: bytes,
+    *,
+    last_revision: int,
+    ttl_s: int | None = None,
+) -> int:
+    """Trio: compare-and-set: store ``value`` if ``key`` is still at ``last_revision``.
+
+    Returns the new revision.
+
+    Raises:
+        WrongRevision: the key's last message is not ``last_revision`` (changed, deleted, expired).
+        ValueError: an invalid bucket, key, ``ttl_s``, or ``last_revision`` < 1.
+        Unavailable: the bucket is missing, or the broker did not answer.
+    """
+    if last_revision < 1:
+        raise ValueError(f"last_revision must be >= 1, got {last_revision} (use kv_create)")
+    subject = _subject(bucket, key)
+    headers = {**_ttl_headers(ttl_s), EXPECTED_LAST_SUBJECT_SEQ: str(last_revision)}
+    try:
+        return await _publish(conn, subject, value, headers)
+    except _Conflict as exc:
+        raise WrongRevision(key, last_revision) from exc.__cause__
+
+
+async def kv_put(
+    conn: Connection, bucket: str, key: str, value: bytes, *, ttl_s: int | None = None
+) -> int:
+    """Trio: store ``value`` under ``key`` unconditionally; returns the revision.
+
+    Raises:
+        ValueError: an invalid bucket, key or ``ttl_s``.
+        Unavailable: the bucket is missing, refuses TTLs, or the broker did not answer.
+    """
+    return await _publish(conn, _subject(bucket, key), value, _ttl_headers(ttl_s))
+
+
+async def kv_delete(
+    conn: Connection, bucket: str, key: str, *, last_revision: int | None = None
+) -> None:
+    """Trio: delete ``key`` (a ``KV-Operation: DEL`` marker); deleting a missing key is fine.
+
+    With ``last_revision``, only if the key is still at that revision.
+
+    Raises:
+        WrongRevision: ``last_revision`` was given and is not the key's last message.
+        ValueError: an invalid bucket or key, or ``last_revision`` < 1.
+        Unavailable: the bucket is missing, or the broker did not answer.
+    """
+    subject = _subject(bucket, key)
+    headers = {KV_OPERATION: "DEL"}
+    if last_revision is not None:
+        if last_revision < 1:
+            raise ValueError(f"last_revision must be >= 1, got {last_revision}")
+        headers[EXPECTED_LAST_SUBJECT_SEQ] = str(last_revision)
+    try:
+        await _publish(conn, subject, b"", headers)
+    except _Conflict as exc:
+        raise WrongRevision(key, last_revision or 0) from exc.__cause__
