@@ -1,0 +1,201 @@
+"""``cotal auth-service``'s glue: one lane per space, from a root, for a host or alone.
+
+:func:`lane_factory` is the host's ``start_lane`` (``HostConfig.start_lane``): for a manifest
+entry it returns a startable that reads the space's IdP pin from the root, builds that space's
+:class:`~cotal_trio.lanes.space.LaneConfig` and runs :func:`~cotal_trio.lanes.space.run_lane`
+with the same ``task_status``. :func:`run_service` is what the CLI awaits (STYLE.md practice 25):
+a lane host on a manifest (``--spaces``) or one lane alone (``--space``).
+
+The auth service starts no broker and pushes no account: the broker at ``server_url`` must
+already trust each space's accounts (the operator pushes them; ``cotal up`` does for its space).
+
+IdP keys (full lanes only; a callout-only lane never verifies an IdP token, so a replica does not
+depend on the IdP being reachable): a ``dev`` pin takes its key set from ``<root>/devidp.json``;
+an ``oidc`` pin's JWKS is fetched once before the lane starts and re-read every
+``JWKS_REFRESH_S`` in the lane's own nursery (a failed re-read keeps the last good keys).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+import trio
+from nacl.signing import VerifyKey
+
+from ..core.admission import CalloutLimits
+from ..core.errors import ConfigError, Unavailable
+from ..core.idp import parse_jwks
+from ..core.manifest import SpaceEntry
+from ..devidp import DevIdpMaterial, jwks
+from ..state import RootPaths, load_idp_pin, missing
+from .embedded import JWKS_FETCH_CEILING_S, _refresh_jwks
+from .host import HostConfig, run_host
+from .idp_keys import IdpKeyCache, fetch_jwks
+from .space import LaneConfig, LaneInfo, run_lane
+
+__all__ = ["ServiceConfig", "ServiceInfo", "lane_factory", "run_service"]
+
+Startable = Callable[..., object]
+
+
+def lane_factory(
+    *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
+    clock: Callable[[], float] = time.time,
+) -> Callable[[SpaceEntry], Startable]:
+    """The host's ``start_lane``: ``entry -> startable`` serving ``entry.space`` from ``root``.
+
+    The startable raises (before ``started``) ``ConfigError`` for missing or corrupt material
+    or pin, and ``Unavailable`` for an unreachable broker or IdP; the host then marks the lane
+    ``retrying``.
+    """
+    def start_lane(entry: SpaceEntry) -> Startable:
+        return functools.partial(
+            _run_space, entry.space, root=root, server_url=server_url, limits=limits,
+            callout_only=callout_only, clock=clock,
+        )
+    return start_lane
+
+
+async def _run_space(
+    space: str, *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
+    clock: Callable[[], float], task_status: trio.TaskStatus[LaneInfo] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve ``space`` until cancelled (startable; ``started`` with the lane's :class:`LaneInfo`)."""
+    async with trio.open_nursery() as nursery:
+        keys = _no_keys if callout_only else await _idp_keys(nursery, root, space)
+        config = LaneConfig(
+            space=space, paths=root.space(space), server_url=server_url, idp_keys=keys,
+            limits=limits, callout_only=callout_only, clock=clock,
+        )
+        await run_lane(config, task_status=task_status)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _no_keys() -> Mapping[str, VerifyKey]:
+    return {}
+
+
+async def _idp_keys(nursery: trio.Nursery, root: RootPaths, space: str) -> Callable[[], Mapping[str, VerifyKey]]:
+    """The key set of ``space``'s pinned IdP (an oidc pin's is refreshed in ``nursery``).
+
+    Raises:
+        ConfigError: no pin, a corrupt pin or ``devidp.json``, or a dev pin naming another IdP.
+        Unavailable: the oidc pin's JWKS could not be read in time.
+    """
+    pin = load_idp_pin(root.space(space).idp_json)
+    if pin.kind == "dev":
+        return IdpKeyCache(parse_jwks(jwks(_dev_idp(root, space, pin.issuer)))).keys
+    try:
+        with trio.fail_after(JWKS_FETCH_CEILING_S):
+            cache = IdpKeyCache(await fetch_jwks(pin.jwks_uri))
+    except trio.TooSlowError:
+        raise Unavailable(f"space {space}: the IdP JWKS at {pin.jwks_uri} did not answer in time") from None
+    nursery.start_soon(_refresh_jwks, pin.jwks_uri, cache)
+    return cache.keys
+
+
+def _dev_idp(root: RootPaths, space: str, issuer: str) -> DevIdpMaterial:
+    path = root.devidp_json
+    if not path.exists():
+        raise missing(path)
+    dev = DevIdpMaterial.from_json(path.read_bytes())
+    if dev.issuer != issuer:
+        raise ConfigError(
+            f"space {space} pins another development IdP ({issuer}) than {path} ({dev.issuer}) - "
+            "restore that file from a backup"
+        )
+    return dev
+
+
+# --- the service: a host on a manifest, or one lane ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceConfig:
+    """``cotal auth-service``'s flags as a value.
+
+    Attributes:
+        root: the root holding each space's material.
+        server_url: the broker, which already trusts the spaces' accounts.
+        space: serve this one space alone (exclusive with ``manifest``).
+        manifest: serve the spaces this manifest lists, live (exclusive with ``space``).
+        callout_only: replica lanes: no HTTP face, no ``auth-service.json``.
+        limits: callout limits (the broker's auth timeout).
+        clock: wall time, unix seconds.
+
+    Raises:
+        ConfigError: neither or both of ``space`` and ``manifest``.
+    """
+
+    root: RootPaths
+    server_url: str
+    space: str | None = None
+    manifest: Path | None = None
+    callout_only: bool = False
+    limits: CalloutLimits = field(default_factory=CalloutLimits)
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        if (self.space is None) == (self.manifest is None):
+            raise ConfigError("pass exactly one of --space (one space) and --spaces (a manifest of spaces)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceInfo:
+    """A started service: the host's manifest and its ``.applied`` file and spaces, or one lane.
+
+    Attributes:
+        spaces: the spaces being started or served.
+        manifest: the manifest (``None`` for one space).
+        applied: ``<manifest>.applied`` (``None`` for one space).
+        lane: the single lane's :class:`LaneInfo` (``None`` for a host).
+    """
+
+    spaces: tuple[str, ...]
+    manifest: Path | None = None
+    applied: Path | None = None
+    lane: LaneInfo | None = None
+
+
+async def run_service(
+    config: ServiceConfig, *, task_status: trio.TaskStatus[ServiceInfo] = trio.TASK_STATUS_IGNORED
+) -> NoReturn:
+    """Run the auth service until cancelled (startable; ``started`` with a :class:`ServiceInfo`).
+
+    With a manifest, a lane failure is retried by the host and never ends this function. With
+    one space, a lane failure propagates (a single-space replica exits non-zero).
+
+    Raises:
+        ConfigError, Unavailable: one space's lane could not start, or ended.
+    """
+    start_lane = lane_factory(
+        root=config.root, server_url=config.server_url, limits=config.limits,
+        callout_only=config.callout_only, clock=config.clock,
+    )
+    async with trio.open_nursery() as nursery:
+        if config.manifest is None:
+            assert config.space is not None  # __post_init__
+            lane = await nursery.start(start_lane(SpaceEntry(space=config.space)))
+            task_status.started(ServiceInfo(spaces=(config.space,), lane=lane))
+        else:
+            host = await nursery.start(run_host, HostConfig(
+                manifest=config.manifest, start_lane=start_lane, callout_only=config.callout_only,
+                clock=config.clock,
+            ))
+            task_status.started(ServiceInfo(
+                spaces=tuple(host.current_states()), manifest=config.manifest,
+                applied=_applied(config.manifest),
+            ))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _applied(manifest: Path) -> Path:
+    """``<manifest>.applied``, as the host writes it (beside the manifest's own path)."""
+    path = Path(os.path.abspath(manifest))
+    return path.with_name(path.name + ".applied")
