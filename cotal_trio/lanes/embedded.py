@@ -49,16 +49,13 @@ from ..state import (
     save_idp_pin,
     save_policy,
 )
-from .idp_keys import IdpKeyCache, check_jwks_uri, fetch_jwks
+from .idp_keys import IdpKeyCache, check_jwks_uri, open_pinned_keys
 from .space import LaneConfig, LaneInfo, run_lane
 
 __all__ = ["DEFAULT_PORT", "UpConfig", "UpInfo", "prepare_root", "run_up"]
 
 DEFAULT_PORT = 4222
 BROKER_START_CEILING_S = 15
-JWKS_FETCH_CEILING_S = 15
-# How often a pinned IdP's JWKS is re-read: its Cache-Control max-age of 300 s (upstream 3.1).
-JWKS_REFRESH_S = 300.0
 
 log = logging.getLogger("cotal.up")
 
@@ -260,30 +257,13 @@ async def _start_idp(
     A new pin is recorded only here, after its JWKS was read.
     """
     if prepared.dev_idp is None:
-        try:
-            with trio.fail_after(JWKS_FETCH_CEILING_S):
-                cache = IdpKeyCache(await fetch_jwks(prepared.pin.jwks_uri))
-        except trio.TooSlowError:
-            raise Unavailable(f"the IdP JWKS at {prepared.pin.jwks_uri} did not answer in time") from None
-        nursery.start_soon(_refresh_jwks, prepared.pin.jwks_uri, cache)
-        url = None
+        cache, url = await open_pinned_keys(prepared.pin.jwks_uri, nursery), None
     else:
         cache = IdpKeyCache(parse_jwks(jwks(prepared.dev_idp)))
         url = f"http://127.0.0.1:{await nursery.start(functools.partial(serve_app, build_dev_idp_app(prepared.dev_idp)))}"
     if prepared.pin_is_new:
         save_idp_pin(config.paths.space(config.space).idp_json, prepared.pin, exclusive=True)
     return cache, url
-
-
-async def _refresh_jwks(uri: str, cache: IdpKeyCache) -> NoReturn:
-    """Re-read the pinned JWKS every ``JWKS_REFRESH_S``; a failed read keeps the last good keys."""
-    while True:
-        await trio.sleep(JWKS_REFRESH_S)
-        try:
-            with trio.fail_after(JWKS_FETCH_CEILING_S):
-                cache.replace(await fetch_jwks(uri))
-        except (Unavailable, trio.TooSlowError) as exc:
-            log.warning("idp: could not refresh the JWKS at %s (%s); keeping the last good keys", uri, exc)
 
 
 async def _serve(

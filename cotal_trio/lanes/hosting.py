@@ -29,14 +29,13 @@ import trio
 from nacl.signing import VerifyKey
 
 from ..core.admission import CalloutLimits
-from ..core.errors import ConfigError, Unavailable
+from ..core.errors import ConfigError
 from ..core.idp import parse_jwks
 from ..core.manifest import SpaceEntry
 from ..devidp import DevIdpMaterial, jwks
 from ..state import RootPaths, load_idp_pin, missing
-from .embedded import JWKS_FETCH_CEILING_S, _refresh_jwks
 from .host import HostConfig, run_host
-from .idp_keys import IdpKeyCache, fetch_jwks
+from .idp_keys import IdpKeyCache, open_pinned_keys
 from .space import LaneConfig, LaneInfo, run_lane
 
 __all__ = ["ServiceConfig", "ServiceInfo", "lane_factory", "run_service"]
@@ -46,7 +45,7 @@ Startable = Callable[..., object]
 
 def lane_factory(
     *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.time, reconnect: bool = True,
 ) -> Callable[[SpaceEntry], Startable]:
     """The host's ``start_lane``: ``entry -> startable`` serving ``entry.space`` from ``root``.
 
@@ -57,21 +56,22 @@ def lane_factory(
     def start_lane(entry: SpaceEntry) -> Startable:
         return functools.partial(
             _run_space, entry.space, root=root, server_url=server_url, limits=limits,
-            callout_only=callout_only, clock=clock,
+            callout_only=callout_only, clock=clock, reconnect=reconnect,
         )
     return start_lane
 
 
 async def _run_space(
     space: str, *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
-    clock: Callable[[], float], task_status: trio.TaskStatus[LaneInfo] = trio.TASK_STATUS_IGNORED,
+    clock: Callable[[], float], reconnect: bool,
+    task_status: trio.TaskStatus[LaneInfo] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve ``space`` until cancelled (startable; ``started`` with the lane's :class:`LaneInfo`)."""
     async with trio.open_nursery() as nursery:
         keys = _no_keys if callout_only else await _idp_keys(nursery, root, space)
         config = LaneConfig(
             space=space, paths=root.space(space), server_url=server_url, idp_keys=keys,
-            limits=limits, callout_only=callout_only, clock=clock,
+            limits=limits, callout_only=callout_only, clock=clock, reconnect=reconnect,
         )
         await run_lane(config, task_status=task_status)
     raise AssertionError("unreachable")  # pragma: no cover
@@ -91,13 +91,7 @@ async def _idp_keys(nursery: trio.Nursery, root: RootPaths, space: str) -> Calla
     pin = load_idp_pin(root.space(space).idp_json)
     if pin.kind == "dev":
         return IdpKeyCache(parse_jwks(jwks(_dev_idp(root, space, pin.issuer)))).keys
-    try:
-        with trio.fail_after(JWKS_FETCH_CEILING_S):
-            cache = IdpKeyCache(await fetch_jwks(pin.jwks_uri))
-    except trio.TooSlowError:
-        raise Unavailable(f"space {space}: the IdP JWKS at {pin.jwks_uri} did not answer in time") from None
-    nursery.start_soon(_refresh_jwks, pin.jwks_uri, cache)
-    return cache.keys
+    return (await open_pinned_keys(pin.jwks_uri, nursery)).keys
 
 
 def _dev_idp(root: RootPaths, space: str, issuer: str) -> DevIdpMaterial:
@@ -177,6 +171,7 @@ async def run_service(
     start_lane = lane_factory(
         root=config.root, server_url=config.server_url, limits=config.limits,
         callout_only=config.callout_only, clock=config.clock,
+        reconnect=config.manifest is not None,  # one space: a lost broker ends the process
     )
     async with trio.open_nursery() as nursery:
         if config.manifest is None:

@@ -8,8 +8,10 @@ host fetches, so a request never waits on the IdP.
 from __future__ import annotations
 
 import json
+import logging
 import urllib.error
 from collections.abc import Mapping
+from typing import NoReturn
 
 import trio
 from nacl.signing import VerifyKey
@@ -18,7 +20,9 @@ from ..core.errors import CodecError, ConfigError, Unavailable
 from ..core.idp import parse_jwks
 from ..http.client import check_url, no_redirect_opener
 
-__all__ = ["IdpKeyCache", "check_jwks_uri", "fetch_jwks"]
+__all__ = ["IdpKeyCache", "check_jwks_uri", "fetch_jwks", "open_pinned_keys"]
+
+log = logging.getLogger("cotal.idp")
 
 MAX_JWKS_BYTES = 256 * 1024
 
@@ -71,3 +75,36 @@ class IdpKeyCache:
     def replace(self, keys: Mapping[str, VerifyKey]) -> None:
         """Sync: install a freshly fetched key set (a failed fetch keeps the last good one)."""
         self._keys = dict(keys)
+
+
+# How long one JWKS read may take, and how often a pinned IdP's JWKS is re-read (its
+# Cache-Control max-age of 300 s, upstream-notes 3.1).
+JWKS_FETCH_CEILING_S = 15.0
+JWKS_REFRESH_S = 300.0
+
+
+async def open_pinned_keys(uri: str, nursery: trio.Nursery) -> IdpKeyCache:
+    """Read the pinned JWKS now and keep re-reading it in ``nursery`` (checkpoint).
+
+    Raises:
+        ConfigError: the URI is not https/loopback.
+        Unavailable: the first read failed or did not answer within ``JWKS_FETCH_CEILING_S``.
+    """
+    try:
+        with trio.fail_after(JWKS_FETCH_CEILING_S):
+            cache = IdpKeyCache(await fetch_jwks(uri))
+    except trio.TooSlowError:
+        raise Unavailable(f"the IdP JWKS at {uri} did not answer in time - check the IdP, or --idp") from None
+    nursery.start_soon(_refresh, uri, cache)
+    return cache
+
+
+async def _refresh(uri: str, cache: IdpKeyCache) -> NoReturn:
+    """Re-read the JWKS every ``JWKS_REFRESH_S``; a failed read keeps the last good keys."""
+    while True:
+        await trio.sleep(JWKS_REFRESH_S)
+        try:
+            with trio.fail_after(JWKS_FETCH_CEILING_S):
+                cache.replace(await fetch_jwks(uri))
+        except (Unavailable, trio.TooSlowError) as exc:
+            log.warning("idp: could not refresh the JWKS at %s (%s); keeping the last good keys", uri, exc)

@@ -66,6 +66,9 @@ class LaneConfig:
         limits: callout limits (spec "Callout deadlines").
         http_port: loopback exchange port; 0 picks a free one.
         callout_only: a replica: no HTTP face and no ``auth-service.json``.
+        reconnect: ride out a broker restart (a lane of a host); False ends the lane when its
+            connection drops, so a single-space process exits non-zero and its unit restarts
+            it (spec "Callout replicas").
         clock: wall time, unix seconds.
     """
 
@@ -76,6 +79,7 @@ class LaneConfig:
     limits: CalloutLimits = field(default_factory=CalloutLimits)
     http_port: int = 0
     callout_only: bool = False
+    reconnect: bool = True
     clock: Callable[[], float] = time.time
 
 
@@ -130,7 +134,8 @@ async def run_lane(
     if exchange is not None:
         _scrub_readiness(config)
     name = f"cotal:auth-service:{config.space}"
-    async with open_loop(), open_connection(config.server_url, creds=creds, name=name) as conn:
+    connect = open_connection(config.server_url, creds=creds, name=name, reconnect=config.reconnect)
+    async with open_loop(), connect as conn:
         responder = CalloutResponder(
             keys=keys,
             verifier=verifier,

@@ -36,7 +36,7 @@ from cotal_trio.core.identity import derive_owner, mint_lifecycle_uid
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.devidp import DevIdpMaterial, create_dev_idp, mint_dev_token
 from cotal_trio.lanes.host import Host, HostConfig, run_host
-from cotal_trio.lanes.hosting import lane_factory
+from cotal_trio.lanes.hosting import ServiceConfig, lane_factory, run_service
 from cotal_trio.natsio import Connection, open_connection, open_loop
 from cotal_trio.state import (
     IdpPinRecord,
@@ -262,3 +262,33 @@ def test_bad_flags_are_one_sentence(flag, value, words, capsys, tmp_path):
     flags = {"--server": "nats://127.0.0.1:4222", "--space": "a", "--root": str(tmp_path), flag: value}
     assert main(["auth-service", *(item for pair in flags.items() for item in pair)]) == 1
     assert words in capsys.readouterr().err
+
+
+async def test_a_single_space_replica_ends_when_its_broker_goes(tmp_path: Path, nats_server_bin: str):
+    """Spec "Callout replicas": a replica that loses the broker exits non-zero (its unit restarts
+    it). With one space, ``run_service`` ends with Unavailable once the broker stops; a host's
+    lanes instead ride out a broker restart."""
+    paths, _ = provision_root(tmp_path / "root")
+    broker = provision.ensure_root(paths, iat=int(time.time()))
+    port = free_port()
+    conf = write_config(paths, broker, port=port, auth_timeout_s=AUTH_TIMEOUT_S)
+    url = f"nats://127.0.0.1:{port}"
+    start = functools.partial(run_nats_server, conf, executable=nats_server_bin, log_path=paths.broker_log, port=port)
+    config = ServiceConfig(root=paths, server_url=url, space="a", callout_only=True,
+                           limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S))
+    with trio.fail_after(30):
+        with pytest.RaisesGroup(pytest.RaisesExc(Unavailable, match="closed the callout connection"), flatten_subgroups=True):
+            async with trio.open_nursery() as outer:
+                broker_scope = trio.CancelScope()
+
+                async def run_broker(task_status=trio.TASK_STATUS_IGNORED):
+                    with broker_scope:
+                        async with trio.open_nursery() as inner:
+                            await inner.start(start)
+                            task_status.started()
+                await outer.start(run_broker)
+                async with open_loop(), open_system_connection(url, broker) as system:
+                    record = provision.load_space_accounts(paths, broker, "a")
+                    await push_accounts(system, (record.data_jwt, record.auth_jwt))
+                await outer.start(run_service, config)
+                broker_scope.cancel()  # the broker stops (SIGTERM); the replica must end by itself
