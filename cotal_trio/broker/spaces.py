@@ -1,0 +1,471 @@
+"""Spaces on a running root: add, remove and list (DESIGN.md sections 4 and 9; issue 3 item 1).
+
+Adding a space (:func:`add_space`)::
+
+    ensure_root, ensure_space          keys created once, never again
+    push data JWT, then auth JWT       $SYS.REQ.CLAIMS.UPDATE, each read back with LOOKUP
+    <root>/spaces.json += {space}      version-2 manifest: a running host starts the lane
+
+A space whose ``accounts.json`` existed before the call is re-signed first (:func:`resign_space`
+gives a later ``iat``): it may have been pushed and deleted before, and a deleted account
+ignores an identical JWT (reference nats-operator-mode.md pitfall P7). Re-signing a live
+account is harmless (same claims, newer ``iat``; its users stay connected).
+
+Removing a space (:func:`remove_space`)::
+
+    <root>/spaces.json -= {space}      first, so a running host stops the lane
+    (wait for <spaces.json>.applied)   optional: until the lane has fully stopped
+    delete the KV_cotal_* streams      as a short-lived data-account service user (pitfall P8:
+                                       an account delete keeps its JetStream data)
+    $SYS.REQ.CLAIMS.DELETE [auth, data] signed by the operator signing key
+
+The space's material stays in the root, so a later add re-signs and re-pushes the same keys.
+
+**Static spaces.** A static-auth space has no lane, so it is kept out of ``spaces.json`` (the
+v2 manifest refuses unknown keys, so a ``"static"`` flag cannot live there). Its mode is
+recorded in the space folder instead: ``<space folder>/mode.json`` = ``{"ver": 1, "mode":
+"static"}``. A space without ``mode.json`` is a user-auth space. Adding a space again without
+``static`` removes ``mode.json``; adding it with ``static`` removes it from ``spaces.json``.
+
+The broker URL: ``server_url`` when given; else ``nats://127.0.0.1:<port of policy.json>`` when
+``policy.json`` exists and something accepts TCP there; else nothing is pushed or deleted on a
+broker (the result says so).
+
+Concurrency: ``spaces.json`` is rewritten atomically (read, change, rename) but two concurrent
+``space add`` runs on one root may lose one of the two entries; run them one at a time. The
+up-lock of the root (:func:`cotal_trio.state.hold_root`) is NOT taken: ``cotal up`` holds it
+while it runs, and these commands exist to change the set of spaces under a running ``cotal up``.
+
+All async functions are trio-flavoured and bounded by the caller's deadline (wrap them in
+``trio.fail_after``); they open their own :func:`cotal_trio.natsio.open_loop`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from cotal_trio import natsio
+from cotal_trio.broker import provision
+from cotal_trio.broker.accounts import (
+    delete_accounts,
+    lookup_subject,
+    open_system_connection,
+    push_accounts,
+)
+from cotal_trio.core.errors import ConfigError, Unavailable
+from cotal_trio.core.identity import is_space
+from cotal_trio.core.manifest import SpaceEntry, parse_manifest, render_manifest
+from cotal_trio.state import (
+    BrokerMaterial,
+    RootPaths,
+    SpaceMaterial,
+    SpacePaths,
+    atomic_write,
+    load_broker,
+    load_policy,
+    load_space,
+    read_json,
+    remove_quietly,
+    render_json,
+)
+
+__all__ = [
+    "MODE_STATIC",
+    "MODE_USER_AUTH",
+    "SPACE_ADMIN_USER",
+    "STORE_STREAM_PREFIX",
+    "AddedSpace",
+    "RemovedSpace",
+    "add_space",
+    "delete_space_streams",
+    "list_spaces",
+    "mode_path",
+    "remove_space",
+    "resolve_server_url",
+]
+
+MODE_STATIC = "static"
+MODE_USER_AUTH = "user-auth"
+MODE_FILE = "mode.json"
+MODE_VERSION = 1
+SPACE_ADMIN_USER = "cotal-space-admin"
+STORE_STREAM_PREFIX = "KV_cotal_"
+ADMIN_PERMISSIONS = {"pub": {"allow": ["$JS.API.>"]}, "sub": {"allow": ["_INBOX.>"]}}
+ADMIN_LIFETIME_S = 60
+PROBE_S = 1.0  # how long "is a broker listening on the policy port" may take
+APPLIED_POLL_S = 0.1
+STREAM_NAMES = "$JS.API.STREAM.NAMES"
+STREAM_DELETE = "$JS.API.STREAM.DELETE."
+
+
+@dataclass(frozen=True, slots=True)
+class AddedSpace:
+    """What :func:`add_space` did.
+
+    Attributes:
+        space: the space name.
+        mode: ``"user-auth"`` or ``"static"``.
+        server_url: the broker the accounts were pushed to, or None (no broker: nothing pushed).
+        resigned: the account JWTs were re-signed before the push (the space existed before).
+        data_jwt, auth_jwt: the account JWTs now recorded in ``accounts.json``.
+        hosted: the space is listed in ``spaces.json``.
+    """
+
+    space: str
+    mode: str
+    server_url: str | None
+    resigned: bool
+    data_jwt: str
+    auth_jwt: str
+    hosted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RemovedSpace:
+    """What :func:`remove_space` did.
+
+    Attributes:
+        space: the space name.
+        server_url: the broker the accounts were deleted on, or None (no broker reached).
+        was_hosted: the space was listed in ``spaces.json`` (now it is not).
+        lane_stopped: ``.applied`` showed the lane gone (None: not waited for).
+        streams_deleted: names of the JetStream streams deleted.
+        accounts_deleted: the broker held the accounts and deleted them.
+    """
+
+    space: str
+    server_url: str | None
+    was_hosted: bool
+    lane_stopped: bool | None
+    streams_deleted: tuple[str, ...]
+    accounts_deleted: bool
+
+
+# -- files (blocking; called through trio.to_thread) -------------------------------------------
+
+
+def mode_path(sp: SpacePaths) -> Path:
+    """``<space folder>/mode.json``: present only for a static-auth space."""
+    return sp.dir / MODE_FILE
+
+
+def _read_mode(sp: SpacePaths) -> str:
+    path = mode_path(sp)
+    if not path.exists():
+        return MODE_USER_AUTH
+    obj = read_json(path)
+    if obj.get("ver") != MODE_VERSION or obj.get("mode") != MODE_STATIC:
+        raise ConfigError(
+            f"{path} is corrupt - write {{\"ver\": 1, \"mode\": \"static\"}} or remove it for a "
+            "user-auth space"
+        )
+    return MODE_STATIC
+
+
+def _write_mode(sp: SpacePaths, static: bool) -> None:
+    if static:
+        atomic_write(mode_path(sp), render_json({"ver": MODE_VERSION, "mode": MODE_STATIC}))
+    else:
+        remove_quietly(mode_path(sp))
+
+
+def _read_manifest(paths: RootPaths) -> list[SpaceEntry]:
+    """The entries of ``spaces.json`` (none when it does not exist).
+
+    Raises:
+        ConfigError: unreadable, or refused by the manifest parser (its reasons are quoted).
+    """
+    path = paths.spaces_manifest
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ConfigError(f"{path} is unreadable ({exc.strerror}) - check its permissions") from None
+    try:
+        return list(parse_manifest(data).spaces)
+    except ConfigError as exc:
+        raise ConfigError(f"{path} is refused ({exc}) - fix it by hand first") from None
+
+
+def _write_manifest(paths: RootPaths, entries: list[SpaceEntry]) -> None:
+    atomic_write(paths.spaces_manifest, render_manifest(entries))
+
+
+def _set_hosted(paths: RootPaths, space: str, hosted: bool) -> bool:
+    """Add (keeping an existing entry as it is) or drop ``space`` in ``spaces.json``.
+
+    Returns:
+        Whether the space was listed before. The file is written only when something changes.
+    """
+    entries = _read_manifest(paths)
+    was = any(e.space == space for e in entries)
+    if hosted and not was:
+        _write_manifest(paths, [*entries, SpaceEntry(space=space)])
+    elif not hosted and was:
+        _write_manifest(paths, [e for e in entries if e.space != space])
+    return was
+
+
+def _provision(paths: RootPaths, space: str, static: bool, iat: int) -> tuple[BrokerMaterial, bool]:
+    """ensure_root + ensure_space + mode.json; returns the broker material and whether the
+    space's accounts existed before (so they may have been pushed: re-sign)."""
+    broker = provision.ensure_root(paths, iat=iat)
+    existed = paths.space(space).accounts_json.exists()
+    provision.ensure_space(paths, broker, space, iat=iat)
+    _write_mode(paths.space(space), static)
+    return broker, existed
+
+
+def _check_name(space: str) -> None:
+    if not is_space(space):
+        raise ConfigError(f"{space!r} is not a space name - use 1 to 64 letters, digits, _ and -")
+
+
+def _existing_space(paths: RootPaths, space: str) -> tuple[BrokerMaterial, SpacePaths]:
+    _check_name(space)
+    sp = paths.space(space)
+    if not sp.callout_json.exists():
+        raise ConfigError(f"space {space} is not in the root {paths.root} - see `cotal space list`")
+    return load_broker(paths.broker_json), sp
+
+
+# -- the broker URL ------------------------------------------------------------------------------
+
+
+async def resolve_server_url(paths: RootPaths, server_url: str | None) -> str | None:
+    """Trio: ``server_url``; else the root's broker when it is listening; else None.
+
+    Raises:
+        ConfigError: ``server_url`` is empty, or ``policy.json`` is corrupt.
+    """
+    if server_url is not None:
+        if not server_url.strip():
+            raise ConfigError("--server is empty - pass nats://host:port, or leave it out for the root's broker")
+        return server_url
+    if not await trio.to_thread.run_sync(paths.policy_json.exists):
+        return None
+    policy = await trio.to_thread.run_sync(load_policy, paths.policy_json)
+    with trio.move_on_after(PROBE_S):
+        try:
+            stream = await trio.open_tcp_stream("127.0.0.1", policy.port)
+        except OSError:
+            return None
+        await stream.aclose()
+        return f"nats://127.0.0.1:{policy.port}"
+    return None
+
+
+# -- add -------------------------------------------------------------------------------------------
+
+
+async def add_space(
+    paths: RootPaths, space: str, *, static: bool = False, server_url: str | None = None, now: float
+) -> AddedSpace:
+    """Trio: provision ``space`` in the root, push its accounts, and host it (unless static).
+
+    Args:
+        static: a static-auth space (no lane): recorded in ``mode.json``, kept out of
+            ``spaces.json``.
+        server_url: the broker to push to (see :func:`resolve_server_url` for the default).
+        now: unix seconds (``iat`` of anything signed).
+
+    Raises:
+        ConfigError: a bad space name; a corrupt root file or ``spaces.json``; the broker
+            refused a JWT or trusts another operator (nothing is added to ``spaces.json``).
+        Unavailable: the broker did not answer, or LOOKUP disagreed with the push.
+    """
+    _check_name(space)
+    iat = int(now)
+    url = await resolve_server_url(paths, server_url)
+    await trio.to_thread.run_sync(_read_manifest, paths)  # refuse a broken manifest before writing
+    broker, existed = await trio.to_thread.run_sync(_provision, paths, space, static, iat)
+    if existed:
+        record = await trio.to_thread.run_sync(
+            lambda: provision.resign_space(paths, broker, space, iat=iat)
+        )
+    else:
+        record = await trio.to_thread.run_sync(provision.load_space_accounts, paths, broker, space)
+    if url is not None:
+        async with natsio.open_loop(), open_system_connection(url, broker) as sys_conn:
+            await push_accounts(sys_conn, [record.data_jwt, record.auth_jwt])
+    await trio.to_thread.run_sync(_set_hosted, paths, space, not static)
+    return AddedSpace(
+        space=space, mode=MODE_STATIC if static else MODE_USER_AUTH, server_url=url,
+        resigned=existed, data_jwt=record.data_jwt, auth_jwt=record.auth_jwt, hosted=not static,
+    )
+
+
+# -- remove ----------------------------------------------------------------------------------------
+
+
+def _applied_lists(paths: RootPaths, space: str) -> bool | None:
+    """Whether ``<spaces.json>.applied`` still lists ``space`` (None: no readable file)."""
+    path = paths.spaces_manifest.with_name(paths.spaces_manifest.name + ".applied")
+    try:
+        obj = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    spaces = obj.get("spaces") if isinstance(obj, dict) else None
+    return isinstance(spaces, dict) and space in spaces
+
+
+async def _wait_lane_stopped(paths: RootPaths, space: str, wait_s: float) -> bool | None:
+    """Poll ``.applied`` until it no longer lists ``space``; None when there is no such file,
+    False when ``wait_s`` ran out first."""
+    with trio.move_on_after(wait_s):
+        while True:
+            listed = await trio.to_thread.run_sync(_applied_lists, paths, space)
+            if listed is None:
+                return None
+            if not listed:
+                return True
+            await trio.sleep(APPLIED_POLL_S)
+    return False
+
+
+async def _stream_names(conn: natsio.Connection) -> list[str]:
+    names: list[str] = []
+    while True:
+        reply = _js_reply("listing streams", (await conn.request(
+            STREAM_NAMES, json.dumps({"offset": len(names)}).encode()
+        )).data)
+        page = [n for n in reply.get("streams") or () if isinstance(n, str)]
+        names += page
+        if not page or len(names) >= int(reply.get("total") or 0):
+            return names
+
+
+def _js_reply(what: str, data: bytes) -> dict[str, Any]:
+    try:
+        reply = json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        raise Unavailable(f"{what}: JetStream's reply is not JSON") from None
+    if not isinstance(reply, dict):
+        raise Unavailable(f"{what}: JetStream's reply is not a JSON object")
+    error = reply.get("error")
+    if isinstance(error, dict):
+        raise Unavailable(f"{what}: JetStream refused: {error.get('description') or error}")
+    return reply
+
+
+async def delete_space_streams(
+    url: str, material: SpaceMaterial, *, now: float, prefix: str = STORE_STREAM_PREFIX
+) -> tuple[str, ...]:
+    """Trio: delete every stream of the space's data account whose name starts with ``prefix``.
+
+    Connects as a 60-second data-account service user (``cotal-space-admin``, JetStream API
+    only). Must run inside :func:`cotal_trio.natsio.open_loop`.
+
+    Returns:
+        The deleted streams' names, sorted.
+
+    Raises:
+        Unavailable: the connect was refused, or JetStream did not answer or refused.
+    """
+    iat = int(now)
+    creds = provision.mint_service_user(
+        material, name=SPACE_ADMIN_USER, permissions=ADMIN_PERMISSIONS, iat=iat,
+        exp=iat + ADMIN_LIFETIME_S,
+    )
+    async with natsio.open_connection(url, creds=creds, name="cotal:space-admin", reconnect=False) as conn:
+        names = sorted(n for n in await _stream_names(conn) if n.startswith(prefix))
+        for name in names:
+            reply = _js_reply(f"deleting stream {name}", (await conn.request(STREAM_DELETE + name, b"")).data)
+            if reply.get("success") is not True:
+                raise Unavailable(f"deleting stream {name}: JetStream did not confirm it")
+    return tuple(names)
+
+
+async def _broker_holds(sys_conn: natsio.Connection, account: str) -> bool:
+    """Whether LOOKUP returns a JWT for ``account`` (a deleted or unknown one returns none)."""
+    try:
+        reply = await sys_conn.request(lookup_subject(account), b"")
+    except Unavailable:
+        return False
+    return reply.data.strip().startswith(b"ey")
+
+
+async def remove_space(
+    paths: RootPaths, space: str, *, server_url: str | None = None, now: float,
+    lane_wait_s: float = 0.0,
+) -> RemovedSpace:
+    """Trio: stop hosting ``space``, delete its store streams, then its accounts on the broker.
+
+    The space's material stays in the root (a later :func:`add_space` re-signs and re-pushes).
+    Idempotent: accounts the broker no longer holds are skipped.
+
+    Args:
+        server_url: the broker (see :func:`resolve_server_url`); with none reachable, only
+            ``spaces.json`` changes.
+        now: unix seconds.
+        lane_wait_s: wait up to this long for ``<spaces.json>.applied`` to drop the space (a
+            running host stopping its lane) before deleting anything on the broker; 0: no wait.
+
+    Raises:
+        ConfigError: a bad or unknown space name, a corrupt root file or ``spaces.json``, or the
+            broker refused the delete.
+        Unavailable: the broker or JetStream did not answer, or refused the admin user.
+    """
+    broker, sp = await trio.to_thread.run_sync(_existing_space, paths, space)
+    material = await trio.to_thread.run_sync(load_space, sp.callout_json, space)
+    url = await resolve_server_url(paths, server_url)
+    was_hosted = await trio.to_thread.run_sync(_set_hosted, paths, space, False)
+    stopped = await _wait_lane_stopped(paths, space, lane_wait_s) if lane_wait_s > 0 else None
+    streams: tuple[str, ...] = ()
+    deleted = False
+    if url is not None:
+        async with natsio.open_loop(), open_system_connection(url, broker) as sys_conn:
+            if await _broker_holds(sys_conn, material.data_account):
+                streams = await delete_space_streams(url, material, now=now)
+            held = [a for a in (material.auth_account, material.data_account)
+                    if await _broker_holds(sys_conn, a)]
+            if held:
+                await delete_accounts(sys_conn, provision.delete_accounts_claim(broker, held, iat=int(now)))
+                deleted = True
+    return RemovedSpace(
+        space=space, server_url=url, was_hosted=was_hosted, lane_stopped=stopped,
+        streams_deleted=streams, accounts_deleted=deleted,
+    )
+
+
+# -- list ------------------------------------------------------------------------------------------
+
+
+def _space_name(folder_name: str) -> str | None:
+    if not folder_name.startswith("space."):
+        return None
+    try:
+        name = bytes.fromhex(folder_name.removeprefix("space.")).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return name if is_space(name) else None
+
+
+def list_spaces(paths: RootPaths) -> list[dict[str, Any]]:
+    """Every space folder of the root holding material, sorted by name (blocking file I/O).
+
+    Returns:
+        ``[{"space": name, "mode": "user-auth"|"static", "hosted": bool}]``; ``hosted`` means
+        listed in ``spaces.json``.
+
+    Raises:
+        ConfigError: ``spaces.json`` or a ``mode.json`` is corrupt.
+    """
+    hosted = {e.space for e in _read_manifest(paths)}
+    try:
+        folders = sorted(paths.spaces_dir.iterdir())
+    except FileNotFoundError:
+        folders = []
+    rows = []
+    for folder in folders:
+        name = _space_name(folder.name)
+        if name is None or not paths.space(name).callout_json.exists():
+            continue
+        rows.append({"space": name, "mode": _read_mode(paths.space(name)), "hosted": name in hosted})
+    return sorted(rows, key=lambda row: row["space"])

@@ -1,0 +1,107 @@
+"""``cotal space``: add, remove and list the spaces of a root while its broker runs.
+
+A thin skin over :mod:`cotal_trio.broker.spaces` (which documents the order of operations, the
+``spaces.json`` manifest and the ``mode.json`` of static spaces).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Annotated
+
+import cyclopts
+import trio
+from cyclopts import Parameter
+
+from ..broker.spaces import add_space, list_spaces, remove_space
+from ..core.errors import ConfigError
+from ..state import RootPaths, resolve_root
+
+__all__ = ["add", "list_cmd", "remove", "space_app"]
+
+space_app = cyclopts.App(name="space", help="Add, remove and list the spaces of a root (live on its broker).")
+
+# Every broker round trip of one command, together (STYLE 12: a deadline on every wait).
+COMMAND_DEADLINE_S = 30
+# How long `remove` waits for a running host's `.applied` to drop the space's lane.
+LANE_WAIT_S = 10
+
+Root = Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")]
+Server = Annotated[str | None, Parameter(help="Broker URL (default: the root's broker on 127.0.0.1, if it runs).")]
+
+
+def _paths(root: str | None) -> RootPaths:
+    if root is not None and not root.strip():
+        raise ConfigError("--root is empty - pass a folder, or leave it out for ./.cotal")
+    return RootPaths(resolve_root(root, os.environ))
+
+
+def _deadline_error(what: str) -> ConfigError:
+    return ConfigError(f"{what} did not finish within {COMMAND_DEADLINE_S} s - check that the broker answers")
+
+
+@space_app.command
+async def add(
+    name: str,
+    /,
+    *,
+    static: Annotated[bool, Parameter(negative="", help="A static-auth space: no lane, kept out of spaces.json.")] = False,
+    root: Root = None,
+    server: Server = None,
+) -> None:
+    """Provision a space, push its accounts to the running broker, and host it.
+
+    Parameters
+    ----------
+    name
+        The space name (1 to 64 letters, digits, _ and -).
+    """
+    paths = _paths(root)
+    try:
+        with trio.fail_after(COMMAND_DEADLINE_S):
+            done = await add_space(paths, name, static=static, server_url=server, now=time.time())
+    except trio.TooSlowError:
+        raise _deadline_error(f"adding space {name}") from None
+    where = f"accounts pushed to {done.server_url}" if done.server_url else "no broker running: accounts not pushed"
+    print(f"added space {done.space} ({where})")
+
+
+@space_app.command
+async def remove(name: str, /, *, root: Root = None, server: Server = None) -> None:
+    """Stop hosting a space, delete its streams, then its accounts on the broker.
+
+    Parameters
+    ----------
+    name
+        The space name.
+    """
+    paths = _paths(root)
+    try:
+        with trio.fail_after(COMMAND_DEADLINE_S + LANE_WAIT_S):
+            done = await remove_space(paths, name, server_url=server, now=time.time(), lane_wait_s=LANE_WAIT_S)
+    except trio.TooSlowError:
+        raise _deadline_error(f"removing space {name}") from None
+    if done.server_url is None:
+        where = "no broker running: accounts not deleted"
+    elif done.accounts_deleted:
+        where = f"{len(done.streams_deleted)} streams and its accounts deleted on {done.server_url}"
+    else:
+        where = f"{done.server_url} did not hold its accounts"
+    print(f"removed space {done.space} ({where})")
+
+
+@space_app.command(name="list")
+async def list_cmd(
+    *,
+    as_json: Annotated[bool, Parameter(name="--json", negative="", help="Print a JSON array.")] = False,
+    root: Root = None,
+) -> None:
+    """List the root's spaces: name, mode (user-auth or static), hosted (in spaces.json)."""
+    rows = await trio.to_thread.run_sync(list_spaces, _paths(root))
+    if as_json:
+        print(json.dumps(rows))
+        return
+    for row in rows:
+        print(f"{row['space']}\t{row['mode']}\t{'hosted' if row['hosted'] else 'not hosted'}")
