@@ -6,35 +6,45 @@ the 0600 ``auth-service.json`` ``{ver, url, pid, cap}``, has been written: after
 subscription is flushed and the listener is bound (spec "Exclusive ownership"; DESIGN.md 7).
 Cancelling the lane's scope tears down exactly this space: the subscription and connection
 close in natsio's shielded ``finally``, the listener closes, and the file is removed.
+
+A full lane (not ``callout_only``) also holds its space's plane claim (DESIGN.md section 8) over
+a data-account service-user connection: the keeper starts before the callout subscription, so a
+second full service for the space is refused (:class:`~cotal_trio.lanes.plane.ClaimRefused`)
+before it serves or writes a readiness file, and a fence
+(:class:`~cotal_trio.lanes.plane.Fenced`) ends the lane. Replicas never touch the claim.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NoReturn
 
 import trio
 from nacl.signing import VerifyKey
 
+from ..broker.provision import mint_service_user
 from ..core.admission import CalloutLimits
+from ..core.bearer import BearerVerifier
 from ..core.callout import CalloutKeys
 from ..core.errors import ConfigError, Unavailable
-from ..core.bearer import BearerVerifier
 from ..core.jose import BearerKeySet
+from ..core.plane import Lease, plane_bucket
 from ..http.client import pid_alive
 from ..http.faces import ExchangeContext
 from ..http.loopback import build_loopback_app
 from ..http.serve import serve_app
-from ..natsio import open_connection, open_loop
+from ..natsio import Connection, open_connection, open_loop
 from ..state import (
     IssuerKeys,
     LedgerReader,
+    SpaceMaterial,
     SpacePaths,
     load_idp_pin,
     load_issuer_keys,
@@ -46,6 +56,7 @@ from ..state import (
     write_json,
 )
 from .callout import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder
+from .plane import DEFAULT_LEASE, hold_plane, holder_id
 
 __all__ = ["LaneConfig", "LaneInfo", "run_lane"]
 
@@ -70,6 +81,7 @@ class LaneConfig:
             connection drops, so a single-space process exits non-zero and its unit restarts
             it (spec "Callout replicas").
         clock: wall time, unix seconds.
+        lease: the plane claim's lease and fencing margin (full lanes only; tests shorten it).
     """
 
     space: str
@@ -81,6 +93,7 @@ class LaneConfig:
     callout_only: bool = False
     reconnect: bool = True
     clock: Callable[[], float] = time.time
+    lease: Lease = DEFAULT_LEASE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,10 +104,13 @@ class LaneInfo:
     url: str | None
 
 
-def _callout_keys(config: LaneConfig) -> tuple[CalloutKeys, str]:
-    material = load_space(config.paths.callout_json, config.space)
+def _load_material(config: LaneConfig) -> SpaceMaterial:
+    return load_space(config.paths.callout_json, config.space)
+
+
+def _callout_keys(material: SpaceMaterial) -> tuple[CalloutKeys, str]:
     keys = CalloutKeys(
-        space=config.space,
+        space=material.space,
         auth_account=material.auth_account,
         data_account=material.data_account,
         xkey=material.xkey,
@@ -127,15 +143,14 @@ async def run_lane(
         Unavailable: the broker refused or dropped the callout connection; after ``started``
             it means the lane lost the broker and ends (the host decides whether to retry).
     """
-    keys, creds = _callout_keys(config)
+    material = _load_material(config)
+    keys, creds = _callout_keys(material)
     issuer = load_issuer_keys(config.paths.issuer_json, config.space)
     verifier = BearerVerifier(BearerKeySet.from_keys(issuer.keys))
     exchange = None if config.callout_only else _exchange_context(config, issuer)
-    if exchange is not None:
-        _scrub_readiness(config)
     name = f"cotal:auth-service:{config.space}"
     connect = open_connection(config.server_url, creds=creds, name=name, reconnect=config.reconnect)
-    async with open_loop(), connect as conn:
+    async with open_loop(), connect as conn, _open_store(config, material) as store_conn:
         responder = CalloutResponder(
             keys=keys,
             verifier=verifier,
@@ -145,6 +160,19 @@ async def run_lane(
             publish=conn.publish_nowait,
         )
         async with trio.open_nursery() as nursery:
+            if store_conn is not None:
+                # Before the callout subscription: a second full service is refused here
+                # (ClaimRefused) before it serves or writes a readiness file. A Fenced from the
+                # keeper cancels this nursery and ends the lane.
+                await nursery.start(
+                    functools.partial(
+                        hold_plane, store_conn, config.space, holder=holder_id(),
+                        lease=config.lease, clock=config.clock,
+                    )
+                )
+                # Only the claim's holder touches the readiness file: a refused second service
+                # (even one in this process) leaves the serving lane's file alone.
+                _scrub_readiness(config)
             await nursery.start(responder.run)
             await conn.subscribe(CALLOUT_SUBJECT, queue=CALLOUT_QUEUE_GROUP, on_message=responder.on_message)
             await conn.flush()
@@ -159,6 +187,35 @@ async def run_lane(
             finally:
                 if exchange is not None:
                     _remove_readiness(config, exchange.capability)
+
+
+def _store_permissions(space: str) -> dict[str, dict[str, list[str]]]:
+    return {
+        "pub": {"allow": ["$JS.API.>", f"$KV.{plane_bucket(space)}.>"]},
+        "sub": {"allow": ["_INBOX.>"]},
+    }
+
+
+@contextlib.asynccontextmanager
+async def _open_store(config: LaneConfig, material: SpaceMaterial) -> AsyncIterator[Connection | None]:
+    """A full lane's data-account store connection (a fresh service user); None for a replica.
+
+    Must be entered inside the lane's ``open_loop()``.
+    """
+    if config.callout_only:
+        yield None
+        return
+    name = f"cotal:auth-store:{config.space}"
+    # No expiry for now: the broker drops a connection whose user JWT expires, and renewing the
+    # user (a fresh JWT and a reconnect) before expiry is follow-up work. The user is minted per
+    # lane start, never written to disk, and its permissions are JetStream API and the space's
+    # auth bucket only.
+    creds = mint_service_user(
+        material, name=name, permissions=_store_permissions(config.space),
+        iat=int(config.clock()), exp=None,
+    )
+    async with open_connection(config.server_url, creds=creds, name=name, reconnect=config.reconnect) as conn:
+        yield conn
 
 
 def _scrub_readiness(config: LaneConfig) -> None:
