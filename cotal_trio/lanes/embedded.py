@@ -30,7 +30,7 @@ from ..broker.accounts import open_system_connection, push_accounts
 from ..broker.config import write_config
 from ..broker.process import run_nats_server
 from ..core.admission import CalloutLimits
-from ..core.errors import ConfigError, Unavailable
+from ..core.errors import ConfigError, Unavailable, leaves
 from ..core.idp import parse_jwks
 from ..devidp import DevIdpMaterial, build_dev_idp_app, create_dev_idp, jwks
 from ..http.serve import serve_app
@@ -50,6 +50,7 @@ from ..state import (
     save_policy,
 )
 from .idp_keys import IdpKeyCache, check_jwks_uri, open_pinned_keys
+from .plane import ClaimRefused
 from .space import LaneConfig, LaneInfo, run_lane
 
 __all__ = ["DEFAULT_PORT", "UpConfig", "UpInfo", "prepare_root", "run_up"]
@@ -280,13 +281,28 @@ async def _serve(
             limits=limits,
             http_port=config.http_port,
         )
-        lane: LaneInfo = await nursery.start(run_lane, lane_config)
+        lane = await _start_lane(nursery, lane_config)
         task_status.started(UpInfo(
             root=config.paths.root, space=config.space, server_url=server_url, broker_pid=pid,
             exchange_url=lane.url or "", pin=prepared.pin, dev_idp_url=dev_url,
         ))
         await trio.sleep_forever()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _start_lane(nursery: trio.Nursery, config: LaneConfig) -> LaneInfo:
+    """Start the lane; while an earlier ``cotal up`` that was killed still holds the claim,
+    wait for its lease to lapse (at most two leases) instead of giving up at once."""
+    deadline = trio.current_time() + 2 * config.lease.lease_s
+    while True:
+        try:
+            return await nursery.start(run_lane, config)
+        except* ClaimRefused as group:
+            refused = leaves(group)[0]
+            if trio.current_time() >= deadline:
+                raise refused from None
+            log.warning("up: %s - waiting for its lease to lapse", refused)
+        await trio.sleep(config.lease.renew_every_s)
 
 
 async def run_up(config: UpConfig, *, task_status: trio.TaskStatus[UpInfo] = trio.TASK_STATUS_IGNORED) -> NoReturn:

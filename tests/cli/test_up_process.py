@@ -220,3 +220,20 @@ def test_secrets_open_to_others_are_named_at_start(tmp_path):
     _, err = _stop(second)
     assert f"{root / 'broker.json'} is open to group or others (mode 0644) - chmod 600 {root / 'broker.json'}" in err
     assert "callout.json is open" not in err
+
+
+def test_after_sigkill_a_new_up_takes_over_the_claim(tmp_path):
+    # The killed process still holds the space's plane claim; the new one waits for its lease
+    # to lapse (DESIGN.md section 8) and comes up within two leases, as generation 2.
+    root = tmp_path / "root"
+    first = _start(root, "--port", str(free_port()))
+    _wait_ready(first)
+    broker_pid = int((root / "broker" / "nats-server.pid").read_text())
+    first.kill()
+    first.communicate(timeout=10)
+    assert _wait_gone(broker_pid)
+    second = _start(root)
+    _wait_ready(second, ceiling_s=45)
+    code, err = _stop(second)
+    assert code == 0
+    assert "plane claim generation 2 held by" in err
