@@ -10,8 +10,6 @@ refuses the HTTP flags (the public-face flags and ``--service-endpoints``, once 
 from __future__ import annotations
 
 import functools
-import signal
-import sys
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -19,11 +17,10 @@ from urllib.parse import urlsplit
 import trio
 from cyclopts import Parameter
 
-from ..core.admission import DEADLINE_MARGIN_S, CalloutLimits
+from ..core.admission import CalloutLimits
 from ..core.errors import ConfigError
 from ..lanes.hosting import ServiceConfig, ServiceInfo, run_service
-from ..state.records import MAX_AUTH_TIMEOUT_S
-from .common import Where
+from .common import Where, check_auth_timeout, stop_on_signal
 
 __all__ = ["auth_service"]
 
@@ -53,7 +50,7 @@ async def auth_service(
         callout_only=callout_only, limits=_limits(auth_timeout),
     )
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_stop_on_signal, nursery.cancel_scope)  # Ctrl-C works during start-up too
+        nursery.start_soon(stop_on_signal, nursery.cancel_scope, "cotal auth-service")  # Ctrl-C works during start-up too
         _banner(await nursery.start(functools.partial(run_service, config)), config)
     return 0
 
@@ -66,22 +63,9 @@ def _check_server(server: str) -> str:
 
 
 def _limits(auth_timeout: float | None) -> CalloutLimits:
-    if auth_timeout is None:
+    if check_auth_timeout(auth_timeout) is None:
         return CalloutLimits()
-    if not DEADLINE_MARGIN_S < auth_timeout <= MAX_AUTH_TIMEOUT_S:
-        raise ConfigError(
-            f"--auth-timeout {auth_timeout} is out of range - pass seconds above {DEADLINE_MARGIN_S} "
-            f"and at most {MAX_AUTH_TIMEOUT_S:g}, the broker's authorization timeout (its default is 2)"
-        )
     return CalloutLimits(auth_timeout_s=auth_timeout)
-
-
-async def _stop_on_signal(scope: trio.CancelScope) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            print(f"cotal auth-service: {signal.Signals(signum).name} - stopping", file=sys.stderr, flush=True)
-            scope.cancel()
-            return
 
 
 def _banner(info: ServiceInfo, config: ServiceConfig) -> None:

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
+import signal
+import sys
 from dataclasses import dataclass
 from typing import Annotated
 
+import trio
 from cyclopts import Parameter
 
+from ..core.admission import DEADLINE_MARGIN_S
 from ..core.identity import check_space
 from ..core.errors import ConfigError, Refused
 from ..state import RootPaths, SpacePaths, resolve_root
+from ..state.records import MAX_AUTH_TIMEOUT_S
 
-__all__ = ["DEFAULT_SPACE", "Where"]
+__all__ = ["DEFAULT_SPACE", "Where", "check_auth_timeout", "stop_on_signal"]
 
 DEFAULT_SPACE = "default"
 
@@ -43,3 +48,22 @@ class Where:
         except Refused as exc:
             raise ConfigError(f"--space: {exc.detail}") from None
         return self.paths().space(self.space)
+
+
+def check_auth_timeout(seconds: float | None) -> float | None:
+    """``--auth-timeout`` as given, or ConfigError when out of range (0.25 s, 600 s]."""
+    if seconds is not None and not (DEADLINE_MARGIN_S < seconds <= MAX_AUTH_TIMEOUT_S):
+        raise ConfigError(
+            f"--auth-timeout {seconds} is out of range - pass seconds above {DEADLINE_MARGIN_S} "
+            f"and at most {MAX_AUTH_TIMEOUT_S:g} (the broker's default is 2)"
+        )
+    return seconds
+
+
+async def stop_on_signal(scope: trio.CancelScope, command: str) -> None:
+    """Cancel ``scope`` at the first SIGINT or SIGTERM (start it before anything slow)."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            print(f"{command}: {signal.Signals(signum).name} - stopping", file=sys.stderr, flush=True)
+            scope.cancel()
+            return

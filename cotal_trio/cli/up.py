@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import functools
 import shlex
-import signal
-import sys
 from typing import Annotated
 
 import trio
 from cyclopts import Parameter
 
-from ..core.admission import DEADLINE_MARGIN_S
 from ..core.errors import ConfigError
 from ..lanes.embedded import UpConfig, UpInfo, run_up
-from ..state.records import MAX_AUTH_TIMEOUT_S
-from .common import DEFAULT_SPACE, Where
+from .common import DEFAULT_SPACE, Where, check_auth_timeout, stop_on_signal
 
 __all__ = ["up"]
 
@@ -40,7 +36,7 @@ async def up(
         nats_server=nats_server, idp_url=idp, http_port=http_port,
     )
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_stop_on_signal, nursery.cancel_scope)  # Ctrl-C works during start-up too
+        nursery.start_soon(stop_on_signal, nursery.cancel_scope, "cotal up")  # Ctrl-C works during start-up too
         _banner(await nursery.start(functools.partial(run_up, config)), where)
     return 0
 
@@ -51,21 +47,9 @@ def _check_flags(*, port: int | None, auth_timeout: float | None, nats_server: s
         raise ConfigError(f"--port {port} is not a port - pass 1 to 65535")
     if not 0 <= http_port <= 65535:
         raise ConfigError(f"--http-port {http_port} is not a port - pass 1 to 65535, or 0 for any free one")
-    if auth_timeout is not None and not (DEADLINE_MARGIN_S < auth_timeout <= MAX_AUTH_TIMEOUT_S):
-        raise ConfigError(
-            f"--auth-timeout {auth_timeout} is out of range - pass seconds above {DEADLINE_MARGIN_S} "
-            f"and at most {MAX_AUTH_TIMEOUT_S:g} (the broker's default is 2)"
-        )
+    check_auth_timeout(auth_timeout)
     if nats_server is not None and not nats_server.strip():
         raise ConfigError("--nats-server is empty - pass the path of a nats-server binary, or leave it out")
-
-
-async def _stop_on_signal(scope: trio.CancelScope) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            print(f"cotal up: {signal.Signals(signum).name} - stopping", file=sys.stderr, flush=True)
-            scope.cancel()
-            return
 
 
 def _banner(info: UpInfo, where: Where) -> None:

@@ -14,8 +14,6 @@ import json
 import os
 import secrets
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -47,6 +45,7 @@ from cotal_trio.state import (
     save_idp_pin,
     write_row,
 )
+from tests.lanes.conftest import _post
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -95,18 +94,6 @@ class Mesh:
     async def admitted(self, space: str, bearer: str) -> None:
         async with self.client(space, bearer) as conn:
             await conn.flush()
-
-
-def _post(url: str, cap: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), method="POST",
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {cap}"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 def refused():
