@@ -46,8 +46,13 @@ Startable = Callable[..., object]
 def lane_factory(
     *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
     clock: Callable[[], float] = time.time, reconnect: bool = True,
+    http_ports: Mapping[str, int] | None = None,
 ) -> Callable[[SpaceEntry], Startable]:
     """The host's ``start_lane``: ``entry -> startable`` serving ``entry.space`` from ``root``.
+
+    ``http_ports`` fixes the loopback exchange port of the spaces it names (``cotal up
+    --http-port`` for its own space); every other full lane binds a free port and records it
+    in its ``auth-service.json``.
 
     The startable raises (before ``started``) ``ConfigError`` for missing or corrupt material
     or pin, and ``Unavailable`` for an unreachable broker or IdP; the host then marks the lane
@@ -57,13 +62,14 @@ def lane_factory(
         return functools.partial(
             _run_space, entry.space, root=root, server_url=server_url, limits=limits,
             callout_only=callout_only, clock=clock, reconnect=reconnect,
+            http_port=(http_ports or {}).get(entry.space, 0),
         )
     return start_lane
 
 
 async def _run_space(
     space: str, *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
-    clock: Callable[[], float], reconnect: bool,
+    clock: Callable[[], float], reconnect: bool, http_port: int,
     task_status: trio.TaskStatus[LaneInfo] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve ``space`` until cancelled (startable; ``started`` with the lane's :class:`LaneInfo`)."""
@@ -72,6 +78,7 @@ async def _run_space(
         config = LaneConfig(
             space=space, paths=root.space(space), server_url=server_url, idp_keys=keys,
             limits=limits, callout_only=callout_only, clock=clock, reconnect=reconnect,
+            http_port=http_port,
         )
         await run_lane(config, task_status=task_status)
     raise AssertionError("unreachable")  # pragma: no cover
