@@ -1,25 +1,37 @@
 """Rolling-window counters for the exchange budgets (DESIGN 7; upstream-notes 3.5 and 4.1).
 
-The HTTP faces keep two budgets of this kind on the loopback face: invalid exchange
-capabilities, and refused exchanges (spec "Listener policy": 30 refusals per rolling 60 s, one
-shared window on the loopback face). Both are a :class:`SlidingWindow`.
+The loopback face keeps two budgets of this kind: invalid exchange capabilities, and refused
+exchanges (spec "Listener policy": 30 refusals per rolling 60 s, one shared window). Both are a
+:class:`SlidingWindow`. The public face keeps one window per source instead (spec "Proxy
+attribution"), at most 1024 of them: a :class:`WindowLru`.
 
 Pure and synchronous: the caller passes the time in (seconds, any consistent clock), so a test
-drives it with plain numbers. Memory is bounded by the limit: only admitted events are kept.
+drives it with plain numbers. Memory is bounded by the limit: only admitted events are kept,
+and a :class:`WindowLru` holds at most ``max_keys`` windows.
 """
 
 from __future__ import annotations
 
 import collections
 import math
+from collections.abc import Hashable
 
 from cotal_trio.core.errors import ConfigError
 
-__all__ = ["REFUSAL_LIMIT", "REFUSAL_PERIOD_S", "SlidingWindow"]
+__all__ = ["LRU_MAX_KEYS", "REFUSAL_LIMIT", "REFUSAL_PERIOD_S", "SlidingWindow", "WindowLru"]
 
-# The budget both loopback windows use (upstream-notes 3.5: 30 per rolling minute).
+# The budget every exchange window uses (upstream-notes 3.5: 30 per rolling minute).
 REFUSAL_LIMIT = 30
 REFUSAL_PERIOD_S = 60.0
+# How many keys (peer buckets) a WindowLru keeps (spec "Proxy attribution": at most 1024).
+LRU_MAX_KEYS = 1024
+
+
+def _check_budget(limit: int, period_s: float) -> None:
+    if type(limit) is not int or limit <= 0:
+        raise ConfigError(f"a window limit must be a positive integer, got {limit!r}")
+    if not isinstance(period_s, (int, float)) or not (0 < period_s < math.inf):
+        raise ConfigError(f"a window period must be a positive number of seconds, got {period_s!r}")
 
 
 class SlidingWindow:
@@ -38,10 +50,7 @@ class SlidingWindow:
     __slots__ = ("_limit", "_period_s", "_times")
 
     def __init__(self, limit: int = REFUSAL_LIMIT, period_s: float = REFUSAL_PERIOD_S) -> None:
-        if type(limit) is not int or limit <= 0:
-            raise ConfigError(f"a window limit must be a positive integer, got {limit!r}")
-        if not isinstance(period_s, (int, float)) or not (0 < period_s < math.inf):
-            raise ConfigError(f"a window period must be a positive number of seconds, got {period_s!r}")
+        _check_budget(limit, period_s)
         self._limit = limit
         self._period_s = float(period_s)
         self._times: collections.deque[float] = collections.deque()
@@ -79,3 +88,63 @@ class SlidingWindow:
         if not self.is_full(now):
             return 0.0
         return self._times[0] + self._period_s - now
+
+
+class WindowLru:
+    """One :class:`SlidingWindow` per key, at most ``max_keys`` of them (spec "Proxy attribution").
+
+    A key's window is made on its first :meth:`try_acquire`; every :meth:`try_acquire` makes its
+    key the most recently used, whether the event is admitted or not. Making a window for a new
+    key while ``max_keys`` are held first drops the least recently used key, which then starts
+    over with an empty window. That bounds memory (at most ``max_keys * limit`` times are kept)
+    at a known price: a caller cycling more than ``max_keys`` keys can evict an earlier full
+    window. The spec accepts it: a full window only turns refusals into 429, and no key ever
+    mints without a valid credential.
+
+    Raises:
+        ConfigError: ``max_keys`` is not a positive int, or ``limit``/``period_s`` are not as
+            :class:`SlidingWindow` needs them (a caller bug).
+    """
+
+    __slots__ = ("_limit", "_max_keys", "_period_s", "_windows")
+
+    def __init__(
+        self, max_keys: int = LRU_MAX_KEYS, limit: int = REFUSAL_LIMIT, period_s: float = REFUSAL_PERIOD_S
+    ) -> None:
+        if type(max_keys) is not int or max_keys <= 0:
+            raise ConfigError(f"a window LRU needs a positive whole number of keys, got {max_keys!r}")
+        _check_budget(limit, period_s)
+        self._max_keys = max_keys
+        self._limit = limit
+        self._period_s = float(period_s)
+        self._windows: collections.OrderedDict[Hashable, SlidingWindow] = collections.OrderedDict()
+
+    def try_acquire(self, key: Hashable, now: float) -> bool:
+        """Record one event for ``key`` at ``now`` (seconds) if its window has room.
+
+        Returns:
+            ``True`` when the event was admitted and recorded; ``False`` when ``key``'s window
+            is full (nothing recorded). Either way ``key`` becomes the most recently used.
+        """
+        window = self._windows.get(key)
+        if window is None:
+            if len(self._windows) >= self._max_keys:
+                self._windows.popitem(last=False)
+            window = self._windows[key] = SlidingWindow(self._limit, self._period_s)
+        else:
+            self._windows.move_to_end(key)
+        return window.try_acquire(now)
+
+    def count(self, key: Hashable, now: float) -> int:
+        """Admitted events of ``key`` inside the window ending at ``now`` (0 for an unknown key).
+
+        A query: it neither makes a window nor changes which key is least recently used.
+        """
+        window = self._windows.get(key)
+        return 0 if window is None else window.count(now)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._windows
+
+    def __len__(self) -> int:
+        return len(self._windows)

@@ -1,4 +1,4 @@
-"""What an HTTP face needs to mint a bearer, and the exchange itself (DESIGN 7).
+"""What an HTTP face needs to mint a bearer, the exchange itself, and the code both faces share.
 
 :class:`ExchangeContext` holds the ports one space's face uses. :func:`mint_exchange` runs one
 ``POST /exchange`` body through the pure core (upstream-notes 3.5; spec "Bridge contract"):
@@ -11,18 +11,28 @@
 
 Both are synchronous: the ports are sync (the ledger read is a fresh small file read), and the
 clock is read once by the caller.
+
+The loopback and the public face (``loopback.py``, ``public.py``) share the rest of the route
+through the helpers below, so the two cannot drift apart (DESIGN 7; spec "Proxy attribution"):
+:func:`info_routes` (``GET /health``, ``GET /jwks``), :func:`check_transport` (``Origin`` 403,
+media type 415), :func:`read_json_body` (413, malformed JSON 400) and :func:`answer_exchange`
+(parse, mint, and a refusal counted against the face's budget, 429 once it is full). No CORS
+header is ever set.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from nacl.signing import VerifyKey
+from quart import request
+from werkzeug.datastructures import Headers
 
-from cotal_trio.core.bearer import issue_bearer
-from cotal_trio.core.jose import IssuerKey
+from cotal_trio.core.bearer import issue_bearer, space_issuer
 from cotal_trio.core.errors import CodecError, ConfigError, RefusalCode, Refused
 from cotal_trio.core.exchange import (
     AgentExchange,
@@ -30,9 +40,11 @@ from cotal_trio.core.exchange import (
     agent_bearer_ttl,
     grant_from_row,
     human_bearer_ttl,
+    parse_exchange_body,
 )
 from cotal_trio.core.identity import MIN_OWNER_SECRET_BYTES, check_space, derive_owner
 from cotal_trio.core.idp import IdpPin, verify_idp_token
+from cotal_trio.core.jose import IssuerKey
 from cotal_trio.core.ledger import (
     AGENT_EXCHANGE_REFUSAL,
     LedgerRow,
@@ -40,11 +52,29 @@ from cotal_trio.core.ledger import (
     authorize_agent_exchange,
     authorize_human_exchange,
 )
+from cotal_trio.http.errors import BODY_TOO_LARGE, LOGGER, MAX_BODY_BYTES, Handler, Rejected
 from cotal_trio.state import row_lookup
 
-__all__ = ["ExchangeContext", "Minted", "exchange_arm", "mint_exchange"]
+__all__ = [
+    "JWKS_MAX_AGE_S",
+    "ExchangeContext",
+    "Minted",
+    "answer_exchange",
+    "check_transport",
+    "exchange_arm",
+    "info_routes",
+    "mint_exchange",
+    "read_json_body",
+]
 
 _CAPABILITY = re.compile(r"[0-9a-f]{64}")
+# How long clients may cache the JWKS (upstream JWKS_MAX_AGE_SEC); a retired kid stays
+# published at least this long plus the longest bearer lifetime.
+JWKS_MAX_AGE_S = 300
+BROWSER_ORIGIN = "browser-origin requests are not served here"
+NOT_JSON_MEDIA = "send the exchange body as JSON with Content-Type: application/json"
+NOT_JSON = "request body is not valid JSON"
+TOO_MANY_REFUSALS = "too many refused exchanges - wait a minute and retry"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,3 +196,132 @@ def mint_exchange(ctx: ExchangeContext, request: HumanExchange | AgentExchange, 
         if isinstance(request, AgentExchange):  # one sentence for every agent-arm failure
             raise Refused(RefusalCode.NOT_GRANTED, AGENT_EXCHANGE_REFUSAL) from None
         raise Refused(RefusalCode.NOT_GRANTED, str(corrupt)) from None
+
+
+# --- what both faces share (DESIGN 7; upstream-notes 3.5) ----------------------------------------
+
+
+def info_routes(ctx: ExchangeContext) -> dict[str, dict[str, Handler]]:
+    """The two read-only routes both faces serve, for :func:`~cotal_trio.http.errors.install_edge`.
+
+    * ``GET /health``: ``{"ok": true, "issuer": "urn:cotal:auth:<space>"}``;
+    * ``GET /jwks``: ``{"keys": [<public JWK>]}`` with ``Cache-Control: max-age=300``
+      (:data:`JWKS_MAX_AGE_S`, upstream-notes 3.1).
+    """
+
+    async def health() -> dict[str, Any]:
+        return {"ok": True, "issuer": space_issuer(ctx.space)}
+
+    async def jwks() -> tuple[dict[str, Any], int, dict[str, str]]:
+        return {"keys": [ctx.issuer_key.public_jwk()]}, 200, {"Cache-Control": f"max-age={JWKS_MAX_AGE_S}"}
+
+    return {"/health": {"GET": health}, "/jwks": {"GET": jwks}}
+
+
+def check_transport(headers: Headers) -> None:
+    """Origin (403) then media type (415) (upstream-notes 3.5 pre-checks 2 and 3).
+
+    Raises:
+        Rejected: 403 for any ``Origin`` header (no browser may drive an exchange face); 415
+            when ``Content-Type`` does not start with ``application/json``.
+    """
+    if "Origin" in headers:
+        raise Rejected(403, BROWSER_ORIGIN)
+    if not headers.get("Content-Type", "").strip().lower().startswith("application/json"):
+        raise Rejected(415, NOT_JSON_MEDIA)
+
+
+async def _read_body() -> bytes:
+    """The request body, at most :data:`MAX_BODY_BYTES`.
+
+    A ``Content-Length`` over the limit is refused before any byte is read; a chunked body is
+    refused as soon as it passes the limit (quart's ``MAX_CONTENT_LENGTH``, set by the edge).
+
+    Raises:
+        Rejected: 413.
+    """
+    declared = request.content_length
+    if declared is not None and declared > MAX_BODY_BYTES:
+        raise Rejected(413, BODY_TOO_LARGE)
+    return await request.get_data(cache=False, as_text=False)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _decode_json(raw: bytes) -> object:
+    """Strict UTF-8 JSON (RFC 8259: no ``NaN``/``Infinity``), any value.
+
+    Raises:
+        Refused: BAD_REQUEST :data:`NOT_JSON`; not counted as a refused exchange.
+    """
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise Refused(RefusalCode.BAD_REQUEST, NOT_JSON) from None
+
+
+async def read_json_body() -> object:
+    """The current request's body as a JSON value of any type (the caller checks the shape).
+
+    A checkpoint (it awaits the body). Runs inside a quart request context.
+
+    Raises:
+        Rejected: 413, the body (declared or received) is over :data:`MAX_BODY_BYTES`.
+        Refused: BAD_REQUEST :data:`NOT_JSON` for bytes that are not strict UTF-8 JSON; the
+            caller does not count it against a refusal budget (spec "Proxy attribution":
+            malformed JSON keeps its named 400).
+    """
+    return _decode_json(await _read_body())
+
+
+def _throttled(ctx: ExchangeContext, refusal: Refused, *, arm: str, source: str, admitted: bool) -> Refused:
+    """Log one refusal, count it, and return what to answer: itself, or 429 once the budget is full."""
+    what = "an agent exchange" if arm == "agent" else "an exchange"
+    LOGGER.warning("auth-service: refused %s%s: %s", what, source, refusal.detail)
+    if admitted:
+        ctx.count("refused")
+        return refusal
+    ctx.count("throttled")
+    return Refused(RefusalCode.RATE_LIMITED, TOO_MANY_REFUSALS)
+
+
+def answer_exchange(
+    ctx: ExchangeContext, body: object, *, admit_refusal: Callable[[float], bool], peer: str | None = None
+) -> tuple[dict[str, Any], int, dict[str, str]]:
+    """Answer one ``POST /exchange`` body: parse it, mint, or refuse within the face's budget.
+
+    Reads ``ctx.clock()`` once (after the body arrived: waiting shortens the bearer, never
+    extends it). A refusal (a body that is not a JSON object, a bad field, a refused
+    credential) is logged at warning on ``cotal.http`` and offered to ``admit_refusal``; while
+    the budget admits it the caller sees its reason, once it is full a 429. A valid credential
+    mints whatever the budget says (spec "Proxy attribution": successes are never throttled).
+
+    Args:
+        ctx: the face's ports.
+        body: the decoded JSON body (any JSON value).
+        admit_refusal: the face's budget: called with the wall time (unix seconds) once per
+            refusal; returns ``True`` while the refusal fits (``SlidingWindow.try_acquire``).
+        peer: the source a public face attributes the request to; named in the log line.
+
+    Returns:
+        ``({"token", "owner", "exp"}, 200, {"Cache-Control": "no-store"})`` (``exp`` unix s).
+
+    Raises:
+        Refused: BAD_REQUEST 400, BAD_CREDENTIAL/NOT_GRANTED 401, or RATE_LIMITED 429
+            :data:`TOO_MANY_REFUSALS` once the budget is full.
+        Exception: what :func:`mint_exchange` lets through (a port's I/O error; the edge
+            answers a generic 500).
+    """
+    now = ctx.clock()
+    arm = "human"
+    try:
+        parsed = parse_exchange_body(body)
+        arm = exchange_arm(parsed)
+        minted = mint_exchange(ctx, parsed, now=now)
+    except Refused as refusal:
+        source = "" if peer is None else f" from {peer}"
+        raise _throttled(ctx, refusal, arm=arm, source=source, admitted=admit_refusal(now)) from None
+    ctx.count("minted")
+    return minted.body(), 200, {"Cache-Control": "no-store"}
