@@ -83,10 +83,13 @@ __all__ = [
     "RemovedSpace",
     "add_space",
     "delete_space_streams",
+    "hosted_entries",
     "list_spaces",
     "mode_path",
     "remove_space",
     "resolve_server_url",
+    "set_hosted",
+    "space_mode",
 ]
 
 MODE_STATIC = "static"
@@ -154,7 +157,12 @@ def mode_path(sp: SpacePaths) -> Path:
     return sp.dir / MODE_FILE
 
 
-def _read_mode(sp: SpacePaths) -> str:
+def space_mode(sp: SpacePaths) -> str:
+    """``"static"`` when ``mode.json`` says so, else ``"user-auth"`` (blocking file I/O).
+
+    Raises:
+        ConfigError: a corrupt ``mode.json``.
+    """
     path = mode_path(sp)
     if not path.exists():
         return MODE_USER_AUTH
@@ -174,7 +182,7 @@ def _write_mode(sp: SpacePaths, static: bool) -> None:
         remove_quietly(mode_path(sp))
 
 
-def _read_manifest(paths: RootPaths) -> list[SpaceEntry]:
+def hosted_entries(paths: RootPaths) -> list[SpaceEntry]:
     """The entries of ``spaces.json`` (none when it does not exist).
 
     Raises:
@@ -197,13 +205,13 @@ def _write_manifest(paths: RootPaths, entries: list[SpaceEntry]) -> None:
     atomic_write(paths.spaces_manifest, render_manifest(entries))
 
 
-def _set_hosted(paths: RootPaths, space: str, hosted: bool) -> bool:
+def set_hosted(paths: RootPaths, space: str, hosted: bool) -> bool:
     """Add (keeping an existing entry as it is) or drop ``space`` in ``spaces.json``.
 
     Returns:
         Whether the space was listed before. The file is written only when something changes.
     """
-    entries = _read_manifest(paths)
+    entries = hosted_entries(paths)
     was = any(e.space == space for e in entries)
     if hosted and not was:
         _write_manifest(paths, [*entries, SpaceEntry(space=space)])
@@ -283,7 +291,7 @@ async def add_space(
     _check_name(space)
     iat = int(now)
     url = await resolve_server_url(paths, server_url)
-    await trio.to_thread.run_sync(_read_manifest, paths)  # refuse a broken manifest before writing
+    await trio.to_thread.run_sync(hosted_entries, paths)  # refuse a broken manifest before writing
     broker, existed = await trio.to_thread.run_sync(_provision, paths, space, static, iat)
     if existed:
         record = await trio.to_thread.run_sync(
@@ -294,7 +302,7 @@ async def add_space(
     if url is not None:
         async with natsio.open_loop(), open_system_connection(url, broker) as sys_conn:
             await push_accounts(sys_conn, [record.data_jwt, record.auth_jwt])
-    await trio.to_thread.run_sync(_set_hosted, paths, space, not static)
+    await trio.to_thread.run_sync(set_hosted, paths, space, not static)
     return AddedSpace(
         space=space, mode=MODE_STATIC if static else MODE_USER_AUTH, server_url=url,
         resigned=existed, data_jwt=record.data_jwt, auth_jwt=record.auth_jwt, hosted=not static,
@@ -415,7 +423,7 @@ async def remove_space(
     broker, sp = await trio.to_thread.run_sync(_existing_space, paths, space)
     material = await trio.to_thread.run_sync(load_space, sp.callout_json, space)
     url = await resolve_server_url(paths, server_url)
-    was_hosted = await trio.to_thread.run_sync(_set_hosted, paths, space, False)
+    was_hosted = await trio.to_thread.run_sync(set_hosted, paths, space, False)
     stopped = await _wait_lane_stopped(paths, space, lane_wait_s) if lane_wait_s > 0 else None
     streams: tuple[str, ...] = ()
     deleted = False
@@ -457,7 +465,7 @@ def list_spaces(paths: RootPaths) -> list[dict[str, Any]]:
     Raises:
         ConfigError: ``spaces.json`` or a ``mode.json`` is corrupt.
     """
-    hosted = {e.space for e in _read_manifest(paths)}
+    hosted = {e.space for e in hosted_entries(paths)}
     try:
         folders = sorted(paths.spaces_dir.iterdir())
     except FileNotFoundError:
@@ -467,5 +475,5 @@ def list_spaces(paths: RootPaths) -> list[dict[str, Any]]:
         name = _space_name(folder.name)
         if name is None or not paths.space(name).callout_json.exists():
             continue
-        rows.append({"space": name, "mode": _read_mode(paths.space(name)), "hosted": name in hosted})
+        rows.append({"space": name, "mode": space_mode(paths.space(name)), "hosted": name in hosted})
     return sorted(rows, key=lambda row: row["space"])

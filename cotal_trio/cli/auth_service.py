@@ -3,8 +3,12 @@
 It starts no broker and pushes no account: the broker at ``--server`` must already trust the
 spaces (the operator pushes them; ``cotal up`` does for its root's space). ``--callout-only``
 runs replica lanes: the callout alone, no HTTP face and no ``auth-service.json``. The replica
-refuses the HTTP flags (the public-face flags and ``--service-endpoints``, once they exist);
+refuses the HTTP flags (the public-face flags, once they exist) and ``--service-endpoints``;
 ``--auth-timeout`` applies to both modes.
+
+``--service-endpoints`` (with ``--space``; a manifest sets ``serviceEndpoints`` per entry) opens
+the space's service-endpoint admission for good, and a callout-only replica then refuses the
+space (spec "Callout replicas"; :mod:`cotal_trio.lanes.service_endpoints`).
 """
 
 from __future__ import annotations
@@ -35,11 +39,13 @@ async def auth_service(
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
     callout_only: Annotated[bool, Parameter(help="Replica: the callout only (no HTTP face, no auth-service.json).")] = False,
     auth_timeout: Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2); the callout deadline budget.")] = None,
+    service_endpoints: Annotated[bool, Parameter(help="With --space: open the space's service-endpoint admission; nothing closes it, and callout-only replicas then refuse the space.")] = False,
 ) -> int:
     """Run the auth service for one space or a manifest of spaces until Ctrl-C.
 
     With --spaces, a space that fails is retried every 5 s while the others keep serving;
-    with --space, a failure ends the process with exit 1.
+    with --space, a failure ends the process with exit 1. --service-endpoints is refused with
+    --callout-only and with --spaces (set the manifest entry's serviceEndpoints instead).
     """
     if (space is None) == (spaces is None):
         raise ConfigError("pass exactly one of --space (one space) and --spaces (a manifest of spaces)")
@@ -47,7 +53,7 @@ async def auth_service(
         Where(root=root, space=space).space_paths()  # validates the name
     config = ServiceConfig(
         root=Where(root=root).paths(), server_url=_check_server(server), space=space, manifest=spaces,
-        callout_only=callout_only, limits=_limits(auth_timeout),
+        callout_only=callout_only, service_endpoints=service_endpoints, limits=_limits(auth_timeout),
     )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_on_signal, nursery.cancel_scope, "cotal auth-service")  # Ctrl-C works during start-up too

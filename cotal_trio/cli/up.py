@@ -1,4 +1,4 @@
-"""``cotal up``: the embedded default - root, bundled nats-server, one space's auth service."""
+"""``cotal up``: the embedded default - root, bundled nats-server, and the root's spaces' auth services."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ async def up(
 ) -> int:
     """Provision the root if needed, start nats-server and serve the space until Ctrl-C.
 
+    Also serves every other user-auth space of the root (``<root>/spaces.json``); `cotal space
+    add` and `cotal space remove` change that set while it runs.
+
     Stops the broker it started on SIGINT or SIGTERM.
     """
     where.space_paths()  # validates --space before anything is written
@@ -52,11 +55,17 @@ def _check_flags(*, port: int | None, auth_timeout: float | None, nats_server: s
         raise ConfigError("--nats-server is empty - pass the path of a nats-server binary, or leave it out")
 
 
+def _spaces(info: UpInfo) -> str:
+    others = [space for space in info.spaces if space != info.space]
+    return f"space {info.space}" + (f" and {len(others)} more ({', '.join(others)})" if others else "")
+
+
 def _banner(info: UpInfo, where: Where) -> None:
     print(
         f"✓ auth service up (space {info.space}) - callout on {info.server_url}, "
         f"exchange/JWKS at {info.exchange_url}",
         f"  root: {info.root}",
+        f"  hosting {_spaces(info)} from {info.manifest} (live: cotal space add/remove)",
         sep="\n",
     )
     # The hints carry the flags this run needed, so they work when pasted as they are.

@@ -1,15 +1,21 @@
-"""The embedded default: a root, a bundled nats-server and one space's lane (``cotal up``).
+"""The embedded default: a root, a bundled nats-server and a lane host (``cotal up``).
 
 DESIGN.md section 1: ``cotal up`` provisions a root, starts a bundled nats-server, creates a
 space and runs its auth service, so the whole thing works on one machine with one command.
+It hosts every user-auth space listed in the root's own manifest, ``<root>/spaces.json``
+(version 2, DESIGN.md section 9), through the lane host of :mod:`cotal_trio.lanes.host`, so
+``cotal space add`` and ``cotal space remove`` take effect live (issue 3 item 1). Its own
+``--space`` is added to that manifest at start.
 
 Order (DESIGN.md section 4, "Adding a space to a running broker"): lock the root (one
-``cotal up`` per root), prepare it (keys are created once and never regenerated), render the
-config, start the broker and record the policy it runs with, push the space's data account then
-its auth account and read both back, start the IdP key source (the development IdP unless a
-real one is pinned; a new pin is recorded only once its JWKS was read), then start the lane.
-Every child belongs to one nursery; on cancellation the lane and the IdP face stop first and the
-broker last, so the lane never sees its broker vanish while it drains.
+``cotal up`` per root), prepare it (keys are created once and never regenerated; the space is
+listed in ``spaces.json``), render the config, start the broker and record the policy it runs
+with, push the space's data account then its auth account and read both back (and push the
+other hosted spaces' accounts, each failing alone), start the IdP (the development IdP's JWKS
+face unless a real one is pinned; a new pin is recorded only once its JWKS was read), then
+start the lane host and wait for the space's lane to serve. Every child belongs to one nursery;
+on cancellation the lanes and the IdP face stop first and the broker last, so no lane sees its
+broker vanish while it drains.
 """
 
 from __future__ import annotations
@@ -29,12 +35,12 @@ from ..broker import provision
 from ..broker.accounts import open_system_connection, push_accounts
 from ..broker.config import write_config
 from ..broker.process import run_nats_server
+from ..broker.spaces import MODE_STATIC, hosted_entries, set_hosted, space_mode
 from ..core.admission import CalloutLimits
 from ..core.errors import ConfigError, Unavailable, leaves
-from ..core.idp import parse_jwks
-from ..devidp import DevIdpMaterial, build_dev_idp_app, create_dev_idp, jwks
+from ..devidp import DevIdpMaterial, build_dev_idp_app, create_dev_idp
 from ..http.serve import serve_app
-from ..natsio import open_loop
+from ..natsio import Connection, open_loop
 from ..state import (
     BrokerMaterial,
     BrokerPolicy,
@@ -45,13 +51,15 @@ from ..state import (
     hold_root,
     load_idp_pin,
     load_policy,
+    read_json,
     remove_quietly,
     save_idp_pin,
     save_policy,
 )
-from .idp_keys import IdpKeyCache, check_jwks_uri, open_pinned_keys
-from .plane import ClaimRefused
-from .space import LaneConfig, LaneInfo, run_lane
+from .host import Host, HostConfig, run_host
+from .hosting import lane_factory
+from .idp_keys import check_jwks_uri, fetch_jwks
+from .plane import DEFAULT_LEASE, ClaimRefused
 
 __all__ = ["DEFAULT_PORT", "UpConfig", "UpInfo", "prepare_root", "run_up"]
 
@@ -93,6 +101,7 @@ class Prepared:
     policy: BrokerPolicy
     policy_changed: bool
     account_jwts: tuple[str, str]
+    hosted_jwts: dict[str, tuple[str, str]]
     pin: IdpPinRecord
     pin_is_new: bool
     dev_idp: DevIdpMaterial | None
@@ -109,6 +118,8 @@ class UpInfo:
     exchange_url: str
     pin: IdpPinRecord
     dev_idp_url: str | None
+    manifest: Path
+    spaces: tuple[str, ...]
 
 
 def _policy(paths: RootPaths, config: UpConfig) -> tuple[BrokerPolicy, bool]:
@@ -202,6 +213,7 @@ def prepare_root(config: UpConfig, *, now: float) -> Prepared:
     iat = int(now)
     broker = provision.ensure_root(config.paths, iat=iat)
     material = provision.ensure_space(config.paths, broker, config.space, iat=iat)
+    _host_space(config.paths, config.space)
     _restore_sentinel(config.paths.space(config.space).sentinel_creds, material.sentinel_creds)
     _warn_loose_modes(config.paths, config.space)
     record = provision.load_space_accounts(config.paths, broker, config.space)
@@ -210,8 +222,40 @@ def prepare_root(config: UpConfig, *, now: float) -> Prepared:
     write_config(config.paths, broker, port=policy.port, auth_timeout_s=policy.auth_timeout_s)
     return Prepared(
         broker=broker, policy=policy, policy_changed=policy_changed,
-        account_jwts=(record.data_jwt, record.auth_jwt), pin=pin, pin_is_new=pin_is_new, dev_idp=dev,
+        account_jwts=(record.data_jwt, record.auth_jwt), hosted_jwts=_hosted_jwts(config, broker),
+        pin=pin, pin_is_new=pin_is_new, dev_idp=dev,
     )
+
+
+def _host_space(paths: RootPaths, space: str) -> None:
+    """List ``space`` in ``<root>/spaces.json`` (the manifest ``cotal up`` hosts).
+
+    Raises:
+        ConfigError: the space is a static-auth space, or ``spaces.json`` is refused.
+    """
+    if space_mode(paths.space(space)) == MODE_STATIC:
+        raise ConfigError(
+            f"space {space} is a static-auth space, which has no auth service to run - "
+            f"serve a user-auth space (--space), or make it one with `cotal space add {space}`"
+        )
+    set_hosted(paths, space, True)
+
+
+def _hosted_jwts(config: UpConfig, broker: BrokerMaterial) -> dict[str, tuple[str, str]]:
+    """The account JWTs of the other spaces in ``spaces.json``, pushed at start in case the
+    broker's resolver lost them; a space whose files are unreadable is left to its lane
+    (which fails alone and is retried)."""
+    jwts: dict[str, tuple[str, str]] = {}
+    for entry in hosted_entries(config.paths):
+        if entry.space == config.space:
+            continue
+        try:
+            record = provision.load_space_accounts(config.paths, broker, entry.space)
+        except ConfigError as exc:
+            log.warning("up: space %s is not pushed: %s", entry.space, exc)
+            continue
+        jwts[entry.space] = (record.data_jwt, record.auth_jwt)
+    return jwts
 
 
 async def _run_broker(
@@ -236,6 +280,7 @@ async def _run_broker(
                         pid = await nursery.start(start)
                         async with open_loop(), open_system_connection(url, prepared.broker) as system:
                             await push_accounts(system, prepared.account_jwts)
+                            await _push_hosted(system, prepared.hosted_jwts)
                 except trio.TooSlowError:
                     raise Unavailable(
                         f"nats-server did not come up within {BROKER_START_CEILING_S} s - see {paths.broker_log}"
@@ -250,59 +295,82 @@ async def _run_broker(
             remove_quietly(paths.broker_pid)  # only once the broker has exited
 
 
-async def _start_idp(
-    nursery: trio.Nursery, config: UpConfig, prepared: Prepared
-) -> tuple[IdpKeyCache, str | None]:
-    """The pinned IdP's key set (fetched, and refreshed in ``nursery``), or the dev IdP's.
+async def _push_hosted(system: Connection, hosted: dict[str, tuple[str, str]]) -> None:
+    """Push the other hosted spaces' accounts; a refusal is that space's alone (logged)."""
+    for space, jwts in hosted.items():
+        try:
+            await push_accounts(system, jwts)
+        except (ConfigError, Unavailable) as exc:
+            log.warning("up: space %s: its accounts were not pushed: %s", space, exc)
 
-    A new pin is recorded only here, after its JWKS was read.
+
+async def _start_idp(nursery: trio.Nursery, config: UpConfig, prepared: Prepared) -> str | None:
+    """Serve the development IdP's JWKS (its URL), or check a real IdP's JWKS (None).
+
+    A new pin is recorded only here, after its JWKS was read. Each lane reads (and refreshes)
+    its own space's pinned key set (:func:`cotal_trio.lanes.hosting.lane_factory`).
     """
     if prepared.dev_idp is None:
-        cache, url = await open_pinned_keys(prepared.pin.jwks_uri, nursery), None
+        if prepared.pin_is_new:
+            await fetch_jwks(prepared.pin.jwks_uri)
+        url = None
     else:
-        cache = IdpKeyCache(parse_jwks(jwks(prepared.dev_idp)))
-        url = f"http://127.0.0.1:{await nursery.start(functools.partial(serve_app, build_dev_idp_app(prepared.dev_idp)))}"
+        port = await nursery.start(functools.partial(serve_app, build_dev_idp_app(prepared.dev_idp)))
+        url = f"http://127.0.0.1:{port}"
     if prepared.pin_is_new:
         save_idp_pin(config.paths.space(config.space).idp_json, prepared.pin, exclusive=True)
-    return cache, url
+    return url
 
 
 async def _serve(
     config: UpConfig, prepared: Prepared, server_url: str, pid: int, limits: CalloutLimits,
     task_status: trio.TaskStatus[UpInfo],
 ) -> NoReturn:
+    """The IdP face and a lane host on ``<root>/spaces.json``; ``started`` once our space serves."""
     async with trio.open_nursery() as nursery:
-        idp_keys, dev_url = await _start_idp(nursery, config, prepared)
-        lane_config = LaneConfig(
-            space=config.space,
-            paths=config.paths.space(config.space),
-            server_url=server_url,
-            idp_keys=idp_keys.keys,
-            limits=limits,
-            http_port=config.http_port,
+        dev_url = await _start_idp(nursery, config, prepared)
+        start_lane = lane_factory(
+            root=config.paths, server_url=server_url, limits=limits, callout_only=False,
+            http_ports={config.space: config.http_port}, pin_dev_idp=prepared.dev_idp is not None,
         )
-        lane = await _start_lane(nursery, lane_config)
+        host = await nursery.start(run_host, HostConfig(manifest=config.paths.spaces_manifest, start_lane=start_lane))
+        await _wait_serving(host, config.space, lease_s=DEFAULT_LEASE.lease_s)
+        service = read_json(config.paths.space(config.space).auth_service_json)
         task_status.started(UpInfo(
             root=config.paths.root, space=config.space, server_url=server_url, broker_pid=pid,
-            exchange_url=lane.url or "", pin=prepared.pin, dev_idp_url=dev_url,
+            exchange_url=str(service.get("url", "")), pin=prepared.pin, dev_idp_url=dev_url,
+            manifest=config.paths.spaces_manifest, spaces=tuple(host.current_states()),
         ))
         await trio.sleep_forever()
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def _start_lane(nursery: trio.Nursery, config: LaneConfig) -> LaneInfo:
-    """Start the lane; while an earlier ``cotal up`` that was killed still holds the claim,
-    wait for its lease to lapse (at most two leases) instead of giving up at once."""
-    deadline = trio.current_time() + 2 * config.lease.lease_s
+async def _wait_serving(host: Host, space: str, *, lease_s: float) -> None:
+    """Wait until ``space``'s lane serves; raise why it failed, except that while an earlier
+    ``cotal up`` that was killed still holds the claim the host's retries go on for at most
+    two leases (spec "Exclusive ownership").
+
+    Raises:
+        ConfigError, Unavailable: the lane's own failure (the first leaf of its group).
+    """
+    deadline = trio.current_time() + 2 * lease_s
+    seen = 0
     while True:
         try:
-            return await nursery.start(run_lane, config)
-        except* ClaimRefused as group:
-            refused = leaves(group)[0]
-            if trio.current_time() >= deadline:
-                raise refused from None
-            log.warning("up: %s - waiting for its lease to lapse", refused)
-        await trio.sleep(config.lease.renew_every_s)
+            outcome = await host.next_outcome(space, seen)
+        except KeyError:
+            raise ConfigError(
+                f"space {space} left {host.manifest} while starting - add it back with `cotal space add {space}`"
+            ) from None
+        if outcome.status.state == "serving":
+            return
+        failure = leaves(outcome.failure)[0] if outcome.failure is not None else Unavailable(
+            f"space {space}: {outcome.status.reason}"
+        )
+        if not isinstance(failure, ClaimRefused) or trio.current_time() >= deadline:
+            raise failure
+        log.warning("up: %s - waiting for its lease to lapse", failure)
+        seen = outcome.count
 
 
 async def run_up(config: UpConfig, *, task_status: trio.TaskStatus[UpInfo] = trio.TASK_STATUS_IGNORED) -> NoReturn:

@@ -53,7 +53,7 @@ from ..core.manifest import (
 )
 from ..state.files import atomic_write
 
-__all__ = ["Host", "HostConfig", "HostStatistics", "run_host"]
+__all__ = ["Host", "HostConfig", "HostStatistics", "LaneOutcome", "run_host"]
 
 log = logging.getLogger("cotal.host")
 
@@ -137,6 +137,21 @@ class HostStatistics:
     writes: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaneOutcome:
+    """How a lane's latest start ended (:meth:`Host.next_outcome`).
+
+    Attributes:
+        count: outcomes reported by this lane so far (pass it back as ``seen``).
+        status: the lane's status then: ``serving``, or ``retrying`` with its reason.
+        failure: the exception (group) that ended it, ``None`` while serving.
+    """
+
+    count: int
+    status: LaneStatus
+    failure: BaseException | None
+
+
 @dataclass(slots=True, eq=False)
 class _Lane:
     """One space's lane: the entry it runs, its state, its scope and its exit signal."""
@@ -145,6 +160,8 @@ class _Lane:
     status: LaneStatus = field(default_factory=lambda: LaneStatus(state="starting"))
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     done: trio.Event = field(default_factory=trio.Event)
+    outcomes: int = 0  # starts that ended in `started` or `failed`, so far
+    failure: BaseException | None = None  # what ended the last failed start or run
 
 
 class Host:
@@ -164,7 +181,13 @@ class Host:
         self._seen: str | None = None  # SHA-256 of the last bytes read, or why the read failed
         self._write_lock = trio.Lock()
         self._written = trio.Event()
+        self._outcome = trio.Event()  # set (and replaced) on each lane outcome and each stop
         self._counts = {"rereads": 0, "reconciles": 0, "writes": 0}
+
+    @property
+    def manifest(self) -> Path:
+        """The manifest's absolute path (``.applied`` is beside it)."""
+        return self._path
 
     def current_states(self) -> dict[str, LaneStatus]:
         """Every lane's status by space (a copy)."""
@@ -178,6 +201,25 @@ class Host:
     async def wait_written(self) -> None:
         """Return after the next successful ``.applied`` write (a checkpoint; nothing to undo)."""
         await self._written.wait()
+
+    async def next_outcome(self, space: str, seen: int = 0) -> LaneOutcome:
+        """Wait until ``space``'s lane has reported more than ``seen`` outcomes; the latest.
+
+        An outcome is a start that ended ``serving`` or ``retrying``. Pass the previous
+        :attr:`LaneOutcome.count` as ``seen`` to wait for the next one (``cotal up`` uses this
+        to wait for its own space, and to see why it failed).
+
+        Raises:
+            KeyError: the manifest does not list ``space``, or the lane is stopping because
+                the manifest dropped or changed it (also while waiting).
+        """
+        while True:
+            lane = self._lanes.get(space)
+            if lane is None or lane.status.state == "stopping":
+                raise KeyError(space)
+            if lane.outcomes > seen:
+                return LaneOutcome(count=lane.outcomes, status=lane.status, failure=lane.failure)
+            await self._outcome.wait()
 
     # --- reconcile --------------------------------------------------------------------------
 
@@ -232,6 +274,7 @@ class Host:
         for lane in lanes:
             self._mark(lane, "stop")
             lane.scope.cancel()
+        self._wake_waiters()  # a stopping lane has no next outcome
         if lanes:
             await self._publish()
         for lane in lanes:
@@ -269,9 +312,11 @@ class Host:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self._config.start_lane(lane.entry))
                 log.info("space %s: lane serving", space)
+                lane.failure = None
                 await self._move(lane, "started")
         except* Exception as group:  # noqa: BLE001 - one lane fails alone (STYLE.md practice 10)
             failure = group  # `return` is not allowed in except*
+        lane.failure = failure
         if failure is None:
             log.warning("space %s: lane ended without an error, retrying in %g s", space, self._config.retry_s)
             return "the lane ended without an error"
@@ -297,8 +342,17 @@ class Host:
         changed, lane.status = status != lane.status, status
         return changed
 
+    def _wake_waiters(self) -> None:
+        """Wake :meth:`next_outcome` callers to look at their lanes again."""
+        self._outcome.set()
+        self._outcome = trio.Event()
+
     async def _move(self, lane: _Lane, event: str, reason: str | None = None) -> None:
-        if self._mark(lane, event, reason):
+        changed = self._mark(lane, event, reason)
+        if event in ("started", "failed"):
+            lane.outcomes += 1
+            self._wake_waiters()
+        if changed:
             await self._publish()
 
     async def _publish(self) -> None:

@@ -18,6 +18,7 @@ an ``oidc`` pin's JWKS is fetched once before the lane starts and re-read every
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -33,12 +34,14 @@ from ..core.errors import ConfigError
 from ..core.idp import parse_jwks
 from ..core.manifest import SpaceEntry
 from ..devidp import DevIdpMaterial, jwks
-from ..state import RootPaths, load_idp_pin, missing
+from ..state import IdpPinRecord, RootPaths, load_idp_pin, missing, save_idp_pin
 from .host import HostConfig, run_host
 from .idp_keys import IdpKeyCache, open_pinned_keys
 from .space import LaneConfig, LaneInfo, run_lane
 
 __all__ = ["ServiceConfig", "ServiceInfo", "lane_factory", "run_service"]
+
+log = logging.getLogger("cotal.host")
 
 Startable = Callable[..., object]
 
@@ -46,13 +49,15 @@ Startable = Callable[..., object]
 def lane_factory(
     *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
     clock: Callable[[], float] = time.time, reconnect: bool = True,
-    http_ports: Mapping[str, int] | None = None,
+    http_ports: Mapping[str, int] | None = None, pin_dev_idp: bool = False,
 ) -> Callable[[SpaceEntry], Startable]:
     """The host's ``start_lane``: ``entry -> startable`` serving ``entry.space`` from ``root``.
 
     ``http_ports`` fixes the loopback exchange port of the spaces it names (``cotal up
     --http-port`` for its own space); every other full lane binds a free port and records it
-    in its ``auth-service.json``.
+    in its ``auth-service.json``. ``pin_dev_idp`` (``cotal up`` only) pins a space that has no
+    IdP pin yet to the root's development IdP when its lane starts, as ``cotal up --space``
+    does for a new space; without it an unpinned space's lane fails (and is retried).
 
     The startable raises (before ``started``) ``ConfigError`` for missing or corrupt material
     or pin, and ``Unavailable`` for an unreachable broker or IdP; the host then marks the lane
@@ -62,23 +67,27 @@ def lane_factory(
         return functools.partial(
             _run_space, entry.space, root=root, server_url=server_url, limits=limits,
             callout_only=callout_only, clock=clock, reconnect=reconnect,
-            http_port=(http_ports or {}).get(entry.space, 0),
+            http_port=(http_ports or {}).get(entry.space, 0), pin_dev_idp=pin_dev_idp,
+            service_endpoints=entry.service_endpoints,
         )
     return start_lane
 
 
 async def _run_space(
     space: str, *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
-    clock: Callable[[], float], reconnect: bool, http_port: int,
+    clock: Callable[[], float], reconnect: bool, http_port: int, pin_dev_idp: bool,
+    service_endpoints: bool,
     task_status: trio.TaskStatus[LaneInfo] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve ``space`` until cancelled (startable; ``started`` with the lane's :class:`LaneInfo`)."""
     async with trio.open_nursery() as nursery:
+        if pin_dev_idp and not callout_only:
+            await trio.to_thread.run_sync(_pin_dev_idp, root, space)
         keys = _no_keys if callout_only else await _idp_keys(nursery, root, space)
         config = LaneConfig(
             space=space, paths=root.space(space), server_url=server_url, idp_keys=keys,
             limits=limits, callout_only=callout_only, clock=clock, reconnect=reconnect,
-            http_port=http_port,
+            http_port=http_port, service_endpoints=service_endpoints,
         )
         await run_lane(config, task_status=task_status)
     raise AssertionError("unreachable")  # pragma: no cover
@@ -99,6 +108,23 @@ async def _idp_keys(nursery: trio.Nursery, root: RootPaths, space: str) -> Calla
     if pin.kind == "dev":
         return IdpKeyCache(parse_jwks(jwks(_dev_idp(root, space, pin.issuer)))).keys
     return (await open_pinned_keys(pin.jwks_uri, nursery)).keys
+
+
+def _pin_dev_idp(root: RootPaths, space: str) -> None:
+    """Pin ``space`` to the root's development IdP unless it has a pin (blocking file I/O).
+
+    Raises:
+        ConfigError: the root has no (or a corrupt) ``devidp.json``.
+    """
+    path = root.space(space).idp_json
+    if path.exists():
+        return
+    if not root.devidp_json.exists():
+        raise missing(root.devidp_json)
+    dev = DevIdpMaterial.from_json(root.devidp_json.read_bytes())
+    pin = IdpPinRecord(kind="dev", url="", issuer=dev.issuer, audience=dev.audience, jwks_uri="")
+    if save_idp_pin(path, pin, exclusive=True):
+        log.info("space %s: pinned to the development IdP (%s)", space, dev.issuer)
 
 
 def _dev_idp(root: RootPaths, space: str, issuer: str) -> DevIdpMaterial:
@@ -127,11 +153,14 @@ class ServiceConfig:
         space: serve this one space alone (exclusive with ``manifest``).
         manifest: serve the spaces this manifest lists, live (exclusive with ``space``).
         callout_only: replica lanes: no HTTP face, no ``auth-service.json``.
+        service_endpoints: with ``space``, open its service-endpoint admission (nothing closes
+            it); a manifest sets ``serviceEndpoints`` per entry instead.
         limits: callout limits (the broker's auth timeout).
         clock: wall time, unix seconds.
 
     Raises:
-        ConfigError: neither or both of ``space`` and ``manifest``.
+        ConfigError: neither or both of ``space`` and ``manifest``; ``service_endpoints`` with
+            ``callout_only`` or with ``manifest``.
     """
 
     root: RootPaths
@@ -139,12 +168,23 @@ class ServiceConfig:
     space: str | None = None
     manifest: Path | None = None
     callout_only: bool = False
+    service_endpoints: bool = False
     limits: CalloutLimits = field(default_factory=CalloutLimits)
     clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
         if (self.space is None) == (self.manifest is None):
             raise ConfigError("pass exactly one of --space (one space) and --spaces (a manifest of spaces)")
+        if self.service_endpoints and self.callout_only:
+            raise ConfigError(
+                "--service-endpoints needs the full auth service, and a callout-only replica cannot"
+                " issue service-endpoint connections - drop --callout-only or --service-endpoints"
+            )
+        if self.service_endpoints and self.manifest is not None:
+            raise ConfigError(
+                "--service-endpoints applies to --space only - with --spaces, set"
+                ' "serviceEndpoints": true on the space\'s manifest entry instead'
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,7 +223,8 @@ async def run_service(
     async with trio.open_nursery() as nursery:
         if config.manifest is None:
             assert config.space is not None  # __post_init__
-            lane = await nursery.start(start_lane(SpaceEntry(space=config.space)))
+            entry = SpaceEntry(space=config.space, service_endpoints=config.service_endpoints)
+            lane = await nursery.start(start_lane(entry))
             task_status.started(ServiceInfo(spaces=(config.space,), lane=lane))
         else:
             host = await nursery.start(run_host, HostConfig(

@@ -12,6 +12,11 @@ a data-account service-user connection: the keeper starts before the callout sub
 second full service for the space is refused (:class:`~cotal_trio.lanes.plane.ClaimRefused`)
 before it serves or writes a readiness file, and a fence
 (:class:`~cotal_trio.lanes.plane.Fenced`) ends the lane. Replicas never touch the claim.
+
+A full lane with ``service_endpoints`` opens its space's service-endpoint admission once it
+holds the claim; a replica holds a read-only store connection of its own and, before it
+subscribes, refuses a space whose admission is open (spec "Callout replicas";
+:mod:`cotal_trio.lanes.service_endpoints`). Either connection closing for good ends the lane.
 """
 
 from __future__ import annotations
@@ -22,14 +27,13 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NoReturn
 
 import trio
 from nacl.signing import VerifyKey
 
-from ..broker.provision import mint_service_user
 from ..core.admission import CalloutLimits
 from ..core.bearer import BearerVerifier
 from ..core.callout import CalloutKeys
@@ -57,6 +61,12 @@ from ..state import (
 )
 from .callout import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder
 from .plane import DEFAULT_LEASE, hold_plane, holder_id
+from .service_endpoints import (
+    open_admission,
+    open_store_user,
+    reader_permissions,
+    refuse_if_admitted,
+)
 
 __all__ = ["LaneConfig", "LaneInfo", "run_lane"]
 
@@ -82,6 +92,11 @@ class LaneConfig:
             it (spec "Callout replicas").
         clock: wall time, unix seconds.
         lease: the plane claim's lease and fencing margin (full lanes only; tests shorten it).
+        service_endpoints: open the space's service-endpoint admission (full lanes only;
+            nothing closes it).
+
+    Raises:
+        ConfigError: ``service_endpoints`` on a callout-only lane.
     """
 
     space: str
@@ -94,6 +109,14 @@ class LaneConfig:
     reconnect: bool = True
     clock: Callable[[], float] = time.time
     lease: Lease = DEFAULT_LEASE
+    service_endpoints: bool = False
+
+    def __post_init__(self) -> None:
+        if self.callout_only and self.service_endpoints:
+            raise ConfigError(
+                f"space {self.space}: a callout-only replica cannot open service endpoints"
+                " - run the full auth service with them, or leave them off the replica"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,9 +162,12 @@ async def run_lane(
     """Serve one space until cancelled (startable; ``started`` with a :class:`LaneInfo`).
 
     Raises:
-        ConfigError: the space's material in the root is missing or corrupt (before started).
-        Unavailable: the broker refused or dropped the callout connection; after ``started``
-            it means the lane lost the broker and ends (the host decides whether to retry).
+        ConfigError: before started: the space's material in the root is missing or corrupt; or
+            this is a replica and the space admits service endpoints (spec "Callout replicas").
+        ClaimRefused: before started: another full service holds the space (a ConfigError).
+        Unavailable: the broker refused or dropped the callout or store connection; after
+            ``started`` it means the lane lost the broker and ends (the host decides whether to
+            retry).
     """
     material = _load_material(config)
     keys, creds = _callout_keys(material)
@@ -160,30 +186,19 @@ async def run_lane(
             publish=conn.publish_nowait,
         )
         async with trio.open_nursery() as nursery:
-            if store_conn is not None:
-                # Before the callout subscription: a second full service is refused here
-                # (ClaimRefused) before it serves or writes a readiness file. A Fenced from the
-                # keeper cancels this nursery and ends the lane.
-                await nursery.start(
-                    functools.partial(
-                        hold_plane, store_conn, config.space, holder=holder_id(),
-                        lease=config.lease, clock=config.clock,
-                    )
-                )
-                # Only the claim's holder touches the readiness file: a refused second service
-                # (even one in this process) leaves the serving lane's file alone.
-                _scrub_readiness(config)
+            if config.callout_only:
+                # Spec "Callout replicas": a replica cannot issue a service-endpoint connection,
+                # so it refuses such a space before it subscribes.
+                await refuse_if_admitted(store_conn, config.space)
+            else:
+                await _hold_space(nursery, config, store_conn)
             await nursery.start(responder.run)
             await conn.subscribe(CALLOUT_SUBJECT, queue=CALLOUT_QUEUE_GROUP, on_message=responder.on_message)
             await conn.flush()
             try:
                 url = None if exchange is None else await _open_face(nursery, config, exchange)
                 task_status.started(LaneInfo(space=config.space, url=url))
-                await conn.closed.wait()
-                raise Unavailable(
-                    f"space {config.space}: the broker closed the callout connection"
-                    f" ({conn.last_error or 'no reason given'})"
-                )
+                await _until_lost(config.space, callout=conn, store=store_conn)
             finally:
                 if exchange is not None:
                     _remove_readiness(config, exchange.capability)
@@ -196,26 +211,61 @@ def _store_permissions(space: str) -> dict[str, dict[str, list[str]]]:
     }
 
 
-@contextlib.asynccontextmanager
-async def _open_store(config: LaneConfig, material: SpaceMaterial) -> AsyncIterator[Connection | None]:
-    """A full lane's data-account store connection (a fresh service user); None for a replica.
+def _open_store(config: LaneConfig, material: SpaceMaterial) -> contextlib.AbstractAsyncContextManager[Connection]:
+    """The lane's data-account store connection, as a fresh service user minted per lane start.
 
-    Must be entered inside the lane's ``open_loop()``.
+    A full lane's user has the JetStream API and the space's auth bucket; a replica's only
+    reads (it creates no store). Must be entered inside the lane's ``open_loop()``.
     """
-    if config.callout_only:
-        yield None
-        return
-    name = f"cotal:auth-store:{config.space}"
-    # No expiry for now: the broker drops a connection whose user JWT expires, and renewing the
-    # user (a fresh JWT and a reconnect) before expiry is follow-up work. The user is minted per
-    # lane start, never written to disk, and its permissions are JetStream API and the space's
-    # auth bucket only.
-    creds = mint_service_user(
-        material, name=name, permissions=_store_permissions(config.space),
-        iat=int(config.clock()), exp=None,
+    space = config.space
+    permissions = reader_permissions(space) if config.callout_only else _store_permissions(space)
+    return open_store_user(
+        material, config.server_url, name=f"cotal:auth-store:{space}", permissions=permissions,
+        iat=int(config.clock()), reconnect=config.reconnect,
     )
-    async with open_connection(config.server_url, creds=creds, name=name, reconnect=config.reconnect) as conn:
-        yield conn
+
+
+async def _hold_space(nursery: trio.Nursery, config: LaneConfig, store_conn: Connection) -> None:
+    """A full lane's start, before its callout subscription: claim, admission, readiness file.
+
+    A second full service is refused here (ClaimRefused) before it serves or writes a readiness
+    file. A Fenced from the keeper, which runs in ``nursery``, ends the lane.
+    """
+    holder = holder_id()
+    await nursery.start(
+        functools.partial(
+            hold_plane, store_conn, config.space, holder=holder, lease=config.lease, clock=config.clock,
+        )
+    )
+    if config.service_endpoints:
+        admission = await open_admission(store_conn, config.space, holder=holder, now=config.clock())
+        log.info("space %s: service-endpoint admission open (since %s)", config.space, admission.opened_at)
+    # Only the claim's holder touches the readiness file: a refused second service (even one in
+    # this process) leaves the serving lane's file alone.
+    _scrub_readiness(config)
+
+
+async def _until_lost(space: str, **conns: Connection) -> NoReturn:
+    """Trio: wait until one of the lane's connections closes for good; raise naming it.
+
+    One error however many close at once (the broker going takes them all), so a single-space
+    process reports one sentence; ``conns`` order decides which is named then.
+
+    Raises:
+        Unavailable: always, once a connection in ``conns`` (``name=connection``) has closed.
+    """
+    async with trio.open_nursery() as watchers:
+        for conn in conns.values():
+            watchers.start_soon(_cancel_when_closed, conn, watchers.cancel_scope)
+    name, lost = next((name, conn) for name, conn in conns.items() if conn.closed.is_set())
+    raise Unavailable(
+        f"space {space}: the broker closed the {name} connection ({lost.last_error or 'no reason given'})"
+    )
+
+
+async def _cancel_when_closed(conn: Connection, scope: trio.CancelScope) -> None:
+    await conn.closed.wait()
+    scope.cancel()
 
 
 def _scrub_readiness(config: LaneConfig) -> None:

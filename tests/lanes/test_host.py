@@ -446,3 +446,43 @@ def test_config_refuses_non_positive_durations(tmp_path):
         HostConfig(manifest=tmp_path / "m.json", start_lane=FakeLanes(), retry_s=0)
     with pytest.raises(ConfigError, match="settle_s"):
         HostConfig(manifest=tmp_path / "m.json", start_lane=FakeLanes(), settle_s=float("nan"))
+
+
+# --- waiting for one lane (cotal up waits for its own space) ---------------------------------------
+
+
+async def test_next_outcome_reports_each_start_with_its_failure(nursery, manifest):
+    lanes = FakeLanes()
+    broken = ConfigError("space b: callout.json is corrupt - restore it")
+    lanes.fail_start["b"] = broken
+    with trio.fail_after(CEILING_S):
+        host = await start_host(nursery, config(manifest, lanes))
+        a = await host.next_outcome("a")
+        first = await host.next_outcome("b")
+        second = await host.next_outcome("b", first.count)  # the host's retry, 0.2 s later
+        del lanes.fail_start["b"]
+        third = await host.next_outcome("b", second.count)
+    assert (a.count, a.status, a.failure) == (1, LaneStatus(state="serving"), None)
+    assert first.count == 1 and first.status == LaneStatus(state="retrying", reason=str(broken))
+    assert [type(e) for e in first.failure.exceptions] == [ConfigError]  # the group the lane raised
+    assert first.failure.exceptions[0] is broken
+    assert second.count == 2 and second.status.state == "retrying"
+    assert (third.count, third.status, third.failure) == (3, LaneStatus(state="serving"), None)
+
+
+async def test_next_outcome_of_a_space_the_manifest_drops_is_a_key_error(nursery, manifest):
+    lanes = FakeLanes()
+    lanes.fail_start["c"] = Unavailable("space c: the broker is down")
+    with trio.fail_after(CEILING_S):
+        host = await start_host(nursery, config(manifest, lanes, retry_s=NEVER_S))
+        seen = (await host.next_outcome("c")).count
+        with pytest.raises(KeyError):
+            await host.next_outcome("nope")
+        async with trio.open_nursery() as waiters:
+            async def wait_c() -> None:
+                with pytest.raises(KeyError):
+                    await host.next_outcome("c", seen)
+            waiters.start_soon(wait_c)
+            await trio.sleep(0)
+            move_over(manifest, manifest_bytes("a", "b"))
+            # wait_c wakes when the lane is told to stop: it will never have another outcome
