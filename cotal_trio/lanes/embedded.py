@@ -332,6 +332,7 @@ async def _serve(
         start_lane = lane_factory(
             root=config.paths, server_url=server_url, limits=limits, callout_only=False,
             http_ports={config.space: config.http_port}, pin_dev_idp=prepared.dev_idp is not None,
+            dev_idp_url=dev_url,
         )
         host = await nursery.start(run_host, HostConfig(manifest=config.paths.spaces_manifest, start_lane=start_lane))
         await _wait_serving(host, config.space, lease_s=DEFAULT_LEASE.lease_s)

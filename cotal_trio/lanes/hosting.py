@@ -17,6 +17,7 @@ an ``oidc`` pin's JWKS is fetched once before the lane starts and re-read every
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -37,7 +38,7 @@ from ..devidp import DevIdpMaterial, jwks
 from ..state import IdpPinRecord, RootPaths, load_idp_pin, missing, save_idp_pin
 from .host import HostConfig, run_host
 from .idp_keys import IdpKeyCache, open_pinned_keys
-from .space import LaneConfig, LaneInfo, run_lane
+from .space import LaneConfig, LaneInfo, PublicFace, run_lane
 
 __all__ = ["ServiceConfig", "ServiceInfo", "lane_factory", "run_service"]
 
@@ -49,46 +50,47 @@ Startable = Callable[..., object]
 def lane_factory(
     *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
     clock: Callable[[], float] = time.time, reconnect: bool = True,
-    http_ports: Mapping[str, int] | None = None, pin_dev_idp: bool = False,
+    http_ports: Mapping[str, int] | None = None, pin_dev_idp: bool = False, dev_idp_url: str | None = None,
 ) -> Callable[[SpaceEntry], Startable]:
     """The host's ``start_lane``: ``entry -> startable`` serving ``entry.space`` from ``root``.
 
+    The entry's ``serviceEndpoints`` and public-face fields (``exchangePublicPort`` and
+    friends) go to the lane (:class:`~cotal_trio.lanes.space.LaneConfig`).
     ``http_ports`` fixes the loopback exchange port of the spaces it names (``cotal up
     --http-port`` for its own space); every other full lane binds a free port and records it
     in its ``auth-service.json``. ``pin_dev_idp`` (``cotal up`` only) pins a space that has no
     IdP pin yet to the root's development IdP when its lane starts, as ``cotal up --space``
     does for a new space; without it an unpinned space's lane fails (and is retried).
+    ``dev_idp_url`` is where that development IdP is served, which a public face names.
 
     The startable raises (before ``started``) ``ConfigError`` for missing or corrupt material
     or pin, and ``Unavailable`` for an unreachable broker or IdP; the host then marks the lane
     ``retrying``.
     """
     def start_lane(entry: SpaceEntry) -> Startable:
-        return functools.partial(
-            _run_space, entry.space, root=root, server_url=server_url, limits=limits,
-            callout_only=callout_only, clock=clock, reconnect=reconnect,
-            http_port=(http_ports or {}).get(entry.space, 0), pin_dev_idp=pin_dev_idp,
-            service_endpoints=entry.service_endpoints,
+        config = LaneConfig(
+            space=entry.space, paths=root.space(entry.space), server_url=server_url, idp_keys=_no_keys,
+            limits=limits, callout_only=callout_only, clock=clock, reconnect=reconnect,
+            http_port=(http_ports or {}).get(entry.space, 0), service_endpoints=entry.service_endpoints,
+            public=PublicFace.of(entry), dev_idp_url=dev_idp_url,
         )
+        return functools.partial(_run_space, config, root=root, pin_dev_idp=pin_dev_idp and not callout_only)
     return start_lane
 
 
 async def _run_space(
-    space: str, *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
-    clock: Callable[[], float], reconnect: bool, http_port: int, pin_dev_idp: bool,
-    service_endpoints: bool,
+    config: LaneConfig, *, root: RootPaths, pin_dev_idp: bool,
     task_status: trio.TaskStatus[LaneInfo] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
-    """Serve ``space`` until cancelled (startable; ``started`` with the lane's :class:`LaneInfo`)."""
+    """Serve ``config.space`` until cancelled (startable; ``started`` with its :class:`LaneInfo`).
+
+    ``config.idp_keys`` is replaced here by the space's pinned key set (full lanes).
+    """
     async with trio.open_nursery() as nursery:
-        if pin_dev_idp and not callout_only:
-            await trio.to_thread.run_sync(_pin_dev_idp, root, space)
-        keys = _no_keys if callout_only else await _idp_keys(nursery, root, space)
-        config = LaneConfig(
-            space=space, paths=root.space(space), server_url=server_url, idp_keys=keys,
-            limits=limits, callout_only=callout_only, clock=clock, reconnect=reconnect,
-            http_port=http_port, service_endpoints=service_endpoints,
-        )
+        if pin_dev_idp:
+            await trio.to_thread.run_sync(_pin_dev_idp, root, config.space)
+        if not config.callout_only:
+            config = dataclasses.replace(config, idp_keys=await _idp_keys(nursery, root, config.space))
         await run_lane(config, task_status=task_status)
     raise AssertionError("unreachable")  # pragma: no cover
 

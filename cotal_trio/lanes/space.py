@@ -39,10 +39,12 @@ from ..core.bearer import BearerVerifier
 from ..core.callout import CalloutKeys
 from ..core.errors import ConfigError, Unavailable
 from ..core.jose import BearerKeySet
+from ..core.manifest import SpaceEntry
 from ..core.plane import Lease, plane_bucket
 from ..http.client import pid_alive
 from ..http.faces import ExchangeContext
 from ..http.loopback import build_loopback_app
+from ..http.public import build_public_app
 from ..http.serve import serve_app
 from ..natsio import Connection, open_connection, open_loop
 from ..state import (
@@ -68,11 +70,38 @@ from .service_endpoints import (
     refuse_if_admitted,
 )
 
-__all__ = ["LaneConfig", "LaneInfo", "run_lane"]
+__all__ = ["LaneConfig", "LaneInfo", "PublicFace", "run_lane"]
 
 log = logging.getLogger("cotal.lane")
 
 IdpKeys = Callable[[], Mapping[str, VerifyKey]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublicFace:
+    """A lane's public exchange listener (spec "Exclusive ownership", "Listener policy").
+
+    Attributes:
+        port: the port it binds on 127.0.0.1 (a reverse proxy terminates TLS in front of it).
+        url: the ``https://`` address clients reach it by; None publishes the bound address.
+        trusted_proxy: attribute peers by the last ``X-Forwarded-For`` hop.
+        advertised_server: the broker address remote clients dial; None: the lane's own.
+    """
+
+    port: int
+    url: str | None = None
+    trusted_proxy: bool = False
+    advertised_server: str | None = None
+
+    @classmethod
+    def of(cls, entry: SpaceEntry) -> PublicFace | None:
+        """The face a manifest entry names (``exchangePublicPort`` and friends), or None."""
+        if entry.exchange_public_port is None:
+            return None
+        return cls(
+            port=entry.exchange_public_port, url=entry.exchange_public_url,
+            trusted_proxy=entry.exchange_trusted_proxy, advertised_server=entry.advertised_server,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +123,10 @@ class LaneConfig:
         lease: the plane claim's lease and fencing margin (full lanes only; tests shorten it).
         service_endpoints: open the space's service-endpoint admission (full lanes only;
             nothing closes it).
+        public: the public exchange face the space's manifest entry names (full lanes only),
+            or None for the loopback face alone.
+        dev_idp_url: where the development IdP is served (``cotal up``), which a public face's
+            bootstrap document names for a space pinned to it; None elsewhere.
 
     Raises:
         ConfigError: ``service_endpoints`` on a callout-only lane.
@@ -110,8 +143,15 @@ class LaneConfig:
     clock: Callable[[], float] = time.time
     lease: Lease = DEFAULT_LEASE
     service_endpoints: bool = False
+    public: PublicFace | None = None
+    dev_idp_url: str | None = None
 
     def __post_init__(self) -> None:
+        if self.callout_only and self.public is not None:
+            raise ConfigError(
+                f"space {self.space}: a callout-only replica has no HTTP face - drop the public"
+                " exchange settings from its entry, or run the full auth service for it"
+            )
         if self.callout_only and self.service_endpoints:
             raise ConfigError(
                 f"space {self.space}: a callout-only replica cannot open service endpoints"
@@ -197,6 +237,8 @@ async def run_lane(
             await conn.flush()
             try:
                 url = None if exchange is None else await _open_face(nursery, config, exchange)
+                if exchange is not None and config.public is not None:
+                    await _open_public_face(nursery, config, config.public, exchange, material)
                 task_status.started(LaneInfo(space=config.space, url=url))
                 await _until_lost(config.space, callout=conn, store=store_conn)
             finally:
@@ -301,3 +343,29 @@ async def _open_face(nursery: trio.Nursery, config: LaneConfig, ctx: ExchangeCon
     record = {"ver": 1, "url": url, "pid": os.getpid(), "cap": ctx.capability}
     write_json(config.paths.auth_service_json, record)
     return url
+
+
+async def _open_public_face(
+    nursery: trio.Nursery, config: LaneConfig, face: PublicFace, ctx: ExchangeContext, material: SpaceMaterial,
+) -> None:
+    """Serve the public face on 127.0.0.1:``face.port`` in ``nursery`` (checkpoint).
+
+    Raises:
+        ConfigError: the space is pinned to the development IdP and no ``dev_idp_url`` is
+            known, or the face's settings are refused by :func:`build_public_app`.
+        OSError: the port is taken (the host retries the lane).
+    """
+    pin = load_idp_pin(config.paths.idp_json)
+    idp_url = config.dev_idp_url if pin.kind == "dev" else pin.url
+    if not idp_url:
+        raise ConfigError(
+            f"space {config.space} is pinned to the development IdP, which only `cotal up` serves -"
+            " pin a real IdP before giving the space a public face, or drop exchangePublicPort"
+        )
+    app = build_public_app(
+        ctx, public_url=face.url or f"http://127.0.0.1:{face.port}", advertised_server=face.advertised_server,
+        server_url=config.server_url, idp_url=idp_url, sentinel_creds=material.sentinel_creds,
+        trusted_proxy=face.trusted_proxy,
+    )
+    await nursery.start(functools.partial(serve_app, app, port=face.port))
+    log.info("space %s: public exchange face on 127.0.0.1:%d (%s)", config.space, face.port, face.url or "no public URL")

@@ -8,9 +8,12 @@ hosts; the lane starts or stops without a restart.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import time
+import urllib.error
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -156,3 +159,65 @@ async def test_up_hosts_spaces_added_while_it_was_stopped(tmp_path: Path, nats_s
         other.grant("bob", "cli")
         assert await other.connects(await other.bearer("bob", "cli"))
         nursery.cancel_scope.cancel()
+
+
+def _get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _post_public(url: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+async def test_a_manifest_entry_gives_its_lane_a_public_face(stack: Stack) -> None:
+    """Issue 3 item 2: "plus the public face its entry names"; changing the entry restarts the lane."""
+    port = free_port()
+    entry = {"space": SPACE, "exchangePublicPort": port, "exchangePublicUrl": "https://auth.example/alpha"}
+    data = json.dumps({"version": 2, "spaces": [entry]}).encode()
+    temp = stack.paths.spaces_manifest.with_name("spaces.json.new")
+    temp.write_bytes(data)
+    os.replace(temp, stack.paths.spaces_manifest)
+    await until_applied(stack.paths, lambda s: applied(stack.paths)["manifestSha256"] == hashlib.sha256(data).hexdigest()
+                        and s == {SPACE: {"state": "serving"}})
+    base = f"http://127.0.0.1:{port}"
+    status, health = await trio.to_thread.run_sync(_get, base + "/health")
+    assert (status, health) == (200, {"ok": True, "issuer": f"urn:cotal:auth:{SPACE}"})
+    status, doc = await trio.to_thread.run_sync(_get, base + "/.well-known/cotal-mesh")
+    assert status == 200
+    assert doc["space"] == SPACE and doc["server"] == stack.info.server_url
+    assert doc["userAuth"]["endpoints"]["url"] == "https://auth.example/alpha"
+    # The development IdP as `cotal up` serves it, under the space's pin.
+    assert doc["userAuth"]["idp"] == {
+        "url": stack.info.dev_idp_url, "issuer": stack.info.pin.issuer, "audience": stack.info.pin.audience,
+    }
+    assert doc["sentinelCreds"] == stack.sentinel_creds()
+    # No capability on this face: the IdP token is the proof. The bearer it mints connects.
+    stack.grant("alice", "cli")
+    status, minted = await trio.to_thread.run_sync(
+        _post_public, base + "/exchange", {"idpToken": stack.idp_token("alice"), "actor": "cli"}
+    )
+    assert status == 200, minted
+    async with client(stack, minted["token"]):
+        pass
+    status, _ = await trio.to_thread.run_sync(_get, base + "/no-such-door")
+    assert status == 404
+
+    # Dropping the entry's public port restarts the lane without that listener.
+    data = json.dumps({"version": 2, "spaces": [{"space": SPACE}]}).encode()
+    temp.write_bytes(data)
+    os.replace(temp, stack.paths.spaces_manifest)
+    await until_applied(stack.paths, lambda s: applied(stack.paths)["manifestSha256"] == hashlib.sha256(data).hexdigest()
+                        and s == {SPACE: {"state": "serving"}})
+    with pytest.raises(OSError):
+        await trio.to_thread.run_sync(_get, base + "/health")
