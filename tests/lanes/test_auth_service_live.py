@@ -279,3 +279,36 @@ async def test_a_single_space_replica_ends_when_its_broker_goes(tmp_path: Path, 
                     await push_accounts(system, (record.data_jwt, record.auth_jwt))
                 await outer.start(run_service, config)
                 broker_scope.cancel()  # the broker stops (SIGTERM); the replica must end by itself
+
+
+async def test_a_lane_with_corrupt_keys_fails_alone_and_comes_back_once_fixed(mesh: Mesh, nursery: trio.Nursery, tmp_path: Path):
+    """Issue 3 tests: "A lane whose keys are corrupt fails alone and is retried; fixing the keys
+    brings it up." The other space keeps admitting connects throughout."""
+    callout_json = mesh.paths.space("b").callout_json
+    good = callout_json.read_bytes()
+    callout_json.write_bytes(good[: len(good) // 2])  # a torn copy: not JSON any more
+    manifest = tmp_path / "spaces.json"
+    write_manifest(manifest, "a", "b")
+    start_lane = lane_factory(
+        root=mesh.paths, server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
+        callout_only=False, clock=time.time,
+    )
+    config = HostConfig(manifest=manifest, start_lane=start_lane, backstop_s=600, retry_s=0.5)
+    with trio.fail_after(CEILING_S):
+        host: Host = await nursery.start(run_host, config)
+        first = await host.next_outcome("b")
+        spaces = await until(host, manifest, lambda s: s.get("a", {}).get("state") == "serving")
+        assert first.status.state == "retrying"
+        assert spaces["b"]["state"] == "retrying" and str(callout_json) in spaces["b"]["reason"], spaces
+        retried = await host.next_outcome("b", first.count)  # the host tried again, alone
+        assert retried.status.state == "retrying"
+        mesh.grant("a", "alice", "cli")
+        await mesh.admitted("a", await mesh.bearer("a", "alice", "cli"))
+
+        callout_json.write_bytes(good)  # the operator restores the file
+        outcome = retried
+        while outcome.status.state != "serving":
+            outcome = await host.next_outcome("b", outcome.count)
+        mesh.grant("b", "alice", "cli")
+        await mesh.admitted("b", await mesh.bearer("b", "alice", "cli"))
+        await mesh.admitted("a", await mesh.bearer("a", "alice", "cli"))
