@@ -116,22 +116,29 @@ def provision_root(root: Path) -> tuple[RootPaths, DevIdpMaterial]:
     return paths, idp
 
 
-@pytest.fixture
-async def mesh(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> AsyncIterator[Mesh]:
-    """The provisioned root, its operator-mode broker, and every space's accounts pushed."""
+async def start_mesh(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> tuple[Mesh, int]:
+    """test_auth_service_live's ``mesh`` (spaces a, b, c pushed to an operator-mode broker
+    running in ``nursery``), and the broker's pid."""
     paths, idp = provision_root(tmp_path / "root")
-    broker = provision.ensure_root(paths, iat=int(time.time()))
+    material = provision.ensure_root(paths, iat=int(time.time()))
     port = free_port()
-    conf = write_config(paths, broker, port=port, auth_timeout_s=AUTH_TIMEOUT_S)
+    conf = write_config(paths, material, port=port, auth_timeout_s=AUTH_TIMEOUT_S)
     start = functools.partial(run_nats_server, conf, executable=nats_server_bin, log_path=paths.broker_log, port=port)
     url = f"nats://127.0.0.1:{port}"
     with trio.fail_after(20):
-        await nursery.start(start)
-        async with open_loop(), open_system_connection(url, broker) as system:
+        pid = await nursery.start(start)
+        async with open_loop(), open_system_connection(url, material) as system:
             for space in SPACES:
-                record = provision.load_space_accounts(paths, broker, space)
+                record = provision.load_space_accounts(paths, material, space)
                 await push_accounts(system, (record.data_jwt, record.auth_jwt))
-    yield Mesh(paths=paths, idp=idp, server_url=url)
+    return Mesh(paths=paths, idp=idp, server_url=url), pid
+
+
+@pytest.fixture
+async def mesh(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> AsyncIterator[Mesh]:
+    """The provisioned root, its operator-mode broker, and every space's accounts pushed."""
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    yield mesh
 
 
 def write_manifest(path: Path, *spaces: str) -> None:
