@@ -53,7 +53,7 @@ from ..core.manifest import (
 )
 from ..state.files import atomic_write
 
-__all__ = ["Host", "HostConfig", "HostStatistics", "LaneOutcome", "run_host"]
+__all__ = ["DEFAULT_SETTLE_S", "Host", "HostConfig", "HostStatistics", "LaneOutcome", "run_host"]
 
 log = logging.getLogger("cotal.host")
 
@@ -64,6 +64,10 @@ StartLane = Callable[[SpaceEntry], Callable[..., Awaitable[object]]]
 WATCH_POLL_MS = 250
 # Wait before watching again when the manifest's folder cannot be watched (missing, no access).
 WATCH_RETRY_S = 5.0
+# Quiet awaited after a trigger before rereading: longer than the gaps inside one burst of edits
+# (watchfiles reports a busy folder in batches up to ~0.1 s apart, more on a loaded host), short enough that an add
+# still serves well inside a second.
+DEFAULT_SETTLE_S = 0.25
 # `.applied` is read by orchestrators and holds no secret.
 APPLIED_MODE = 0o644
 _MAX_HOPS = 40  # symlink hops followed when locating the manifest's file
@@ -105,7 +109,7 @@ class HostConfig:
     callout_only: bool = False
     retry_s: float = 5.0
     backstop_s: float = 30.0
-    settle_s: float = 0.1
+    settle_s: float = DEFAULT_SETTLE_S
     watch: bool = True
     clock: Callable[[], float] = time.time
 
