@@ -254,6 +254,9 @@ def decide_acquire(
 
     * no row: create generation 1;
     * ``released``: update to generation + 1;
+    * ``held`` by ``holder`` itself: take it back at once with generation + 1 (an earlier
+      start of the same lane, which its host has fully stopped before starting it again, e.g.
+      after a broker outage that its release could not reach);
     * ``held`` and ``now - renewed_at < wait``: refuse, naming the holder;
     * ``held`` and unrenewed for ``wait`` or longer: reclaim with generation + 1.
 
@@ -282,7 +285,7 @@ def decide_acquire(
         renewed_at=now,
         lease_s=lease.lease_s,
     )
-    if stored.state is PlaneState.RELEASED:
+    if stored.state is PlaneState.RELEASED or stored.holder == holder:
         return Acquire("update", mine, revision)
     wait = max(stored.lease_s, lease.lease_s)
     if now - stored.renewed_at < wait:

@@ -46,6 +46,10 @@ log = logging.getLogger("cotal.natsio")
 # deadline. Above the broker's default auth timeout (2 s), so a callout verdict or the broker's
 # EOF (pitfall P5) arrives before our own bound. Seconds.
 CONNECT_CAP_S = 5.0
+# A lost socket is retried this many times, this many seconds apart, before the connection
+# closes: a broker restart of a few seconds goes unnoticed, a longer outage ends the lane.
+RECONNECT_ATTEMPTS = 5
+RECONNECT_WAIT_S = 1.0
 # Bound on closing a connection: flushing scheduled replies and nats-py's close. Seconds.
 CLOSE_S = 5.0
 # Pitfalls P5/P11: the broker hung up during CONNECT (an auth callout that did not answer in
@@ -407,8 +411,11 @@ async def open_connection(
         token: sent as the CONNECT ``auth_token`` (next to ``creds`` when both are given: the
             bearer for an auth callout).
         name: the CONNECT ``name`` shown by the broker's monitoring.
-        reconnect: after the first successful connect, reconnect forever on socket loss
-            (nats-py re-subscribes by itself). The first connect never retries.
+        reconnect: after the first successful connect, ride out a lost socket: up to
+            ``RECONNECT_ATTEMPTS`` (5) reconnects ``RECONNECT_WAIT_S`` (1 s) apart, nats-py
+            re-subscribing by itself; then the connection closes (``closed`` is set), so a lane
+            whose broker stays away ends and its host names it and retries it (issue 3 item 4).
+            The first connect never retries.
         inbox_prefix: prefix of request reply subjects (default nats-py's ``_INBOX``).
 
     Raises:
@@ -423,7 +430,8 @@ async def open_connection(
         "servers": [url],
         "name": name,
         "allow_reconnect": False,  # switched to `reconnect` once connected
-        "max_reconnect_attempts": -1 if reconnect else 0,
+        "max_reconnect_attempts": RECONNECT_ATTEMPTS if reconnect else 0,
+        "reconnect_time_wait": RECONNECT_WAIT_S,
         "token": token,
     }
     if creds is not None:

@@ -53,6 +53,10 @@ ACQUIRE_TABLE = [
      Acquire("update", mine(4, T0), 2)),
     ("the row's longer lease is waited out", (row(lease_s=30.0), 5), T0 + 30.0,
      Acquire("update", mine(4, T0 + 30.0), 5)),
+    ("held by this holder, renewed now (its earlier start, stopped): taken back at once",
+     (mine(3, T0), 6), T0, Acquire("update", mine(4, T0), 6)),
+    ("held by this holder in the future (skew): taken back at once", (mine(3, T0 + 5), 6), T0,
+     Acquire("update", mine(4, T0), 6)),
 ]
 
 

@@ -20,6 +20,7 @@ from cotal_trio.core.creds import format_creds
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.natsio import Connection, Message, open_connection, open_loop
+from cotal_trio.natsio._conn import RECONNECT_ATTEMPTS, RECONNECT_WAIT_S
 
 CEILING_S = 20
 
@@ -316,6 +317,24 @@ async def test_reconnecting_connection_survives_a_broker_restart(
                         await trio.sleep(0.1)
             assert (await receive.receive()).data == b"hi"
             assert not conn.closed.is_set()
+
+
+async def test_a_reconnecting_connection_closes_once_its_broker_stays_away(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Issue 3 item 4: a lost broker must end a lane (named, retried by its host), so the
+    reconnects are bounded: RECONNECT_ATTEMPTS tries RECONNECT_WAIT_S apart, then ``closed``."""
+    with trio.fail_after(CEILING_S):
+        url, stop = await start_broker(nursery, tmp_path, "", "gone")
+        async with open_loop(), open_connection(url) as conn:
+            stop.cancel()
+            while conn.is_connected:
+                await trio.sleep(0.01)
+            lost = trio.current_time()
+            await conn.closed.wait()
+            waited = trio.current_time() - lost
+    window = RECONNECT_ATTEMPTS * RECONNECT_WAIT_S
+    assert window - RECONNECT_WAIT_S <= waited <= window + 2, waited
 
 
 # -- creds (operator mode) ---------------------------------------------------------------------
