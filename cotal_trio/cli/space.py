@@ -84,7 +84,10 @@ async def remove(name: str, /, *, root: Root = None, server: Server = None) -> N
     except trio.TooSlowError:
         raise _deadline_error(f"removing space {name}") from None
     if done.server_url is None:
-        where = "no broker running: accounts not deleted"
+        where = (
+            "no broker running: its streams and accounts are still in the broker's state -"
+            f" run `cotal space remove {name}` again while the broker runs"
+        )
     elif done.accounts_deleted:
         where = f"{len(done.streams_deleted)} streams and its accounts deleted on {done.server_url}"
     else:

@@ -73,7 +73,10 @@ class ServiceRecord:
 
 
 def _not_running(space: str) -> ConfigError:
-    return ConfigError(f"the auth service for space {space} is not running - start it with `cotal up`")
+    return ConfigError(
+        f"the auth service for space {space} is not running - start `cotal up`, or host the space"
+        f" in a running one with `cotal space add {space}`"
+    )
 
 
 def pid_alive(pid: int) -> bool:
@@ -103,7 +106,7 @@ def read_service(space_paths: SpacePaths) -> ServiceRecord:
 
     Raises:
         ConfigError: the file is missing or names a process that is gone ("... is not running -
-            start it with `cotal up`"), or the file is corrupt.
+            start `cotal up`, ..."), or the file is corrupt.
     """
     if not space_paths.auth_service_json.exists():
         raise _not_running(space_paths.space)

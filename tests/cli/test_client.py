@@ -133,7 +133,7 @@ async def test_an_exchange_after_a_regrant_gets_the_new_lifecycle(root, service,
 async def test_exchange_without_a_running_service_names_cotal_up(root, capsys):
     code, _, err = await _cotal(root, capsys, "exchange", "--actor", "cli", "--idp-token", _idp_token(root))
     assert code == 1
-    assert err == "cotal: the auth service for space default is not running - start it with `cotal up`\n"
+    assert err == "cotal: the auth service for space default is not running - start `cotal up`, or host the space in a running one with `cotal space add default`\n"
 
 
 async def test_exchange_checks_the_actor_name_before_calling(root, capsys):

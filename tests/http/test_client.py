@@ -181,7 +181,7 @@ def test_read_service_returns_the_record(tmp_path):
 def test_no_readiness_file_means_not_running(tmp_path):
     with pytest.raises(ConfigError) as error:
         read_service(_space(tmp_path))
-    assert str(error.value) == "the auth service for space alpha is not running - start it with `cotal up`"
+    assert str(error.value) == "the auth service for space alpha is not running - start `cotal up`, or host the space in a running one with `cotal space add alpha`"
 
 
 def test_a_readiness_file_of_a_dead_process_means_not_running(tmp_path):
