@@ -3,6 +3,12 @@
 ``cotal exchange`` (human arm: an IdP token) and ``cotal agent-bearer`` (agent arm: the actor
 token from a file) talk to the space's loopback face found through ``auth-service.json``
 (upstream-notes 3.5, 4.1); ``cotal connect-info`` prints what a client needs to connect.
+
+Exit codes of the two exchange commands: 0 with a bearer; 1 when the service refused the
+exchange (or is not running); 2, ``DEPENDENCY_UNAVAILABLE``, when it answered 429
+``RATE_LIMITED`` because the actor or its owner is out of connects (spec "Connect limits"): the
+service's sentence and a remedy naming the bucket go to stderr, ``cotal agent-bearer`` also
+prints ``retry-after <n>`` on stdout so the agent's endpoint runs it again after that long.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ from ..http.client import ExchangeRefused, post_exchange, read_service
 from ..state import SpacePaths, load_idp_pin, load_policy, missing
 from .common import Where
 
-__all__ = ["agent_bearer", "connect_info", "exchange"]
+__all__ = ["EXIT_DEPENDENCY_UNAVAILABLE", "ExchangeRateLimited", "agent_bearer", "connect_info", "exchange"]
 
 # Group and others get no access to a secret file.
 PRIVATE_MODE_MASK = 0o077
+# Exit status of a command whose dependency (here: the auth service's connect limits) says wait.
+EXIT_DEPENDENCY_UNAVAILABLE = 2
 
 
 def checked(check: Any, value: str) -> str:
@@ -44,8 +52,61 @@ class ExchangeFailed(ConfigError):
 
     def as_json(self) -> str:
         """``{"error": {"code", "message", "status", "cause"}}`` for ``--json`` output."""
-        error = {"code": "EXCHANGE_REFUSED", "message": str(self), "status": self.status, "cause": self.body}
-        return json.dumps({"error": error}, indent=2)
+        return _json_error("EXCHANGE_REFUSED", str(self), self.status, self.body)
+
+
+def _json_error(code: str, message: str, status: int, cause: dict[str, Any], **extra: str) -> str:
+    error = {"code": code, "message": message, **extra, "status": status, "cause": cause}
+    return json.dumps({"error": error}, indent=2)
+
+
+class ExchangeRateLimited(Unavailable):
+    """The service answered 429 ``RATE_LIMITED``: the actor or its owner is out of connects.
+
+    A dependency's answer, not a refusal: the same request succeeds once ``retry_after_s``
+    have passed (spec "Connect limits"). The message is the service's sentence.
+
+    Attributes:
+        limit: ``"actor"`` (only that actor is limited) or ``"owner"`` (the whole account).
+        retry_after_s: whole seconds to wait, at least 1.
+        body: the service's answer ``{"code", "retryAfterSeconds", "limit", "error"}``.
+    """
+
+    def __init__(self, sentence: str, *, actor: str, limit: str, retry_after_s: int, body: dict[str, Any]) -> None:
+        super().__init__(sentence)
+        self.actor, self.limit, self.retry_after_s, self.body = actor, limit, retry_after_s, body
+
+    @classmethod
+    def of(cls, refused: ExchangeRefused, actor: str) -> ExchangeRateLimited | None:
+        """The typed 429 of the connect limits in ``refused``, or None for any other answer."""
+        body, n = refused.body, refused.body.get("retryAfterSeconds")
+        if refused.status != 429 or body.get("code") != "RATE_LIMITED" or type(n) is not int or n < 1:
+            return None
+        if body.get("limit") not in ("actor", "owner"):
+            return None
+        return cls(refused.error, actor=actor, limit=body["limit"], retry_after_s=n, body=body)
+
+    @property
+    def remedy(self) -> str:
+        """What to do, naming the bucket that ran out (``limit``)."""
+        if self.limit == "actor":
+            return (
+                f'only actor "{self.actor}" is limited (its owner\'s other actors can still connect)'
+                f" - run this again after {self.retry_after_s}s, not before"
+            )
+        return (
+            "the whole account is limited: every actor of this owner shares its connects"
+            f" - run this again after {self.retry_after_s}s, not before"
+        )
+
+    def report(self) -> None:
+        """The sentence and the remedy on stderr, one ``cotal:`` line each."""
+        print(f"cotal: {self}\ncotal: {self.remedy}", file=sys.stderr)
+
+    def as_json(self) -> str:
+        """``{"error": {"code": "DEPENDENCY_UNAVAILABLE", "message", "remedy", "status", "cause"}}``;
+        ``cause`` is the service's answer (``RATE_LIMITED``, ``retryAfterSeconds``, ``limit``)."""
+        return _json_error("DEPENDENCY_UNAVAILABLE", str(self), 429, self.body, remedy=self.remedy)
 
 
 def run_exchange(space_paths: SpacePaths, actor: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +114,7 @@ def run_exchange(space_paths: SpacePaths, actor: str, body: dict[str, Any]) -> d
 
     Raises:
         ConfigError: the service is not running.
+        ExchangeRateLimited: it answered 429 ``RATE_LIMITED`` (connect limits).
         ExchangeFailed: it refused: ``the exchange for actor "<a>" was refused: <its sentence>``.
         Unavailable: the service did not answer, or answered without a bearer.
     """
@@ -60,6 +122,8 @@ def run_exchange(space_paths: SpacePaths, actor: str, body: dict[str, Any]) -> d
     try:
         answer = post_exchange(service.url, service.cap, body)
     except ExchangeRefused as exc:
+        if (limited := ExchangeRateLimited.of(exc, actor)) is not None:
+            raise limited from None
         sentence = f'the exchange for actor "{actor}" was refused: {exc.error}'
         raise ExchangeFailed(sentence, exc.status, exc.body) from None
     token, owner, exp = answer.get("token"), answer.get("owner"), answer.get("exp")
@@ -79,7 +143,9 @@ def exchange(
     """Exchange an IdP token for a bearer of one of your actors (the human arm).
 
     Prints the bearer, or {"token", "owner", "exp"} with --json; a refusal with --json prints
-    {"error": {"code", "message", "status", "cause"}} and exits 1.
+    {"error": {"code", "message", "status", "cause"}} and exits 1. While the actor or its owner
+    is out of connects it prints the service's sentence and a remedy and exits 2
+    (DEPENDENCY_UNAVAILABLE; with --json, cause carries RATE_LIMITED, retryAfterSeconds, limit).
 
     Parameters
     ----------
@@ -102,6 +168,12 @@ def exchange(
         body["ttlSec"] = ttl
     try:
         answer = run_exchange(where.space_paths(), actor, body)
+    except ExchangeRateLimited as limited:
+        if as_json:
+            print(limited.as_json())
+        else:
+            limited.report()
+        return EXIT_DEPENDENCY_UNAVAILABLE
     except ExchangeFailed as failed:
         if not as_json:
             raise
@@ -138,8 +210,12 @@ def agent_bearer(
     actor: str,
     token_file: Path,
     where: Where = Where(),
-) -> None:
+) -> int:
     """Exchange an agent's actor token for a bearer (the agent arm) and print it.
+
+    While the agent or its owner is out of connects it prints the service's sentence and a
+    remedy on stderr, retry-after <n> on stdout, and exits 2 (DEPENDENCY_UNAVAILABLE): run it
+    again after n seconds, not before.
 
     Parameters
     ----------
@@ -153,7 +229,14 @@ def agent_bearer(
     checked(check_owner, owner)
     checked(check_actor, actor)
     body = {"owner": owner, "actor": actor, "actorToken": read_token_file(token_file)}
-    print(run_exchange(where.space_paths(), actor, body)["token"])
+    try:
+        answer = run_exchange(where.space_paths(), actor, body)
+    except ExchangeRateLimited as limited:
+        limited.report()
+        print(f"retry-after {limited.retry_after_s}")
+        return EXIT_DEPENDENCY_UNAVAILABLE
+    print(answer["token"])
+    return 0
 
 
 def connect_details(where: Where) -> dict[str, Any]:

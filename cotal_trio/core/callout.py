@@ -6,7 +6,8 @@ them, with the wall time read once per request and passed in:
 1. :func:`open_request` - provenance. A failure raises :class:`Dropped`: the request gets no
    reply at all, only a log line (spec "Callout deadlines", last sentence).
 2. :func:`check_bearer` - the bearer in ``connect_opts.auth_token``.
-3. (lane) connect limits, then a fresh ledger read of the principal's rows.
+3. (lane) connect limits (:func:`cotal_trio.core.limits.check_connect`, which runs step 2 with
+   them), then a fresh ledger read of the principal's rows.
 4. :func:`decide_connect` - ledger match and the profile's permissions.
 5. :func:`mint_user_jwt` and :func:`encode_response` - the user JWT and the sealed response.
 
@@ -32,6 +33,7 @@ __all__ = [
     "CalloutKeys",
     "ConnectGrant",
     "Dropped",
+    "NO_TOKEN_REASON",
     "SERVER_XKEY_HEADER",
     "TIMEOUT_REASON",
     "check_bearer",
@@ -42,6 +44,7 @@ __all__ = [
 ]
 
 SERVER_XKEY_HEADER = "Nats-Server-Xkey"
+NO_TOKEN_REASON = "no user token presented (auth_token empty) - connect with a bearer from the exchange"
 TIMEOUT_REASON = "timeout: the auth callout could not answer inside the broker's authorization timeout"
 
 
@@ -142,10 +145,7 @@ def check_bearer(
         Refused: no token, or the token fails validation (signature, claims, expiry).
     """
     if request.auth_token is None:
-        raise Refused(
-            RefusalCode.BAD_CREDENTIAL,
-            "no user token presented (auth_token empty) - connect with a bearer from the exchange",
-        )
+        raise Refused(RefusalCode.BAD_CREDENTIAL, NO_TOKEN_REASON)
     return verifier.validate(request.auth_token, space=space, now=now)
 
 

@@ -4,7 +4,8 @@ STYLE.md practice 17-18. Mapping to a wire answer happens once, at the edge:
 
 * :class:`Refused` is the caller's fault (bad signature, expired bearer, unknown actor, scope too
   wide). The callout answers it with a signed denial carrying :meth:`Refused.reason`; the HTTP
-  faces answer it with a 4xx JSON body ``{"error": <sentence>}``.
+  faces answer it with a 4xx JSON body ``{"error": <sentence>}``. Its subclass
+  :class:`RateLimited` (connect limits) carries the typed 429 fields and its own callout reason.
 * :class:`Unavailable` is a dependency's fault (store or broker unreachable). The callout gives
   no mint; HTTP answers 503; a single-space replica exits.
 * :class:`CodecError` is malformed wire material (an nkey, a NATS JWT, an xkey box, a creds
@@ -23,6 +24,7 @@ __all__ = [
     "AuthServiceError",
     "CodecError",
     "ConfigError",
+    "RateLimited",
     "RefusalCode",
     "Refused",
     "Unavailable",
@@ -76,6 +78,44 @@ class Refused(AuthServiceError):
     def reason(self) -> str:
         """The denial reason string for a signed callout denial (the detail sentence)."""
         return self.detail
+
+
+class RateLimited(Refused):
+    """A connect limit ran out (spec "Connect limits"); built by ``core.limits.Limited.error``.
+
+    The callout denies with :meth:`reason` (``RATE_LIMITED retry-after <n>s ...``); the exchange
+    answers 429 with :meth:`body` and a ``Retry-After: <n>`` header; ``detail`` is the sentence.
+
+    Attributes:
+        limit: the bucket that ran out: ``"actor"``, ``"owner"`` or ``"host"``.
+        retry_after_s: whole seconds, at least 1, until every bucket the connect draws on has a
+            connect again (if nothing else spends it first).
+        owner, actor: the principal charged (``None`` for the host bucket).
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        callout_reason: str,
+        limit: str,
+        retry_after_s: int,
+        owner: str | None = None,
+        actor: str | None = None,
+    ) -> None:
+        super().__init__(RefusalCode.RATE_LIMITED, detail)
+        self.callout_reason = callout_reason
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        self.owner, self.actor = owner, actor
+
+    def reason(self) -> str:
+        """The signed callout denial's reason: ``RATE_LIMITED retry-after <n>s`` and whom."""
+        return self.callout_reason
+
+    def body(self) -> dict[str, object]:
+        """The 429 body ``{"code": "RATE_LIMITED", "retryAfterSeconds", "limit", "error"}``."""
+        return {"code": "RATE_LIMITED", "retryAfterSeconds": self.retry_after_s, "limit": self.limit, "error": self.detail}
 
 
 def leaves(error: BaseException) -> list[BaseException]:

@@ -8,6 +8,7 @@ handler for every ``Exception``, so route handlers just raise:
 ==========================================  ======  =================================================
 raised                                      status  body sentence
 ==========================================  ======  =================================================
+:class:`RateLimited` (connect limits)        429     ``RateLimited.body()`` + ``Retry-After: <n>``
 :class:`Refused` (by :data:`REFUSAL_STATUS`)  4xx   ``Refused.detail`` (written for the caller)
 :class:`Rejected`                           its own  its own (Origin, media type, method of a route)
 werkzeug ``NotFound``                       404     the face's ``unknown path - ...`` sentence
@@ -29,7 +30,7 @@ from typing import Any
 from quart import Quart, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
-from cotal_trio.core.errors import RefusalCode, Refused, Unavailable
+from cotal_trio.core.errors import RateLimited, RefusalCode, Refused, Unavailable
 
 __all__ = [
     "BODY_TOO_LARGE",
@@ -102,7 +103,7 @@ def error_body(sentence: str) -> dict[str, str]:
     return {"error": sentence}
 
 
-def answer_error(error: Exception, *, unknown_path: str) -> tuple[dict[str, str], int, dict[str, str]]:
+def answer_error(error: Exception, *, unknown_path: str) -> tuple[dict[str, object], int, dict[str, str]]:
     """Map any exception raised while handling a request to ``(body, status, headers)``.
 
     Args:
@@ -112,6 +113,8 @@ def answer_error(error: Exception, *, unknown_path: str) -> tuple[dict[str, str]
     Logs an :class:`Unavailable` at warning and any unexpected exception at error with its
     traceback on ``cotal.http``; neither text reaches the client.
     """
+    if isinstance(error, RateLimited):  # spec "Connect limits": the typed 429
+        return error.body(), REFUSAL_STATUS[error.code], {"Retry-After": str(error.retry_after_s)}
     if isinstance(error, Refused):
         return error_body(error.detail), REFUSAL_STATUS[error.code], {}
     if isinstance(error, Rejected):

@@ -17,23 +17,26 @@ through the helpers below, so the two cannot drift apart (DESIGN 7; spec "Proxy 
 :func:`info_routes` (``GET /health``, ``GET /jwks``), :func:`check_transport` (``Origin`` 403,
 media type 415), :func:`read_json_body` (413, malformed JSON 400) and :func:`answer_exchange`
 (parse, mint, and a refusal counted against the face's budget, 429 once it is full). No CORS
-header is ever set.
+header is ever set. Each face runs its whole ``POST /exchange`` inside :func:`counted_exchange`,
+which reports every answer once to ``ExchangeContext.metrics`` by arm and HTTP status.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from nacl.signing import VerifyKey
 from quart import request
 from werkzeug.datastructures import Headers
+from werkzeug.exceptions import HTTPException
 
 from cotal_trio.core.bearer import issue_bearer, space_issuer
-from cotal_trio.core.errors import CodecError, ConfigError, RefusalCode, Refused
+from cotal_trio.core.errors import CodecError, ConfigError, RateLimited, RefusalCode, Refused, Unavailable
 from cotal_trio.core.exchange import (
     AgentExchange,
     HumanExchange,
@@ -45,6 +48,7 @@ from cotal_trio.core.exchange import (
 from cotal_trio.core.identity import MIN_OWNER_SECRET_BYTES, check_space, derive_owner
 from cotal_trio.core.idp import IdpPin, verify_idp_token
 from cotal_trio.core.jose import IssuerKey
+from cotal_trio.core.limits import Limited
 from cotal_trio.core.ledger import (
     AGENT_EXCHANGE_REFUSAL,
     LedgerRow,
@@ -52,15 +56,18 @@ from cotal_trio.core.ledger import (
     authorize_agent_exchange,
     authorize_human_exchange,
 )
-from cotal_trio.http.errors import BODY_TOO_LARGE, LOGGER, MAX_BODY_BYTES, Handler, Rejected
+from cotal_trio.http.errors import BODY_TOO_LARGE, LOGGER, MAX_BODY_BYTES, REFUSAL_STATUS, Handler, Rejected
 from cotal_trio.state import row_lookup
 
 __all__ = [
     "JWKS_MAX_AGE_S",
+    "NO_ARM",
     "ExchangeContext",
+    "ExchangeTally",
     "Minted",
     "answer_exchange",
     "check_transport",
+    "counted_exchange",
     "exchange_arm",
     "info_routes",
     "mint_exchange",
@@ -75,6 +82,8 @@ BROWSER_ORIGIN = "browser-origin requests are not served here"
 NOT_JSON_MEDIA = "send the exchange body as JSON with Content-Type: application/json"
 NOT_JSON = "request body is not valid JSON"
 TOO_MANY_REFUSALS = "too many refused exchanges - wait a minute and retry"
+# The arm of an exchange answered before its body named one (transport, capability, body shape).
+NO_ARM = "none"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,8 +100,13 @@ class ExchangeContext:
         idp_keys: returns the current pinned IdP key set ``{kid: VerifyKey}``; sync.
         read_ledger: :data:`~cotal_trio.core.ledger.ReadRows`; sync, fresh per call.
         clock: wall time, unix seconds as a float; read once per request.
-        metrics: optional; called with one outcome name per exchange request (``minted``,
-            ``refused``, ``throttled``, ``bad-capability``); sync, must not block.
+        metrics: optional; called once per ``POST /exchange`` answer with ``(arm, status)``:
+            ``"human"``, ``"agent"`` or :data:`NO_ARM`, and the HTTP status answered (see
+            :func:`counted_exchange`); sync, must not block (``LaneMetrics.exchange_answered``).
+        peek_limits: optional; ``(owner, actor) -> Limited | None``, the lane's connect limits
+            as the callout would charge them now (``ConnectLimiter.peek_principal``); sync,
+            spends nothing. While it answers a :class:`~cotal_trio.core.limits.Limited`, an
+            exchange that would mint for that actor answers 429 instead (spec "Connect limits").
 
     Raises:
         ConfigError: the capability is not 64 lowercase hex, the owner secret is shorter than
@@ -107,7 +121,8 @@ class ExchangeContext:
     idp_keys: Callable[[], Mapping[str, VerifyKey]]
     read_ledger: ReadRows
     clock: Callable[[], float]
-    metrics: Callable[[str], None] | None = None
+    metrics: Callable[[str, int], None] | None = None
+    peek_limits: Callable[[str, str], Limited | None] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.capability, str) or _CAPABILITY.fullmatch(self.capability) is None:
@@ -119,10 +134,20 @@ class ExchangeContext:
         except Refused:
             raise ConfigError(f"{self.space!r} is not a space name (1 to 64 letters, digits, _ and -)") from None
 
-    def count(self, outcome: str) -> None:
-        """Report one outcome to :attr:`metrics`, if set."""
+    def count(self, arm: str, status: int) -> None:
+        """Report one exchange answer to :attr:`metrics`, if set."""
         if self.metrics is not None:
-            self.metrics(outcome)
+            self.metrics(arm, status)
+
+    def check_limits(self, owner: str, actor: str) -> None:
+        """Refuse while the actor or its owner is out of connects (spec "Connect limits").
+
+        Raises:
+            RateLimited: the bucket that ran out, with its ``retry-after`` seconds.
+        """
+        limited = None if self.peek_limits is None else self.peek_limits(owner, actor)
+        if limited is not None:
+            raise limited.error()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,6 +175,7 @@ def exchange_arm(request: HumanExchange | AgentExchange) -> str:
 
 
 def _issue(ctx: ExchangeContext, row: LedgerRow, *, now: int, ttl_s: int) -> Minted:
+    ctx.check_limits(row.owner, row.actor)  # the credential is good: only now say "limited"
     token, exp = issue_bearer(grant_from_row(row), key=ctx.issuer_key, space=ctx.space, now=now, ttl_s=ttl_s)
     return Minted(token=token, owner=row.owner, exp=exp)
 
@@ -185,6 +211,8 @@ def mint_exchange(ctx: ExchangeContext, request: HumanExchange | AgentExchange, 
         Refused: the caller's fault: BAD_CREDENTIAL for a bad IdP token, NOT_GRANTED for a
             missing grant, a corrupt ledger row (named on the human arm) or a wrong agent
             secret (one shared sentence for every agent-arm failure).
+        RateLimited: the credential is good but the actor or its owner is out of connects
+            (``ctx.peek_limits``), so a bearer would be refused at connect.
         Exception: anything else a port raises (an I/O error) propagates; the edge answers
             it with a generic 500.
     """
@@ -277,18 +305,17 @@ async def read_json_body() -> object:
 
 
 def _throttled(ctx: ExchangeContext, refusal: Refused, *, arm: str, source: str, admitted: bool) -> Refused:
-    """Log one refusal, count it, and return what to answer: itself, or 429 once the budget is full."""
+    """Log one refusal and return what to answer: itself, or 429 once the budget is full."""
     what = "an agent exchange" if arm == "agent" else "an exchange"
     LOGGER.warning("auth-service: refused %s%s: %s", what, source, refusal.detail)
     if admitted:
-        ctx.count("refused")
         return refusal
-    ctx.count("throttled")
     return Refused(RefusalCode.RATE_LIMITED, TOO_MANY_REFUSALS)
 
 
 def answer_exchange(
-    ctx: ExchangeContext, body: object, *, admit_refusal: Callable[[float], bool], peer: str | None = None
+    ctx: ExchangeContext, body: object, *, admit_refusal: Callable[[float], bool], peer: str | None = None,
+    tally: ExchangeTally | None = None,
 ) -> tuple[dict[str, Any], int, dict[str, str]]:
     """Answer one ``POST /exchange`` body: parse it, mint, or refuse within the face's budget.
 
@@ -304,6 +331,8 @@ def answer_exchange(
         admit_refusal: the face's budget: called with the wall time (unix seconds) once per
             refusal; returns ``True`` while the refusal fits (``SlidingWindow.try_acquire``).
         peer: the source a public face attributes the request to; named in the log line.
+        tally: the request's :func:`counted_exchange` tally; its ``arm`` is set once the body
+            names one.
 
     Returns:
         ``({"token", "owner", "exp"}, 200, {"Cache-Control": "no-store"})`` (``exp`` unix s).
@@ -311,6 +340,8 @@ def answer_exchange(
     Raises:
         Refused: BAD_REQUEST 400, BAD_CREDENTIAL/NOT_GRANTED 401, or RATE_LIMITED 429
             :data:`TOO_MANY_REFUSALS` once the budget is full.
+        RateLimited: 429 with the typed body and ``Retry-After`` while the actor or its owner
+            is out of connects; logged at info, not offered to ``admit_refusal``.
         Exception: what :func:`mint_exchange` lets through (a port's I/O error; the edge
             answers a generic 500).
     """
@@ -319,9 +350,51 @@ def answer_exchange(
     try:
         parsed = parse_exchange_body(body)
         arm = exchange_arm(parsed)
+        if tally is not None:
+            tally.arm = arm
         minted = mint_exchange(ctx, parsed, now=now)
+    except RateLimited as limited:  # not a refused exchange: no budget spent (spec "Connect limits")
+        LOGGER.info("auth-service: rate-limited %s exchange: %s", arm, limited.detail)
+        raise
     except Refused as refusal:
         source = "" if peer is None else f" from {peer}"
         raise _throttled(ctx, refusal, arm=arm, source=source, admitted=admit_refusal(now)) from None
-    ctx.count("minted")
     return minted.body(), 200, {"Cache-Control": "no-store"}
+
+
+@dataclass(slots=True)
+class ExchangeTally:
+    """The arm of one ``POST /exchange`` being answered: :data:`NO_ARM` until the body names one."""
+
+    arm: str = NO_ARM
+
+
+@contextmanager
+def counted_exchange(ctx: ExchangeContext) -> Iterator[ExchangeTally]:
+    """Report the ``POST /exchange`` answered inside the block to ``ctx.count``, exactly once.
+
+    The status is 200 when the block returns (a face's exchange returns only a mint), else the
+    status the edge answers the exception with (:func:`_answered_status`); the exception
+    propagates unchanged. A cancelled request got no answer and is not reported.
+
+    Yields:
+        The request's :class:`ExchangeTally`; pass it to :func:`answer_exchange`.
+    """
+    tally = ExchangeTally()
+    try:
+        yield tally
+    except Exception as error:
+        ctx.count(tally.arm, _answered_status(error))
+        raise
+    ctx.count(tally.arm, 200)
+
+
+def _answered_status(error: Exception) -> int:
+    """The HTTP status :func:`~cotal_trio.http.errors.answer_error` gives ``error`` (same order)."""
+    if isinstance(error, Refused):
+        return REFUSAL_STATUS[error.code]
+    if isinstance(error, Rejected):
+        return error.status
+    if isinstance(error, HTTPException) and error.code is not None and error.code < 500:
+        return error.code
+    return 503 if isinstance(error, Unavailable) else 500

@@ -6,7 +6,13 @@ Closed, exact-match route table (anything else is a JSON 404, a wrong method a J
 ``GET /health``    ``{"ok": true, "issuer": "urn:cotal:auth:<space>"}``
 ``GET /jwks``      ``{"keys": [<public JWK>]}`` with ``Cache-Control: max-age=300``
 ``POST /exchange`` a bearer for an IdP token (human) or an actor token (agent)
+``GET /metrics``   the lane's Prometheus text (:mod:`cotal_trio.lanes.metrics`), when given
 =================  ==========================================================================
+
+``GET /metrics`` needs **no capability**: a scraper on the host normally cannot read the 0600
+``auth-service.json``, and the face listens on 127.0.0.1 only. What it serves is counts and
+times labelled by space, outcome, bucket, arm and status, never an owner, actor or nonce, so a
+local reader learns load, not who connects.
 
 ``POST /exchange`` pre-checks, in order (upstream-notes 3.5): an ``Origin`` header is 403 (no
 browser may drive this face); ``Content-Type`` must start with ``application/json`` (415);
@@ -22,6 +28,7 @@ Per-app state is the two windows, held by the handlers' closure (no module state
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from typing import Any
 
 from quart import request
@@ -30,19 +37,20 @@ from werkzeug.datastructures import Headers
 
 from cotal_trio.core.errors import RefusalCode, Refused
 from cotal_trio.core.windows import SlidingWindow
-from cotal_trio.http.errors import install_edge
+from cotal_trio.http.errors import Handler, install_edge
 from cotal_trio.http.faces import (
     JWKS_MAX_AGE_S,
     ExchangeContext,
     answer_exchange,
     check_transport,
+    counted_exchange,
     info_routes,
     read_json_body,
 )
 
 __all__ = ["JWKS_MAX_AGE_S", "UNKNOWN_PATH", "build_loopback_app"]
 
-UNKNOWN_PATH = "unknown path - /health, /jwks, /exchange"
+UNKNOWN_PATH = "unknown path - /health, /jwks, /exchange, /metrics"
 BAD_CAPABILITY = "missing/invalid exchange capability - read it from the space's auth-service.json"
 TOO_MANY_BAD_CAPABILITIES = "too many invalid-capability attempts - wait a minute and retry"
 
@@ -67,7 +75,6 @@ class _LoopbackFace:
         expected = self._ctx.capability.encode("ascii")
         if presented is not None and hmac.compare_digest(presented.encode("utf-8", "replace"), expected):
             return
-        self._ctx.count("bad-capability")
         if self._bad_capabilities.try_acquire(self._ctx.clock()):
             raise Refused(RefusalCode.BAD_CAPABILITY, BAD_CAPABILITY)
         raise Refused(RefusalCode.RATE_LIMITED, TOO_MANY_BAD_CAPABILITIES)
@@ -78,17 +85,29 @@ class _LoopbackFace:
         Raises (answered by the edge): ``Rejected`` 403/413/415; ``Refused`` BAD_CAPABILITY
         401, BAD_REQUEST 400, BAD_CREDENTIAL/NOT_GRANTED 401, RATE_LIMITED 429.
         """
-        check_transport(request.headers)
-        self._check_capability(request.headers)
-        body = await read_json_body()
-        return answer_exchange(self._ctx, body, admit_refusal=self._refusals.try_acquire)
+        with counted_exchange(self._ctx) as tally:
+            check_transport(request.headers)
+            self._check_capability(request.headers)
+            body = await read_json_body()
+            return answer_exchange(self._ctx, body, admit_refusal=self._refusals.try_acquire, tally=tally)
 
 
-def build_loopback_app(ctx: ExchangeContext) -> QuartTrio:
+def _metrics_route(exposition: Callable[[], tuple[bytes, str]]) -> Handler:
+    async def scrape() -> tuple[bytes, int, dict[str, str]]:
+        body, content_type = exposition()
+        return body, 200, {"Content-Type": content_type, "Cache-Control": "no-store"}
+
+    return scrape
+
+
+def build_loopback_app(ctx: ExchangeContext, *, metrics: Callable[[], tuple[bytes, str]] | None = None) -> QuartTrio:
     """Build the loopback face for one space (DESIGN 7; upstream-notes 4.1).
 
     Args:
         ctx: the space's ports; the app reads them per request and never stores a nursery.
+        metrics: ``() -> (body, Content-Type)``, the lane's exposition
+            (``LaneMetrics.exposition``; sync), served as ``GET /metrics``; without it that
+            path is a 404.
 
     Returns:
         A quart-trio app; serve it with :func:`cotal_trio.http.serve.serve_app`. Each call
@@ -97,5 +116,7 @@ def build_loopback_app(ctx: ExchangeContext) -> QuartTrio:
     app = QuartTrio("cotal_trio.http.loopback")
     face = _LoopbackFace(ctx)
     routes = {**info_routes(ctx), "/exchange": {"POST": face.exchange}}
+    if metrics is not None:
+        routes["/metrics"] = {"GET": _metrics_route(metrics)}
     install_edge(app, routes=routes, unknown_path=UNKNOWN_PATH)
     return app

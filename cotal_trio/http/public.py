@@ -46,7 +46,9 @@ from cotal_trio.core.creds import parse_creds
 from cotal_trio.core.errors import CodecError, ConfigError
 from cotal_trio.core.windows import WindowLru
 from cotal_trio.http.errors import install_edge
-from cotal_trio.http.faces import ExchangeContext, answer_exchange, check_transport, info_routes, read_json_body
+from cotal_trio.http.faces import (
+    ExchangeContext, answer_exchange, check_transport, counted_exchange, info_routes, read_json_body,
+)
 
 __all__ = ["AUTH_PROVIDER", "MESH_DOCUMENT_PATH", "UNKNOWN_PATH", "build_public_app", "mesh_document", "peer_key"]
 
@@ -181,11 +183,12 @@ class _PublicFace:
         Raises (answered by the edge): ``Rejected`` 403/413/415; ``Refused`` BAD_REQUEST 400,
         BAD_CREDENTIAL/NOT_GRANTED 401, RATE_LIMITED 429 once the peer's bucket is full.
         """
-        check_transport(request.headers)
-        body = await read_json_body()
-        peer = self._peer()
-        admit = functools.partial(self._refusals.try_acquire, peer)
-        return answer_exchange(self._ctx, body, admit_refusal=admit, peer=peer)
+        with counted_exchange(self._ctx) as tally:
+            check_transport(request.headers)
+            body = await read_json_body()
+            peer = self._peer()
+            admit = functools.partial(self._refusals.try_acquire, peer)
+            return answer_exchange(self._ctx, body, admit_refusal=admit, peer=peer, tally=tally)
 
 
 def build_public_app(

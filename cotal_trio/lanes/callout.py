@@ -1,4 +1,4 @@
-"""The callout responder of one lane: admission, deadlines and the log line (DESIGN.md 5-6).
+"""The callout responder of one lane: admission, deadlines, connect limits and the log line.
 
 Shape (DESIGN.md section 5): the nats-py subscription callback only calls :meth:`on_message`,
 which does ``send_nowait`` into a bounded trio channel (or sheds the request at once). Each of
@@ -6,8 +6,16 @@ which does ``send_nowait`` into a bounded trio channel (or sheds the request at 
 :mod:`cotal_trio.core.callout`, with its I/O between them, under ``trio.move_on_at(deadline)``:
 the deadline is a cancel scope, checked between steps, so a request whose deadline passes stops
 at its next step and gets the signed ``timeout:`` denial and nothing after it (spec "Callout
-deadlines"). The wall clock is read once per request. Replies go out through
+deadlines"). Connect limits are charged right after the bearer check, before any ledger read
+or store write, on trio time (:func:`~cotal_trio.core.limits.check_connect`; spec "Connect
+limits"). The wall clock is read once per request. Replies go out through
 ``publish_nowait`` (no await across the bridge per message).
+
+Before answering a mint the responder records the connect's issuance row and checks authority
+again (:mod:`cotal_trio.lanes.issuance`); a row the request sent but did not answer with a mint
+(deadline, re-check denial) is withdrawn after the answer. The ledger port is awaited: in a
+lane each read runs in a worker thread (:func:`read_in_threads`), so one stalled read holds
+one request, never the lane.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import functools
 import logging
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -25,21 +33,24 @@ from ..core.admission import CalloutLimits, should_shed
 from ..core.callout import (
     TIMEOUT_REASON,
     CalloutKeys,
+    ConnectGrant,
     Dropped,
-    check_bearer,
     decide_connect,
     encode_response,
     mint_user_jwt,
     open_request,
 )
 from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line, format_dropped_line, is_slow
-from ..core.errors import CodecError, Refused
-from ..core.bearer import BearerVerifier
-from ..core.ledger import ReadRows
+from ..core.errors import CodecError, RateLimited, Refused
+from ..core.bearer import BearerVerifier, ValidatedBearer
+from ..core.issuance import issuance_row
+from ..core.ledger import LedgerRow, ReadRows
+from ..core.limits import ConnectLimiter, check_connect
 from ..core.natsjwt import AuthorizationRequest
 from ..natsio import Message
+from .issuance import Issuance, IssuanceFailed, RowStore, open_issuance
 
-__all__ = ["CalloutResponder", "CALLOUT_QUEUE_GROUP", "CALLOUT_SUBJECT"]
+__all__ = ["CalloutResponder", "CALLOUT_QUEUE_GROUP", "CALLOUT_SUBJECT", "ReadLedger", "read_in_threads"]
 
 log = logging.getLogger("cotal.callout")
 
@@ -51,6 +62,28 @@ CHANNEL_CAPACITY = 1024
 
 INTERNAL_ERROR_REASON = "internal error in the auth callout - see the auth service log"
 Publish = Callable[[str, bytes], None]
+ReadLedger = Callable[[str, str], Awaitable[tuple[LedgerRow | None, LedgerRow | None]]]
+"""The responder's ledger port: ``await read_ledger(owner, actor) -> (interactive, managed)``.
+
+Fresh per call; raises as :data:`~cotal_trio.core.ledger.ReadRows` (CodecError for a corrupt row).
+"""
+
+
+def read_in_threads(read: ReadRows, *, max_threads: int) -> ReadLedger:
+    """The ledger port over a blocking reader (a :class:`~cotal_trio.state.LedgerReader`).
+
+    Each read runs in a worker thread, at most ``max_threads`` at once for this port, so a read
+    that stalls (a hung disk, a FIFO) holds its own request and never the lane's trio thread:
+    its deadline cancels the wait (``abandon_on_cancel``) and the other requests go on (issue 4,
+    "a ledger that stalls 1.3 s for one actor"). An abandoned read finishes in its thread, its
+    result dropped, and holds its slot until then. Costs a thread hop per read (about 0.1 ms).
+    """
+    limiter = trio.CapacityLimiter(max_threads)
+
+    async def read_ledger(owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
+        return await trio.to_thread.run_sync(read, owner, actor, limiter=limiter, abandon_on_cancel=True)
+
+    return read_ledger
 
 
 @dataclass(slots=True, kw_only=True)
@@ -79,11 +112,18 @@ class CalloutResponder:
     Args:
         keys: the lane's callout keys (provenance, signing, sealing).
         verifier: the space's bearer verifier (issuer keys plus the verified-token memo).
-        read_ledger: ``(owner, actor) -> (interactive, managed)`` rows, fresh; a
-            :class:`~cotal_trio.state.LedgerReader` (a ``stat`` per row, inline).
+        read_ledger: the ledger port (:data:`ReadLedger`), read at the ledger step and again
+            after the issuance row; a lane's is :func:`read_in_threads` over a
+            :class:`~cotal_trio.state.LedgerReader`.
         limits: callout limits (deadline budget, in-flight cap, slow threshold).
         clock: wall time, unix seconds.
         publish: schedules a reply without awaiting (``Connection.publish_nowait``).
+        store: the space's auth bucket, where each mint's issuance row is written
+            (:func:`~cotal_trio.lanes.issuance.issuance_store`; an in-memory fake in tests).
+        connect_limits: the lane's connect limits, shared with its exchange faces (spec "Connect
+            limits"); charged on trio time. Default: a limiter of its own at the spec's limits.
+        on_answer: called with each answered request's finished record (outcome, timings),
+            after its reply is scheduled; sync, must not block (``LaneMetrics.callout_answered``).
     """
 
     def __init__(
@@ -91,13 +131,19 @@ class CalloutResponder:
         *,
         keys: CalloutKeys,
         verifier: BearerVerifier,
-        read_ledger: ReadRows,
+        read_ledger: ReadLedger,
         limits: CalloutLimits,
         clock: Callable[[], float],
         publish: Publish,
+        store: RowStore,
+        connect_limits: ConnectLimiter | None = None,
+        on_answer: Callable[[CalloutRecord], None] | None = None,
     ) -> None:
         self._keys, self._verifier, self._read_ledger = keys, verifier, read_ledger
         self._limits, self._clock, self._publish = limits, clock, publish
+        self._store = store
+        self._connect_limits = ConnectLimiter() if connect_limits is None else connect_limits
+        self._on_answer = on_answer
         self._send, self._recv = trio.open_memory_channel[tuple[Message, float]](CHANNEL_CAPACITY)
         self._waiting: deque[float] = deque()  # receipt times of queued requests, oldest first
         self._stats = _Statistics()
@@ -181,21 +227,27 @@ class CalloutResponder:
         record.add(Step.VERIFY, trio.current_time() - start)
         record.at = Step.QUEUE
         deadline, payload = received + self._limits.budget_s, None
-        with trio.move_on_at(deadline) as scope:
-            payload = await self._decide(request, record, now, scope)
-        if payload is None or trio.current_time() >= deadline:
-            record.outcome = Outcome.TIMEOUT
-            payload = self._deny(request, TIMEOUT_REASON, now)
-        self._publish(msg.reply, payload)
-        self._finish(record)
+        # Leaving this block withdraws a row sent but not kept, after the answer (issue 4 item 1).
+        async with open_issuance(self._store, self._keys.space) as issuance:
+            with trio.move_on_at(deadline) as scope:
+                payload = await self._decide(request, record, now, scope, issuance)
+            if payload is None or trio.current_time() >= deadline:
+                record.outcome = Outcome.TIMEOUT
+                payload = self._deny(request, TIMEOUT_REASON, now)
+            if record.outcome is Outcome.MINTED:
+                issuance.keep()
+            self._publish(msg.reply, payload)
+            self._finish(record)
 
     async def _decide(
-        self, request: AuthorizationRequest, record: CalloutRecord, now: float, scope: trio.CancelScope
+        self, request: AuthorizationRequest, record: CalloutRecord, now: float, scope: trio.CancelScope,
+        issuance: Issuance,
     ) -> bytes:
         """The answer to one admitted request; Cancelled (the deadline) between its steps."""
         try:
-            return await self._allow(request, record, now, scope)
-        except (Refused, CodecError) as refused:  # CodecError: a corrupt ledger row, named
+            return await self._allow(request, record, now, scope, issuance)
+        # CodecError: a corrupt ledger row, named; IssuanceFailed: the row's store, named.
+        except (Refused, CodecError, IssuanceFailed) as refused:
             reason = refused.reason() if isinstance(refused, Refused) else str(refused)
         except Exception:  # our bug: deny this connect, keep the lane (STYLE.md practice 10)
             log.exception("auth callout: space=%s failed on one request", self._keys.space)
@@ -205,23 +257,63 @@ class CalloutResponder:
             return self._deny(request, reason, now)
 
     async def _allow(
-        self, request: AuthorizationRequest, record: CalloutRecord, now: float, scope: trio.CancelScope
+        self, request: AuthorizationRequest, record: CalloutRecord, now: float, scope: trio.CancelScope,
+        issuance: Issuance,
     ) -> bytes:
         space, next_step = self._keys.space, functools.partial(_next_step, scope)
         await next_step()  # a request that waited out its deadline in the queue stops here
         with _timed(record, Step.VERIFY):
-            bearer = check_bearer(request, space=space, verifier=self._verifier, now=now)
-            record.owner, record.actor = bearer.owner, bearer.actor
+            bearer = self._admit(request, record, now)
         await next_step()
         with _timed(record, Step.LEDGER):
-            rows = self._read_ledger(bearer.owner, bearer.actor)
+            rows = await self._read_ledger(bearer.owner, bearer.actor)
         await next_step()
         with _timed(record, Step.POLICY):
             grant = decide_connect(request, bearer, rows, space=space, now=now)
         await next_step()
+        with _timed(record, Step.LEDGER):  # spec: ledger_ms is the actor check and the issuance record
+            grant = await self._issue(request, bearer, grant, issuance, now)
+        await next_step()
         with _timed(record, Step.SIGN):
             user_jwt = mint_user_jwt(request, grant, keys=self._keys, now=int(now))
             return encode_response(request, keys=self._keys, now=int(now), jwt=user_jwt)
+
+    async def _issue(
+        self, request: AuthorizationRequest, bearer: ValidatedBearer, grant: ConnectGrant, issuance: Issuance,
+        now: float,
+    ) -> ConnectGrant:
+        """Step 6: write the issuance row, then re-read the ledger and decide again.
+
+        A revoke or re-grant that landed since the first read denies here. Returns the grant the
+        user JWT is minted from (the row's ``iat`` is the mint's, ``int(now)``; its ``exp`` the
+        bearer's, as in both grants).
+
+        Raises:
+            Refused: the row exists already, or the re-check refuses.
+            IssuanceFailed: the row could not be written (the reason names the fix).
+            CodecError: a corrupt ledger row.
+        """
+        space = self._keys.space
+        await issuance.write(request.user_nkey, issuance_row(bearer, grant, space=space, iat=int(now)), now=now)
+        rows = await self._read_ledger(bearer.owner, bearer.actor)
+        return decide_connect(request, bearer, rows, space=space, now=now)
+
+    def _admit(self, request: AuthorizationRequest, record: CalloutRecord, now: float) -> ValidatedBearer:
+        """Steps 3-4: the bearer, then connect limits, before any ledger read or store write.
+
+        A limited connect's line still names the owner and actor it was charged to (spec
+        "Connect limits"). Raises RateLimited or Refused (:func:`check_connect`).
+        """
+        try:
+            bearer = check_connect(
+                request, space=self._keys.space, verifier=self._verifier, limiter=self._connect_limits,
+                now=now, at=trio.current_time(),
+            )
+        except RateLimited as limited:
+            record.owner, record.actor = limited.owner or "-", limited.actor or "-"
+            raise
+        record.owner, record.actor = bearer.owner, bearer.actor
+        return bearer
 
     def _deny(self, request: AuthorizationRequest, reason: str, now: float) -> bytes:
         return encode_response(request, keys=self._keys, now=int(now), error=reason)
@@ -241,6 +333,8 @@ class CalloutResponder:
 
     def _finish(self, record: CalloutRecord) -> None:
         self._stats.answered[record.outcome] += 1
+        if self._on_answer is not None:
+            self._on_answer(record)
         level = logging.WARNING if is_slow(record, slow_ms=self._limits.slow_ms) else logging.INFO
         log.log(level, format_callout_line(record, slow_ms=self._limits.slow_ms))
 

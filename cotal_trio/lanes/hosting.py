@@ -33,11 +33,13 @@ from nacl.signing import VerifyKey
 from ..core.admission import CalloutLimits
 from ..core.errors import ConfigError
 from ..core.idp import parse_jwks
+from ..core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimits
 from ..core.manifest import SpaceEntry
 from ..devidp import DevIdpMaterial, jwks
 from ..state import IdpPinRecord, RootPaths, load_idp_pin, missing, save_idp_pin
 from .host import HostConfig, run_host
 from .idp_keys import IdpKeyCache, open_pinned_keys
+from .plane import holder_id
 from .space import LaneConfig, LaneInfo, PublicFace, run_lane
 
 __all__ = ["ServiceConfig", "ServiceInfo", "lane_factory", "run_service"]
@@ -51,6 +53,7 @@ def lane_factory(
     *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
     clock: Callable[[], float] = time.time, reconnect: bool = True,
     http_ports: Mapping[str, int] | None = None, pin_dev_idp: bool = False, dev_idp_url: str | None = None,
+    connect_limits: ConnectLimits = DEFAULT_LIMITS,
 ) -> Callable[[SpaceEntry], Startable]:
     """The host's ``start_lane``: ``entry -> startable`` serving ``entry.space`` from ``root``.
 
@@ -62,17 +65,21 @@ def lane_factory(
     IdP pin yet to the root's development IdP when its lane starts, as ``cotal up --space``
     does for a new space; without it an unpinned space's lane fails (and is retried).
     ``dev_idp_url`` is where that development IdP is served, which a public face names.
+    ``connect_limits`` go to every lane (spec "Connect limits"; replicas keep the defaults).
 
     The startable raises (before ``started``) ``ConfigError`` for missing or corrupt material
     or pin, and ``Unavailable`` for an unreachable broker or IdP; the host then marks the lane
     ``retrying``.
     """
+    holders: dict[str, str] = {}  # one plane claim holder id per space, across restarts
+
     def start_lane(entry: SpaceEntry) -> Startable:
         config = LaneConfig(
             space=entry.space, paths=root.space(entry.space), server_url=server_url, idp_keys=_no_keys,
             limits=limits, callout_only=callout_only, clock=clock, reconnect=reconnect,
             http_port=(http_ports or {}).get(entry.space, 0), service_endpoints=entry.service_endpoints,
-            public=PublicFace.of(entry), dev_idp_url=dev_idp_url,
+            public=PublicFace.of(entry), dev_idp_url=dev_idp_url, connect_limits=connect_limits,
+            holder=holders.setdefault(entry.space, holder_id()),
         )
         return functools.partial(_run_space, config, root=root, pin_dev_idp=pin_dev_idp and not callout_only)
     return start_lane
@@ -158,11 +165,14 @@ class ServiceConfig:
         service_endpoints: with ``space``, open its service-endpoint admission (nothing closes
             it); a manifest sets ``serviceEndpoints`` per entry instead.
         limits: callout limits (the broker's auth timeout).
+        connect_limits: the hosted composition's ``connectLimits`` (spec "Connect limits"); no
+            flag sets them.
         clock: wall time, unix seconds.
 
     Raises:
         ConfigError: neither or both of ``space`` and ``manifest``; ``service_endpoints`` with
-            ``callout_only`` or with ``manifest``.
+            ``callout_only`` or with ``manifest``; connect limits other than the defaults with
+            ``callout_only``.
     """
 
     root: RootPaths
@@ -172,6 +182,7 @@ class ServiceConfig:
     callout_only: bool = False
     service_endpoints: bool = False
     limits: CalloutLimits = field(default_factory=CalloutLimits)
+    connect_limits: ConnectLimits = DEFAULT_LIMITS
     clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
@@ -182,6 +193,8 @@ class ServiceConfig:
                 "--service-endpoints needs the full auth service, and a callout-only replica cannot"
                 " issue service-endpoint connections - drop --callout-only or --service-endpoints"
             )
+        if self.callout_only and self.connect_limits != DEFAULT_LIMITS:
+            raise ConfigError(REPLICA_LIMITS)
         if self.service_endpoints and self.manifest is not None:
             raise ConfigError(
                 "--service-endpoints applies to --space only - with --spaces, set"
@@ -219,7 +232,7 @@ async def run_service(
     """
     start_lane = lane_factory(
         root=config.root, server_url=config.server_url, limits=config.limits,
-        callout_only=config.callout_only, clock=config.clock,
+        callout_only=config.callout_only, clock=config.clock, connect_limits=config.connect_limits,
         reconnect=config.manifest is not None,  # one space: a lost broker ends the process
     )
     async with trio.open_nursery() as nursery:

@@ -17,6 +17,12 @@ A full lane with ``service_endpoints`` opens its space's service-endpoint admiss
 holds the claim; a replica holds a read-only store connection of its own and, before it
 subscribes, refuses a space whose admission is open (spec "Callout replicas";
 :mod:`cotal_trio.lanes.service_endpoints`). Either connection closing for good ends the lane.
+Both kinds write each mint's issuance row over their store connection; only a full lane
+prunes them (:mod:`cotal_trio.lanes.issuance`).
+
+Each lane start has its own :class:`~cotal_trio.lanes.metrics.LaneMetrics` (its own registry):
+the responder and both exchange faces feed it, and the loopback face serves it as
+``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from ..core.bearer import BearerVerifier
 from ..core.callout import CalloutKeys
 from ..core.errors import ConfigError, Unavailable
 from ..core.jose import BearerKeySet
+from ..core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimiter, ConnectLimits, Limited
 from ..core.manifest import SpaceEntry
 from ..core.plane import Lease, plane_bucket
 from ..http.client import pid_alive
@@ -61,12 +68,13 @@ from ..state import (
     remove_quietly,
     write_json,
 )
-from .callout import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder
+from .callout import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder, read_in_threads
+from .issuance import issuance_store, replica_permissions, run_issuance_sweep
+from .metrics import LaneMetrics
 from .plane import DEFAULT_LEASE, hold_plane, holder_id
 from .service_endpoints import (
     open_admission,
     open_store_user,
-    reader_permissions,
     refuse_if_admitted,
 )
 
@@ -114,6 +122,9 @@ class LaneConfig:
         server_url: the broker, ``nats://127.0.0.1:<port>``.
         idp_keys: the pinned IdP's current key set (sync; a cache the host refreshes).
         limits: callout limits (spec "Callout deadlines").
+        connect_limits: ``connectLimits`` (spec "Connect limits"): one limiter per lane start,
+            shared by its callout and its exchange faces, on trio time. A replica keeps the
+            defaults.
         http_port: loopback exchange port; 0 picks a free one.
         callout_only: a replica: no HTTP face and no ``auth-service.json``.
         reconnect: ride out a broker restart (a lane of a host); False ends the lane when its
@@ -127,9 +138,13 @@ class LaneConfig:
             or None for the loopback face alone.
         dev_idp_url: where the development IdP is served (``cotal up``), which a public face's
             bootstrap document names for a space pinned to it; None elsewhere.
+        holder: the plane claim holder id (full lanes). A host passes the same id to every
+            start of one space's lane, so a restart takes back the claim its stopped earlier
+            start could not release (broker gone); None: a fresh id per start.
 
     Raises:
-        ConfigError: ``service_endpoints`` on a callout-only lane.
+        ConfigError: ``service_endpoints``, a public face or connect limits other than the
+            defaults on a callout-only lane.
     """
 
     space: str
@@ -137,6 +152,7 @@ class LaneConfig:
     server_url: str
     idp_keys: IdpKeys
     limits: CalloutLimits = field(default_factory=CalloutLimits)
+    connect_limits: ConnectLimits = DEFAULT_LIMITS
     http_port: int = 0
     callout_only: bool = False
     reconnect: bool = True
@@ -145,6 +161,7 @@ class LaneConfig:
     service_endpoints: bool = False
     public: PublicFace | None = None
     dev_idp_url: str | None = None
+    holder: str | None = None
 
     def __post_init__(self) -> None:
         if self.callout_only and self.public is not None:
@@ -152,6 +169,8 @@ class LaneConfig:
                 f"space {self.space}: a callout-only replica has no HTTP face - drop the public"
                 " exchange settings from its entry, or run the full auth service for it"
             )
+        if self.callout_only and self.connect_limits != DEFAULT_LIMITS:
+            raise ConfigError(f"space {self.space}: {REPLICA_LIMITS}")
         if self.callout_only and self.service_endpoints:
             raise ConfigError(
                 f"space {self.space}: a callout-only replica cannot open service endpoints"
@@ -183,7 +202,9 @@ def _callout_keys(material: SpaceMaterial) -> tuple[CalloutKeys, str]:
     return keys, material.callout_creds
 
 
-def _exchange_context(config: LaneConfig, issuer: IssuerKeys) -> ExchangeContext:
+def _exchange_context(
+    config: LaneConfig, issuer: IssuerKeys, metrics: LaneMetrics, limiter: ConnectLimiter
+) -> ExchangeContext:
     return ExchangeContext(
         space=config.space,
         capability=secrets.token_hex(32),
@@ -193,7 +214,14 @@ def _exchange_context(config: LaneConfig, issuer: IssuerKeys) -> ExchangeContext
         idp_keys=config.idp_keys,
         read_ledger=functools.partial(read_principal, config.paths),
         clock=config.clock,
+        metrics=metrics.exchange_answered,
+        peek_limits=functools.partial(_peek_limits, limiter),
     )
+
+
+def _peek_limits(limiter: ConnectLimiter, owner: str, actor: str) -> Limited | None:
+    """The exchange's look at the lane's connect limits: now on trio time, spending nothing."""
+    return limiter.peek_principal(owner, actor, trio.current_time())
 
 
 async def run_lane(
@@ -213,18 +241,24 @@ async def run_lane(
     keys, creds = _callout_keys(material)
     issuer = load_issuer_keys(config.paths.issuer_json, config.space)
     verifier = BearerVerifier(BearerKeySet.from_keys(issuer.keys))
-    exchange = None if config.callout_only else _exchange_context(config, issuer)
+    metrics = LaneMetrics(config.space)  # per lane start: a restarted lane counts from zero
+    limiter = ConnectLimiter(config.connect_limits)  # per lane start, like the metrics
+    exchange = None if config.callout_only else _exchange_context(config, issuer, metrics, limiter)
     name = f"cotal:auth-service:{config.space}"
     connect = open_connection(config.server_url, creds=creds, name=name, reconnect=config.reconnect)
     async with open_loop(), connect as conn, _open_store(config, material) as store_conn:
         responder = CalloutResponder(
             keys=keys,
             verifier=verifier,
-            read_ledger=LedgerReader(config.paths),
+            read_ledger=read_in_threads(LedgerReader(config.paths), max_threads=config.limits.max_in_flight),
             limits=config.limits,
             clock=config.clock,
             publish=conn.publish_nowait,
+            store=issuance_store(store_conn, config.space),
+            connect_limits=limiter,
+            on_answer=metrics.callout_answered,
         )
+        metrics.watch(responder.statistics, limits=limiter.statistics)
         async with trio.open_nursery() as nursery:
             if config.callout_only:
                 # Spec "Callout replicas": a replica cannot issue a service-endpoint connection,
@@ -236,7 +270,7 @@ async def run_lane(
             await conn.subscribe(CALLOUT_SUBJECT, queue=CALLOUT_QUEUE_GROUP, on_message=responder.on_message)
             await conn.flush()
             try:
-                url = None if exchange is None else await _open_face(nursery, config, exchange)
+                url = None if exchange is None else await _open_face(nursery, config, exchange, metrics)
                 if exchange is not None and config.public is not None:
                     await _open_public_face(nursery, config, config.public, exchange, material)
                 task_status.started(LaneInfo(space=config.space, url=url))
@@ -256,11 +290,12 @@ def _store_permissions(space: str) -> dict[str, dict[str, list[str]]]:
 def _open_store(config: LaneConfig, material: SpaceMaterial) -> contextlib.AbstractAsyncContextManager[Connection]:
     """The lane's data-account store connection, as a fresh service user minted per lane start.
 
-    A full lane's user has the JetStream API and the space's auth bucket; a replica's only
-    reads (it creates no store). Must be entered inside the lane's ``open_loop()``.
+    A full lane's user has the JetStream API and the space's auth bucket; a replica's reads and
+    writes issuance rows only (it creates no store). Must be entered inside the lane's
+    ``open_loop()``.
     """
     space = config.space
-    permissions = reader_permissions(space) if config.callout_only else _store_permissions(space)
+    permissions = replica_permissions(space) if config.callout_only else _store_permissions(space)
     return open_store_user(
         material, config.server_url, name=f"cotal:auth-store:{space}", permissions=permissions,
         iat=int(config.clock()), reconnect=config.reconnect,
@@ -268,17 +303,20 @@ def _open_store(config: LaneConfig, material: SpaceMaterial) -> contextlib.Abstr
 
 
 async def _hold_space(nursery: trio.Nursery, config: LaneConfig, store_conn: Connection) -> None:
-    """A full lane's start, before its callout subscription: claim, admission, readiness file.
+    """A full lane's start, before its callout subscription: claim, sweep, admission, readiness file.
 
     A second full service is refused here (ClaimRefused) before it serves or writes a readiness
-    file. A Fenced from the keeper, which runs in ``nursery``, ends the lane.
+    file. A Fenced from the keeper, which runs in ``nursery``, ends the lane. The issuance-row
+    sweep runs in ``nursery`` too, from the moment the claim (and so the bucket) is held.
     """
-    holder = holder_id()
+    holder = config.holder or holder_id()
     await nursery.start(
         functools.partial(
             hold_plane, store_conn, config.space, holder=holder, lease=config.lease, clock=config.clock,
         )
     )
+    store = issuance_store(store_conn, config.space)
+    nursery.start_soon(functools.partial(run_issuance_sweep, store, space=config.space, clock=config.clock))
     if config.service_endpoints:
         admission = await open_admission(store_conn, config.space, holder=holder, now=config.clock())
         log.info("space %s: service-endpoint admission open (since %s)", config.space, admission.opened_at)
@@ -336,8 +374,8 @@ def _remove_readiness(config: LaneConfig, capability: str) -> None:
         remove_quietly(config.paths.auth_service_json)
 
 
-async def _open_face(nursery: trio.Nursery, config: LaneConfig, ctx: ExchangeContext) -> str:
-    app = build_loopback_app(ctx)
+async def _open_face(nursery: trio.Nursery, config: LaneConfig, ctx: ExchangeContext, metrics: LaneMetrics) -> str:
+    app = build_loopback_app(ctx, metrics=metrics.exposition)
     port = await nursery.start(functools.partial(serve_app, app, port=config.http_port))
     url = f"http://127.0.0.1:{port}"
     record = {"ver": 1, "url": url, "pid": os.getpid(), "cap": ctx.capability}

@@ -49,6 +49,7 @@ from ._kv import (
     kv_put,
     kv_update,
 )
+from ._kv_keys import is_bucket_missing, kv_delete_expiring, kv_keys
 from ._loop import open_loop
 
 __all__ = [
@@ -60,9 +61,12 @@ __all__ = [
     "WrongRevision",
     "delete_bucket",
     "ensure_bucket",
+    "is_bucket_missing",
     "kv_create",
     "kv_delete",
+    "kv_delete_expiring",
     "kv_get",
+    "kv_keys",
     "kv_put",
     "kv_update",
     "open_connection",

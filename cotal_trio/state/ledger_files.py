@@ -19,6 +19,7 @@ Blocking file I/O: call from synchronous code or through ``trio.to_thread.run_sy
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from cotal_trio.core.errors import CodecError, ConfigError
@@ -112,13 +113,16 @@ class LedgerReader:
     row parsed before. Writes go through a rename (:func:`write_row`), so every grant, re-grant
     or revoke is seen on the very next call. At most ``capacity`` parsed rows are kept.
 
-    Blocking (a ``stat`` per row kind; a read on change): microseconds on a local disk.
+    Blocking (a ``stat`` per row kind; a read on change): microseconds on a local disk. Safe to
+    call from several threads at once (the callout reads in worker threads): the memo is
+    guarded by a lock, the files are read outside it.
     """
 
     def __init__(self, space_paths: SpacePaths, *, capacity: int = 4096) -> None:
         self._space_paths = space_paths
         self._capacity = capacity
         self._rows: dict[Path, tuple[tuple[int, ...], LedgerRow]] = {}
+        self._lock = threading.Lock()
 
     def __call__(self, owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
         """As :func:`read_principal`; same errors."""
@@ -129,7 +133,8 @@ class LedgerReader:
         try:
             st = path.stat()
         except FileNotFoundError:
-            self._rows.pop(path, None)
+            with self._lock:
+                self._rows.pop(path, None)
             return None
         except OSError as exc:
             raise CodecError(f"ledger row {owner}.{actor} is unreadable ({exc.strerror})") from exc
@@ -141,9 +146,10 @@ class LedgerReader:
             return cached[1]
         row = _read(self._space_paths, kind, owner, actor)
         if row is not None:
-            if len(self._rows) >= self._capacity:
-                self._rows.pop(next(iter(self._rows)))
-            self._rows[path] = (stamp, row)
+            with self._lock:
+                if path not in self._rows and len(self._rows) >= self._capacity:
+                    self._rows.pop(next(iter(self._rows)))
+                self._rows[path] = (stamp, row)
         return row
 
 

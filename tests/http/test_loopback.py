@@ -133,7 +133,7 @@ async def test_jwks_publishes_the_issuer_key_with_a_cache_header(client):
 async def test_unknown_path_is_a_json_404(client, path):
     response = await client.get(path)
     assert response.status_code == 404
-    assert await response.get_json() == {"error": "unknown path - /health, /jwks, /exchange"}
+    assert await response.get_json() == {"error": "unknown path - /health, /jwks, /exchange, /metrics"}
 
 
 @pytest.mark.parametrize(("method", "path"), [("GET", "/exchange"), ("POST", "/health"), ("OPTIONS", "/jwks")])
@@ -349,12 +349,14 @@ async def test_a_corrupt_ledger_row_is_a_refusal_not_a_500(arm):
 
 @ceiling
 async def test_outcomes_reach_the_metrics_hook():
-    outcomes: list[str] = []
-    client = build_loopback_app(replace(_context(), metrics=outcomes.append)).test_client()
+    answers: list[tuple[str, int]] = []
+    client = build_loopback_app(replace(_context(), metrics=lambda *answer: answers.append(answer))).test_client()
     await _post(client, _human_body())
     await _post(client, _human_body(actor="ghost"))
     await _post(client, _human_body(), {**HEADERS, "Authorization": "Bearer nope"})
-    assert outcomes == ["minted", "refused", "bad-capability"]
+    await _post(client, {"owner": OWNER, "actor": "bot", "actorToken": "wrong"})
+    await _post(client, ["not", "an", "object"])
+    assert answers == [("human", 200), ("human", 401), ("none", 401), ("agent", 401), ("none", 400)]
 
 
 def test_the_context_refuses_a_malformed_capability():

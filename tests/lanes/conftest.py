@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.message import Message
 
 import pytest
 import trio
@@ -71,15 +72,23 @@ class Stack:
 
 
 def _post(url: str, cap: str, body: dict) -> tuple[int, dict]:
+    status, answer, _ = post_answer(url, cap, body)
+    return status, answer
+
+
+def post_answer(url: str, cap: str, body: dict) -> tuple[int, dict, Message]:
+    """``POST`` ``body`` as JSON with the capability: ``(status, JSON answer, headers)`` (blocking;
+    the headers read case-insensitively)."""
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), method="POST",
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {cap}"},
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
+            return response.status, json.loads(response.read()), response.headers
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+        with exc:
+            return exc.code, json.loads(exc.read()), exc.headers
 
 
 @asynccontextmanager

@@ -22,6 +22,7 @@ from cotal_trio.core.callout import SERVER_XKEY_HEADER, CalloutKeys
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.core.xkeys import XKeyPair
 from cotal_trio.lanes.callout import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder
+from cotal_trio.lanes.issuance import issuance_store
 from cotal_trio.natsio import open_connection, open_loop
 
 pytestmark = pytest.mark.broker
@@ -61,13 +62,17 @@ async def _ask(conn, payload: bytes, headers: dict[str, str]) -> bytes | None:
     return None
 
 
+async def _no_rows(owner: str, actor: str):
+    return None, None
+
+
 async def test_only_provenant_requests_are_answered(plain_broker, nursery, caplog):
     caplog.set_level(logging.INFO, logger="cotal.callout")
     async with open_loop(), open_connection(plain_broker, name="callout") as service, open_connection(plain_broker, name="broker") as broker:
         responder = CalloutResponder(
             keys=KEYS, verifier=BearerVerifier(BearerKeySet.from_keys([IssuerKey.generate(bytes(32))])),
-            read_ledger=lambda owner, actor: (None, None), limits=CalloutLimits(),
-            clock=time.time, publish=service.publish_nowait,
+            read_ledger=_no_rows, limits=CalloutLimits(), clock=time.time, publish=service.publish_nowait,
+            store=issuance_store(service, "alpha"),  # never reached: no request here gets past its bearer
         )
         async with trio.open_nursery() as lane:
             await lane.start(responder.run)

@@ -264,14 +264,18 @@ async def plane_entry(conn: Connection) -> tuple[PlaneRow, KvEntry]:
     return parse_row(entry.value), entry
 
 
-async def start_full_lane_host(mesh: Mesh, nursery: trio.Nursery, folder: Path) -> tuple[Host, Path]:
-    """A host on a manifest naming space a, whose full lane holds the claim with ``LEASE``."""
+async def start_full_lane_host(
+    mesh: Mesh, nursery: trio.Nursery, folder: Path, *, holder: str | None = None
+) -> tuple[Host, Path]:
+    """A host on a manifest naming space a, whose full lane holds the claim with ``LEASE``
+    (as ``holder`` on every start, as lane_factory does; None: a fresh holder per start)."""
     keys = parse_jwks(jwks(mesh.idp))
 
     def start_lane(entry: SpaceEntry) -> Callable[..., object]:
         return functools.partial(run_lane, LaneConfig(
             space=entry.space, paths=mesh.paths.space(entry.space), server_url=mesh.server_url,
             idp_keys=lambda: keys, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S), lease=LEASE,
+            holder=holder,
         ))
 
     folder.mkdir()
@@ -403,3 +407,32 @@ async def test_a_holder_whose_row_is_taken_fences_at_its_next_renewal(broker: Br
         assert (mine.generation, mine.state) == (other.generation + 1, PlaneState.HELD) and our_holder(mine)
         await mesh.admitted(SPACE, bearer)
         await mesh.admitted(SPACE, await mesh.bearer(SPACE, "alice", "cli"))  # the new face exchanges
+
+
+async def test_a_host_restarting_its_fenced_lane_takes_its_own_claim_back_at_once(
+    broker: Broker, nursery: trio.Nursery, tmp_path: Path
+):
+    """With one holder id across a lane's restarts (lane_factory's), the retry after a broker
+    pause does not wait out its own lease: the stopped start's row is taken back, generation 2."""
+    mesh = broker.mesh
+    holder = f"{socket.gethostname()}:{os.getpid()}:5ab1e000"
+    with trio.fail_after(40):
+        host, manifest = await start_full_lane_host(mesh, nursery, tmp_path / "host", holder=holder)
+        mesh.grant(SPACE, "alice", "cli")
+        bearer = await mesh.bearer(SPACE, "alice", "cli")
+        async with plane_store(mesh) as conn:
+            _, entry = await plane_entry(conn)
+            await next_renewal(conn, entry)
+            os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            await until_state(host, manifest, "retrying", f"space {SPACE}: plane claim generation 1 fenced")
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        resumed = trio.current_time()
+        await until_state(host, manifest, "serving")
+        # The next retry (RETRY_S) or the one after serves; a full lease (4 s) is never waited.
+        assert trio.current_time() - resumed < LEASE.lease_s - 1, trio.current_time() - resumed
+        async with plane_store(mesh) as conn:
+            row, _ = await plane_entry(conn)
+        assert (row.holder, row.generation, row.state) == (holder, 2, PlaneState.HELD)
+        await mesh.admitted(SPACE, bearer)

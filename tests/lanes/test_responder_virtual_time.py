@@ -12,10 +12,16 @@ age in two ways that both happen in production, and both are driven by ``autojum
 * Nothing takes requests yet. ``on_message`` runs (the subscription callback) before the worker
   pool is started, then the test sleeps, then starts ``run``. Any time the workers are slower to
   get the CPU than messages arrive looks like this.
-* A step blocks the thread. ``read_ledger`` is a synchronous ``stat`` in production, and while
-  it blocks, trio's clock moves on and nothing else runs. The fake ledger port models that with
+* A step blocks the thread. The fake ledger port models a step that holds trio's thread with
   ``MockClock.jump(seconds)``: the read returns ``seconds`` later in virtual time, and meanwhile
   no other task (no worker, no callback) ran. Requests queued behind it age by exactly that.
+  (In a lane the ledger read itself runs in a worker thread, ``read_in_threads``; verifying and
+  signing do hold the thread.)
+
+Every mint also writes its issuance row into an in-memory bucket (``FakeBucket``, instant
+unless a test gives it latency) and then reads the ledger again. That re-check read is instant
+and counted apart (``Lane.rechecks``): ``ledger_s`` and ``ledger_reads`` are each request's
+first read.
 
 What cannot be observed: more than one request in progress at once. Since a request never
 yields between its steps, ``in_flight`` is 1 whenever any port is called, whatever
@@ -36,23 +42,29 @@ import trio.testing
 from cotal_trio.core import natsjwt
 from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.callout import TIMEOUT_REASON
-from cotal_trio.core.nkeys import Prefix
+from cotal_trio.core.errors import Unavailable
+from cotal_trio.core.issuance import IssuanceRow, exists_reason, render_row, store_missing_reason, write_failed_reason
+from cotal_trio.core.limits import ConnectLimiter, ConnectLimits
+from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.lanes.callout import CALLOUT_SUBJECT, CHANNEL_CAPACITY, CalloutResponder
+from cotal_trio.lanes.issuance import BucketMissing
 from cotal_trio.natsio import Message
 from tests.core.test_callout import (
     KEYS,
     NOW,
+    OWNER,
     SERVER,
     SERVER_X,
     SPACE,
+    UID,
     VERIFIER,
     _bearer,
     _claims,
-    _key,
     _row,
     _sealed,
 )
 from tests.core.test_callout_log import parse_callout_line, parse_dropped_line
+from tests.lanes.test_issuance_virtual_time import FakeBucket
 
 CEILING_S = 10
 LIMITS = CalloutLimits(auth_timeout_s=1.25, max_in_flight=1)
@@ -64,17 +76,17 @@ UNSEALED_REASON = "unsealed request (no Nats-Server-Xkey header)"
 
 
 def _user(cid: int) -> str:
-    return _key(Prefix.USER, 100 + cid).public_key
+    return KeyPair.from_raw(Prefix.USER, (100 + cid).to_bytes(32, "big")).public_key
 
 
 def _message(cid: int, *, token: str | None = BEARER, reply: str | None = "", sealed: bool = True,
-             broker_timeout_s: int = 2) -> Message:
+             broker_timeout_s: int = 2, issued_at: int = NOW) -> Message:
     """A ``$SYS.REQ.USER.AUTH`` request as the broker sends it; ``cid`` names it everywhere."""
-    claims = _claims(exp=NOW + broker_timeout_s)
+    claims = _claims(exp=issued_at + broker_timeout_s)
     claims["nats"]["user_nkey"] = _user(cid)
     claims["nats"]["client_info"]["id"] = cid
     claims["nats"]["connect_opts"] = {"name": "ibx0123456789", **({"auth_token": token} if token else {})}
-    payload, headers = _sealed(claims)
+    payload, headers = _sealed(claims, iat=issued_at)
     return Message(CALLOUT_SUBJECT, f"_INBOX.r.{cid}" if reply == "" else reply, payload,
                    headers if sealed else None)
 
@@ -92,17 +104,27 @@ class Lane:
     Args:
         clock: the test's ``autojump_clock``.
         ledger_s: virtual seconds each ledger read blocks for; a list gives one per read.
+        connect_limits: the responder's connect limits (default: its own, at the spec's).
+        store: the auth bucket issuance rows go to (default: an instant :class:`FakeBucket`).
     """
 
-    def __init__(self, clock: trio.testing.MockClock, *, ledger_s: float | list[float] = 0.0) -> None:
+    def __init__(
+        self, clock: trio.testing.MockClock, *, ledger_s: float | list[float] = 0.0,
+        connect_limits: ConnectLimiter | None = None, store: FakeBucket | None = None,
+    ) -> None:
         self.clock, self.ledger_s = clock, ledger_s
+        self.store = FakeBucket() if store is None else store
+        self.store.on_created = self._expect_recheck
+        self.rechecks: list[float] = []  # times of the re-check reads after an issuance row
+        self.recheck_rows = lambda: (_row(), None)  # what the re-check reads (a test may revoke)
+        self._recheck_due = False
         self.published: list[tuple[str, bytes, float]] = []
         self.ledger_reads: list[tuple[float, object]] = []  # (time, statistics()) at each read
         self.wall_reads = 0
         self._changed = trio.Event()
         self.responder = CalloutResponder(
             keys=KEYS, verifier=VERIFIER, read_ledger=self._read_ledger, limits=LIMITS,
-            clock=self._wall, publish=self._publish,
+            clock=self._wall, publish=self._publish, connect_limits=connect_limits, store=self.store,
         )
 
     def _wall(self) -> float:
@@ -114,7 +136,14 @@ class Lane:
         self._changed.set()
         self._changed = trio.Event()
 
-    def _read_ledger(self, owner: str, actor: str):
+    def _expect_recheck(self) -> None:
+        self._recheck_due = True  # max_in_flight is 1: the next read is this request's re-check
+
+    async def _read_ledger(self, owner: str, actor: str):
+        if self._recheck_due:
+            self._recheck_due = False
+            self.rechecks.append(trio.current_time())
+            return self.recheck_rows()
         self.ledger_reads.append((trio.current_time(), self.responder.statistics()))
         seconds = self.ledger_s.pop(0) if isinstance(self.ledger_s, list) else self.ledger_s
         self.clock.jump(seconds)  # a blocking stat: the thread is held and trio's clock moves on
@@ -212,13 +241,15 @@ async def test_a_queue_behind_a_slow_ledger_read_times_out(nursery, autojump_clo
 
 async def test_a_deadline_passing_inside_a_step_stops_the_request_at_its_next_step(nursery, autojump_clock, caplog):
     """One request whose ledger read blocks 1.125 s, past its 1.0 s deadline. Spec: its work
-    stops at its next step and the line names the step it was in, ``at=ledger``."""
+    stops at its next step and the line names the step it was in, ``at=ledger``. It stopped
+    before its issuance row: none was sent."""
     with trio.fail_after(CEILING_S):
         lane = Lane(autojump_clock, ledger_s=1.125)
         await nursery.start(lane.responder.run)
         lane.responder.on_message(_message(1))
         await lane.wait_published(1)
     assert lane.answers() == [("_INBOX.r.1", TIMEOUT_REASON, 1.125)]
+    assert lane.store.events == [] and lane.store.held() == {}
     [line] = _lines(caplog)
     assert _timings([line]) == [(1, "timeout", "warn", 0, 1125, 1125)]
     assert line["at"] == "ledger"
@@ -298,12 +329,13 @@ async def test_a_request_is_shed_at_once_while_the_oldest_waited_past_half_the_b
 
 async def test_a_full_channel_sheds(nursery, autojump_clock, caplog):
     """CHANNEL_CAPACITY requests queued at t=0 fill the channel: the next one is shed although
-    nobody has waited at all, and every queued one is still answered once workers run."""
+    nobody has waited at all, and every queued one is still answered once workers run (one
+    actor's connect limits raised to match, so every queued one is minted)."""
     with trio.fail_after(CEILING_S):
-        lane = Lane(autojump_clock)
-        queued = _message(1)
-        for _ in range(CHANNEL_CAPACITY):
-            lane.responder.on_message(queued)
+        roomy = ConnectLimits(actor_per_minute=CHANNEL_CAPACITY, owner_per_minute=CHANNEL_CAPACITY)
+        lane = Lane(autojump_clock, connect_limits=ConnectLimiter(roomy))
+        for cid in range(1000, 1000 + CHANNEL_CAPACITY):  # one user key each, as the broker makes them
+            lane.responder.on_message(_message(cid))
         assert lane.published == []
         lane.responder.on_message(_message(2))
         assert lane.answers() == [("_INBOX.r.2", TIMEOUT_REASON, 0.0)]
@@ -407,3 +439,133 @@ async def test_a_broker_timeout_unlike_ours_is_warned_about_once(nursery, autoju
         "service uses 1.25s - start it with --auth-timeout 10"
     ]
     assert [line["outcome"] for line in _lines(caplog)] == ["minted", "minted"]
+
+
+# -- issuance rows (issue 4 items 1 and 6) ------------------------------------------------------
+
+BEARER_EXP = VERIFIER.validate(BEARER, space=SPACE, now=NOW).exp
+NOT_GRANTED = (
+    f'actor "cli" is not granted in this space for owner {OWNER} - the mesh operator lets it in with'
+    f" `cotal actor grant cli --owner {OWNER}`"
+)
+
+
+def _issued_row() -> bytes:
+    """The row a mint of ``BEARER`` at wall ``NOW`` writes, in its stored bytes."""
+    return render_row(IssuanceRow(
+        space=SPACE, owner=OWNER, actor="cli", lifecycle_uid=UID, credential_id=None, view=None,
+        iat=NOW, exp=BEARER_EXP,
+    ))
+
+
+async def test_a_mint_writes_its_issuance_row_first_then_rechecks_then_answers(nursery, autojump_clock, caplog):
+    """The row's create takes 250 ms: the re-check reads the ledger once it has landed, and the
+    answer follows. The row holds exactly the documented fields, with the minted JWT's iat/exp,
+    and a TTL ending 5 s after exp."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, store=FakeBucket(latency_s={"create": 0.25}))
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+        await lane.wait_published(1)
+    key = f"natkey.{_user(1)}"
+    assert lane.answers() == [("_INBOX.r.1", "jwt", 0.25)]
+    assert (lane.store.events, lane.rechecks) == ([(0.25, "create", key, "stored")], [0.25])
+    assert lane.store.live() == {key: _issued_row()}
+    assert _issued_row() == (
+        '{"ver":1,"space":"alpha","owner":"%s","actor":"cli","lifecycleUid":"%s","credentialId":null,'
+        '"view":null,"iat":%d,"exp":%d}' % (OWNER, UID, NOW, BEARER_EXP)
+    ).encode()
+    user = natsjwt.verify(_answer(lane.published[0][1])["nats"]["jwt"])
+    assert (user["sub"], user["iat"], user["exp"]) == (_user(1), NOW, BEARER_EXP)
+    assert lane.store._messages[key].ttl_s == BEARER_EXP + 5 - NOW
+    [line] = _lines(caplog)
+    assert (line["outcome"], line["ledger_ms"], line["total_ms"]) == ("minted", 250, 250)
+
+
+async def test_an_existing_row_is_a_signed_denial_and_stays(nursery, autojump_clock, caplog):
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        key = f"natkey.{_user(1)}"
+        lane.store.put(key, b"an earlier answer's row")
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+        await lane.wait_published(1)
+    assert lane.answers() == [("_INBOX.r.1", exists_reason(_user(1)), 0.0)]
+    assert lane.store.live() == {key: b"an earlier answer's row"}
+    assert lane.rechecks == [] and [e[3] for e in lane.store.events] == ["refused"]
+    [line] = _lines(caplog)
+    assert (line["outcome"], line["reason"]) == ("denied", exists_reason(_user(1)))
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (BucketMissing("bucket cotal_auth_alpha does not exist"), store_missing_reason(SPACE)),
+        (Unavailable("publish x: nats: connection closed"), write_failed_reason(SPACE, "publish x: nats: connection closed")),
+    ],
+    ids=["no store (a replica before the full service ran)", "store down"],
+)
+async def test_a_failed_row_write_is_a_signed_denial(nursery, autojump_clock, caplog, error, reason):
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, store=FakeBucket(fail=error))
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+        await lane.wait_published(1)
+    assert lane.answers() == [("_INBOX.r.1", reason, 0.0)]
+    assert lane.rechecks == []
+    [line] = _lines(caplog)
+    assert (line["outcome"], line["reason"]) == ("denied", reason)
+
+
+async def test_a_deadline_during_the_row_write_is_a_timeout_and_leaves_no_row(nursery, autojump_clock, caplog):
+    """Budget 1.0 s; the create is sent at 0 and lands at 1.5. The deadline cancels the request
+    at 1.0: the timeout denial goes out then, with ``at=ledger``. The row lands at 1.5 all the
+    same; the withdrawal's fence is ordered after it and refused, so the row is read back and
+    deleted. Nothing is published after the denial, ever, and the key ends up holding nothing."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, store=FakeBucket(latency_s={"create": 1.5}))
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+        await lane.wait_published(1)
+        assert trio.current_time() == 1.0
+        await trio.sleep(4)
+        assert lane.store.held() == {}
+        assert lane.responder.statistics().in_flight == 0
+    key = f"natkey.{_user(1)}"
+    assert lane.answers() == [("_INBOX.r.1", TIMEOUT_REASON, 1.0)]
+    assert lane.store.events == [
+        (1.5, "create", key, "stored"), (1.5, "delete", key, "refused at 0"), (1.5, "delete", key, "marker at 1"),
+    ]
+    assert lane.rechecks == []
+    [line] = _lines(caplog)
+    assert (line["outcome"], line["at"], line["ledger_ms"], line["total_ms"]) == ("timeout", "ledger", 1000, 1000)
+
+
+@pytest.mark.parametrize(
+    ("recheck", "reason"),
+    [
+        (lambda: (None, None), NOT_GRANTED),
+        (lambda: (_row(lifecycle_uid="b" * 26), None),
+         "the actor was re-granted or revoked since this bearer was issued - exchange a fresh bearer"),
+    ],
+    ids=["revoked", "re-granted"],
+)
+async def test_the_recheck_after_the_row_catches_a_revoke(nursery, autojump_clock, caplog, recheck, reason):
+    """The first ledger read grants; the actor is revoked (or re-granted) before the re-check,
+    which denies. The answer goes out at 0; the row is withdrawn after it (deletes take 0.5 s)."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, store=FakeBucket(latency_s={"delete": 0.5}))
+        lane.recheck_rows = recheck
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+        await lane.wait_published(1)
+        await trio.sleep(5)
+        assert lane.store.held() == {}
+    key = f"natkey.{_user(1)}"
+    assert lane.answers() == [("_INBOX.r.1", reason, 0.0)]
+    assert lane.rechecks == [0.0]
+    assert lane.store.events == [
+        (0.0, "create", key, "stored"), (0.5, "delete", key, "refused at 0"), (1.0, "delete", key, "marker at 1"),
+    ]
+    [line] = _lines(caplog)
+    assert (line["outcome"], line["reason"]) == ("denied", reason)

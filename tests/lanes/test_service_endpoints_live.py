@@ -138,7 +138,7 @@ async def test_the_refusal_stays_after_the_setting_is_dropped(mesh: Mesh):
         with refused_for("a"):
             await run_for_a_while(service(mesh, "a", callout_only=True))
 
-        # A replica of a space without the admission starts (its store connection only reads).
+        # A replica of a space without the admission starts (it reads, and writes only issuance rows).
         await run_for_a_while(service(mesh, "b", callout_only=True))
 
 
@@ -162,8 +162,15 @@ async def test_a_callout_host_names_the_admitted_space_and_serves_the_others(
         assert spaces["a"]["reason"].startswith("space a admits service endpoints (opened "), spaces
         assert "full auth service" in spaces["a"]["reason"]
 
-        # b is served by this replica alone (no full service ran for it).
-        async with mesh.client("b", bearer_for(mesh, "b", "alice", "cli")) as conn:
+        # b is served by this replica alone. No full service has run for b, so it has no store,
+        # and the replica, which creates none, denies its connects (no issuance row can be
+        # written) until the full service has run once (spec "Callout replicas").
+        bearer = bearer_for(mesh, "b", "alice", "cli")
+        with auth_live.refused():
+            async with mesh.client("b", bearer):
+                pass
+        await run_for_a_while(service(mesh, "b"))
+        async with mesh.client("b", bearer) as conn:
             await conn.flush()
 
 

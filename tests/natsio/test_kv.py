@@ -1,4 +1,5 @@
-"""natsio KV against a real nats-server with JetStream: CAS, TTL, markers, bucket shape, errors."""
+"""natsio KV against a real nats-server with JetStream: CAS, TTL, markers, bucket shape, errors,
+key listing, self-expiring deletes and the missing-bucket test."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ from cotal_trio.natsio import (
     WrongRevision,
     delete_bucket,
     ensure_bucket,
+    is_bucket_missing,
     kv_create,
     kv_delete,
+    kv_delete_expiring,
     kv_get,
+    kv_keys,
     kv_put,
     kv_update,
     open_connection,
@@ -189,3 +193,67 @@ async def test_caller_deadline_bounds_a_call(conn: Connection) -> None:
         assert scope.cancelled_caught
         with trio.move_on_after(5):
             assert await kv_get(conn, "rows", "k") is None  # the cancelled put never ran
+
+
+# -- key listing, self-expiring deletes, a missing bucket (natsio/_kv_keys.py) ---------------------
+
+
+async def test_keys_under_a_prefix_include_markers_until_they_expire(conn: Connection) -> None:
+    with trio.fail_after(CEILING_S):
+        await ensure_bucket(conn, "auth")
+        for key in ("natkey.UB", "natkey.UA", "plane", "natkeyx.UC"):
+            await kv_put(conn, "auth", key, b"v")
+        assert await kv_keys(conn, "auth", prefix="natkey.") == ["natkey.UA", "natkey.UB"]
+        assert await kv_keys(conn, "auth") == ["natkey.UA", "natkey.UB", "natkeyx.UC", "plane"]
+        entry = await kv_get(conn, "auth", "natkey.UA")
+        assert entry is not None
+        await kv_delete_expiring(conn, "auth", "natkey.UA", last_revision=entry.revision, ttl_s=1)
+        assert await kv_get(conn, "auth", "natkey.UA") is None
+        assert await kv_keys(conn, "auth", prefix="natkey.") == ["natkey.UA", "natkey.UB"]  # its marker
+        await trio.sleep(TTL_WAIT_S)
+        assert await kv_keys(conn, "auth", prefix="natkey.") == ["natkey.UB"]  # nothing left behind
+        assert await kv_keys(conn, "auth", prefix="none.") == []
+    with pytest.raises(ValueError, match="ending in '.'"):
+        await kv_keys(conn, "auth", prefix="natkey")
+
+
+async def test_a_delete_expecting_no_message_fences_off_a_create_in_flight(conn: Connection) -> None:
+    """The withdrawal's fence: a marker expecting revision 0 lands on an empty key, and a create
+    that was sent expecting the same (natsio's first attempt) is refused after it. On a key that
+    holds a value the fence is refused instead."""
+    with trio.fail_after(CEILING_S):
+        await ensure_bucket(conn, "auth")
+        await kv_delete_expiring(conn, "auth", "natkey.UF", last_revision=0, ttl_s=60)
+        late = await conn.request(
+            "$KV.auth.natkey.UF", b"row", headers={"Nats-Expected-Last-Subject-Sequence": "0", "Nats-TTL": "60"}
+        )
+        assert json.loads(late.data)["error"]["err_code"] == 10071
+        assert await kv_get(conn, "auth", "natkey.UF") is None
+        rev = await kv_create(conn, "auth", "natkey.UR", b"row", ttl_s=60)
+        with pytest.raises(WrongRevision) as refused:
+            await kv_delete_expiring(conn, "auth", "natkey.UR", last_revision=0, ttl_s=60)
+        assert (refused.value.key, refused.value.revision) == ("natkey.UR", 0)
+        with pytest.raises(WrongRevision):
+            await kv_delete_expiring(conn, "auth", "natkey.UR", last_revision=rev + 1, ttl_s=1)
+        assert await kv_get(conn, "auth", "natkey.UR") is not None
+    with pytest.raises(ValueError):
+        await kv_delete_expiring(conn, "auth", "natkey.UR", last_revision=-1, ttl_s=1)
+    with pytest.raises(ValueError):
+        await kv_delete_expiring(conn, "auth", "natkey.UR", last_revision=rev, ttl_s=0)
+
+
+async def test_a_missing_bucket_is_told_apart(conn: Connection) -> None:
+    with trio.fail_after(CEILING_S):
+        with pytest.raises(Unavailable) as create:
+            await kv_create(conn, "absent", "natkey.UA", b"row", ttl_s=5)
+        with pytest.raises(Unavailable) as listing:
+            await kv_keys(conn, "absent", prefix="natkey.")
+        with pytest.raises(Unavailable) as read:
+            await kv_get(conn, "absent", "natkey.UA")
+        await ensure_bucket(conn, "nottl", allow_msg_ttl=False)
+        with pytest.raises(Unavailable, match="per-message TTL is disabled") as other:
+            await kv_put(conn, "nottl", "k", b"v", ttl_s=5)
+    assert [is_bucket_missing(e.value) for e in (create, listing, read)] == [True, True, True]
+    assert "stream not found" in str(listing.value)
+    assert not is_bucket_missing(other.value)
+

@@ -1,0 +1,207 @@
+"""``cotal status``: one line per space of the running root (issue 4 item 7).
+
+Read-only. Sources, in order:
+
+* ``<root>/spaces.json.applied``: the lane host's state of every hosted space (``serving``,
+  ``retrying`` with its reason, ``starting``, ``stopping``; DESIGN.md 9);
+* each space's readiness file ``auth-service.json`` (``url``, ``pid``), present only while a full
+  lane serves the space;
+* that lane's loopback face: ``GET /health`` and ``GET /metrics`` (no capability needed; see
+  :mod:`cotal_trio.http.loopback`), over a client that follows no redirect and uses no proxy.
+
+A space whose readiness file names a live process and whose ``/health`` answers is ``serving``,
+with its callout counts and in-flight read from ``/metrics``; one whose face does not answer is
+``unreachable``. Otherwise the ``.applied`` state stands while the root's ``cotal up`` (the pid
+in ``<root>/up.lock``) or some lane of the root is alive, and the space is ``stopped`` when
+nothing is: ``.applied`` outlives the host that wrote it. Replicas have no face and are not
+reported; a host started with ``cotal auth-service --spaces`` reports through readiness files
+only (its ``.applied`` lies beside its own manifest).
+
+Exit code: 0 when at least one space is listed and every one is ``serving``; 1 otherwise (a
+space not serving, or no auth service running for the root, which is said on stderr). An
+unreadable root is one sentence on stderr and exit 1, like every command.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from cyclopts import Parameter
+
+from ..broker.spaces import list_spaces
+from ..core.errors import ConfigError
+from ..http.client import ServiceRecord, check_url, no_redirect_opener, pid_alive, read_service
+from ..lanes.metrics import MetricsSummary, read_summary
+from ..state import RootPaths, read_json
+from ..state.lock import LOCK_NAME
+from .common import Where
+
+__all__ = ["SpaceStatus", "read_status", "status"]
+
+# Each probe of a loopback face (GET /health, GET /metrics), seconds; a face answers in ms.
+PROBE_TIMEOUT_S = 2.0
+MAX_SCRAPE_BYTES = 1 << 20
+SERVING = "serving"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpaceStatus:
+    """One space's line.
+
+    Attributes:
+        space: the space name.
+        state: ``serving``, ``unreachable``, ``stopped``, or the ``.applied`` state.
+        reason: why it is not serving (a sentence), or None.
+        pid: the serving process, or None.
+        url: the loopback exchange face, or None.
+        metrics: the face's callout counts and in-flight, or None when not read.
+    """
+
+    space: str
+    state: str
+    reason: str | None = None
+    pid: int | None = None
+    url: str | None = None
+    metrics: MetricsSummary | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"space", "state", "reason", "pid", "url", "callouts": {outcome: n} | null,
+        "inFlight": n | null, "queueDepth": n | null}``."""
+        m = self.metrics
+        return {
+            "space": self.space, "state": self.state, "reason": self.reason, "pid": self.pid, "url": self.url,
+            "callouts": None if m is None else dict(m.answers),
+            "inFlight": None if m is None else m.in_flight,
+            "queueDepth": None if m is None else m.queue_depth,
+        }
+
+    def line(self) -> str:
+        """``<space>  <state>  pid <pid>  <url>  minted <n> ...  in-flight <n>`` or the reason."""
+        parts = [self.space, self.state]
+        if self.pid is not None:
+            parts += [f"pid {self.pid}", self.url or "-"]
+        if self.metrics is not None:
+            parts += [" ".join(f"{outcome} {n}" for outcome, n in self.metrics.answers.items())]
+            parts += [f"in-flight {self.metrics.in_flight}", f"queued {self.metrics.queue_depth}"]
+        if self.reason is not None:
+            parts.append(f"({self.reason})")
+        return "  ".join(parts)
+
+
+def status(
+    *,
+    root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
+    as_json: Annotated[bool, Parameter(name="--json", negative="", help="Print one JSON object.")] = False,
+) -> int:
+    """Print each space's state, pid, exchange URL, callout counts and in-flight.
+
+    Exits 0 when every space is serving, 1 when one is not or nothing runs for the root.
+    """
+    paths = Where(root=root).paths()
+    running, spaces = read_status(paths)
+    if as_json:
+        print(json.dumps({"root": str(paths.root), "running": running, "spaces": [s.to_json() for s in spaces]}))
+    else:
+        for space in spaces:
+            print(space.line())
+    if not running:
+        print(f"cotal status: no auth service is running for root {paths.root} - start it with `cotal up`", file=sys.stderr)
+    return 0 if running and spaces and all(s.state == SERVING for s in spaces) else 1
+
+
+def read_status(paths: RootPaths) -> tuple[bool, list[SpaceStatus]]:
+    """``(running, spaces)`` for the root, sorted by space (blocking: files and HTTP).
+
+    ``running`` is True while the root's ``cotal up`` or any of its lanes' processes is alive.
+
+    Raises:
+        ConfigError: ``spaces.json``, ``spaces.json.applied`` or a space's ``mode.json`` is
+            corrupt.
+    """
+    applied = _read_applied(paths)
+    records = {row["space"]: _service(paths, row["space"]) for row in list_spaces(paths)}
+    served = {space: record for space, record in records.items() if record is not None}
+    running = bool(served) or _up_alive(paths)
+    names = sorted(applied.keys() | served.keys())
+    return running, [_space_status(name, served.get(name), applied.get(name), running) for name in names]
+
+
+def _read_applied(paths: RootPaths) -> dict[str, tuple[str, str | None]]:
+    """``{space: (state, reason)}`` from ``<root>/spaces.json.applied``; empty when absent.
+
+    Raises:
+        ConfigError: the file is not the ``.applied`` shape (names the file).
+    """
+    path = paths.spaces_manifest.with_name(paths.spaces_manifest.name + ".applied")
+    if not path.exists():
+        return {}
+    spaces = read_json(path).get("spaces")
+    try:
+        return {name: (lane["state"], lane.get("reason")) for name, lane in spaces.items()}
+    except (AttributeError, KeyError, TypeError):
+        raise ConfigError(f"{path} is not a lane host's .applied file - delete it; the host rewrites it") from None
+
+
+def _service(paths: RootPaths, space: str) -> ServiceRecord | None:
+    """The space's running full lane (its readiness file, live pid), or None."""
+    try:
+        return read_service(paths.space(space))
+    except ConfigError:  # no file, a gone process, or a half-written file: not serving
+        return None
+
+
+def _up_alive(paths: RootPaths) -> bool:
+    """True when ``<root>/up.lock`` names a live process (``cotal up`` holds it while it runs)."""
+    try:
+        pid = int((paths.root / LOCK_NAME).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return False
+    return pid > 0 and pid_alive(pid)
+
+
+def _space_status(
+    space: str, service: ServiceRecord | None, applied: tuple[str, str | None] | None, running: bool
+) -> SpaceStatus:
+    if service is not None:
+        return _probe(space, service)
+    if applied is not None and running:
+        return SpaceStatus(space=space, state=applied[0], reason=applied[1])
+    return SpaceStatus(space=space, state="stopped", reason="no auth service serves it")
+
+
+def _probe(space: str, service: ServiceRecord) -> SpaceStatus:
+    """Ask a live lane's face for ``/health`` then ``/metrics``."""
+    where = {"space": space, "pid": service.pid, "url": service.url}
+    try:
+        health = json.loads(_get(service.url, "/health"))
+        if not (isinstance(health, dict) and health.get("ok") is True):
+            raise ValueError("not ok")
+        summary = read_summary(_get(service.url, "/metrics").decode("utf-8"), space)
+    except (ConfigError, OSError, ValueError) as exc:
+        reason = f"its face at {service.url} did not answer ({_why(exc)}) - check the auth service log"
+        return SpaceStatus(state="unreachable", reason=reason, **where)
+    return SpaceStatus(state=SERVING, metrics=summary, **where)
+
+
+def _get(url: str, path: str) -> bytes:
+    """``GET <url><path>`` on a loopback face: the body of a 200 (blocking).
+
+    Raises:
+        ConfigError: ``url`` is not loopback http or https.
+        OSError: no answer, a timeout, or an answer other than 200 (``HTTP <status>``).
+    """
+    base = check_url(url)
+    try:
+        with no_redirect_opener(base).open(f"{base}{path}", timeout=PROBE_TIMEOUT_S) as response:
+            return response.read(MAX_SCRAPE_BYTES)
+    except urllib.error.HTTPError as answered:
+        with answered:  # it holds the socket
+            raise OSError(f"{path} answered HTTP {answered.code}") from None
+
+
+def _why(exc: BaseException) -> str:
+    return str(getattr(exc, "reason", exc)) or type(exc).__name__

@@ -1,0 +1,204 @@
+"""Issuance rows: the callout's record of each user JWT it mints (DESIGN.md 6 step 6, section 8).
+
+Before the auth callout answers a mint it creates, create-only, the row ``natkey.<user nkey>``
+in the space's auth bucket ``cotal_auth_<space>``, then checks the actor's authority again and
+only then answers (upstream-notes 2.4 item 7; issue 4 item 6). Callout replicas write these rows
+too (spec "Callout replicas": a replica "creates each connect's issuance row"). The broker
+generates a fresh user nkey for every connect, so a row that already exists means the request
+was answered before, and the connect is denied.
+
+Row (version 1, closed). Upstream describes only the content ("the bearer's
+space/owner/actor/lifecycle/credential/view and the minted JWT's iat/exp", upstream-notes 11
+lists the field names as a gap), so the names are ours, camelCase as every other row::
+
+    {"ver": 1, "space": "alpha", "owner": "u_…", "actor": "cli",
+     "lifecycleUid": "<the bearer's lifecycle UID>", "credentialId": null, "view": null,
+     "iat": 1767225600, "exp": 1767225900}
+
+``credentialId`` and ``view`` are the bearer's (``null`` while the exchange issues neither);
+``iat`` and ``exp`` are the minted user JWT's, unix seconds.
+
+Lifetime: a row is over ``EXPIRY_TOLERANCE_S`` after its ``exp`` (the JWT's expiry plus the
+bearer clock skew, upstream "exp + clock tolerance"). It is written with a NATS per-message TTL
+that ends then (:func:`row_ttl_s`), and the full service's sweep prunes any row past that point
+at start and every ``PRUNE_EVERY_S`` (:func:`is_expired`).
+
+Pure and synchronous: the lane (:mod:`cotal_trio.lanes.issuance`) does the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .bearer import CLOCK_SKEW_S, KNOWN_VIEWS, ValidatedBearer, is_credential_id
+from .callout import ConnectGrant
+from .errors import CodecError
+from .identity import is_actor, is_lifecycle_uid, is_owner, is_space
+from .nkeys import Prefix, is_public_key
+
+__all__ = [
+    "EXPIRY_TOLERANCE_S",
+    "ISSUANCE_KEY_PREFIX",
+    "IssuanceRow",
+    "PRUNE_EVERY_S",
+    "ROW_VERSION",
+    "exists_reason",
+    "is_expired",
+    "issuance_key",
+    "issuance_row",
+    "parse_row",
+    "render_row",
+    "row_ttl_s",
+    "store_missing_reason",
+    "write_failed_reason",
+]
+
+ROW_VERSION = 1
+ISSUANCE_KEY_PREFIX = "natkey."
+# Upstream prunes at start and every `nativeIssuancePruneMs` (default 60 s).
+PRUNE_EVERY_S = 60.0
+# A row outlives its JWT by the clock tolerance the bearer check allows (seconds).
+EXPIRY_TOLERANCE_S = CLOCK_SKEW_S
+_KEYS = ("ver", "space", "owner", "actor", "lifecycleUid", "credentialId", "view", "iat", "exp")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IssuanceRow:
+    """One issuance row (the key, ``natkey.<user nkey>``, is not part of it).
+
+    Attributes:
+        space: the space the connect was for.
+        owner, actor: the principal the user JWT was minted for.
+        lifecycle_uid: the bearer's lifecycle UID.
+        credential_id: the bearer's ``act.credentialId``, or None.
+        view: the bearer's ``act.view``, or None (no view is issued yet).
+        iat, exp: the minted user JWT's issue and expiry times, unix seconds (``exp > iat``).
+
+    Raises:
+        CodecError: a field breaks its grammar; the message names it.
+    """
+
+    space: str
+    owner: str
+    actor: str
+    lifecycle_uid: str
+    credential_id: str | None
+    view: str | None
+    iat: int
+    exp: int
+
+    def __post_init__(self) -> None:
+        _require(is_space(self.space), "space is not a space name")
+        _require(is_owner(self.owner), "owner is not a derived owner")
+        _require(is_actor(self.actor), "actor is not an actor name")
+        _require(is_lifecycle_uid(self.lifecycle_uid), "lifecycleUid is malformed")
+        _require(self.credential_id is None or is_credential_id(self.credential_id), "credentialId is malformed")
+        _require(self.view is None or self.view in KNOWN_VIEWS, "view is not a known view")
+        _require(_is_seconds(self.iat) and _is_seconds(self.exp), "iat and exp must be whole unix seconds")
+        _require(self.exp > self.iat, "exp must be after iat")
+
+
+def _require(ok: bool, problem: str) -> None:
+    if not ok:
+        raise CodecError(f"issuance row: {problem}")
+
+
+def _is_seconds(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def issuance_key(user_nkey: str) -> str:
+    """``natkey.<user nkey>``: the row's key for the broker-generated user key ``U…``.
+
+    Raises:
+        CodecError: ``user_nkey`` is not a public user nkey (the broker's request is signed,
+            so this is a broken request, never a client's input).
+    """
+    if not is_public_key(user_nkey, Prefix.USER):
+        raise CodecError("issuance row: the request's user_nkey is not a public user nkey")
+    return ISSUANCE_KEY_PREFIX + user_nkey
+
+
+def issuance_row(bearer: ValidatedBearer, grant: ConnectGrant, *, space: str, iat: int) -> IssuanceRow:
+    """The row for a connect about to be minted (DESIGN.md 6 step 6).
+
+    Args:
+        bearer: the connect's validated bearer (lifecycle UID, credential, view).
+        grant: the decision the user JWT is minted from; its ``exp`` is the JWT's.
+        space: this lane's space.
+        iat: the ``now`` the user JWT is signed with (``mint_user_jwt(now=iat)``), unix seconds.
+    """
+    return IssuanceRow(
+        space=space, owner=grant.owner, actor=grant.actor, lifecycle_uid=bearer.lifecycle_uid,
+        credential_id=bearer.credential_id, view=bearer.view, iat=iat, exp=grant.exp,
+    )
+
+
+def render_row(row: IssuanceRow) -> bytes:
+    """The row's stored bytes: compact JSON, keys in the documented order.
+
+    ``parse_row(render_row(row)) == row``; the bytes also identify the row as this request's
+    when the lane withdraws it.
+    """
+    obj = {
+        "ver": ROW_VERSION, "space": row.space, "owner": row.owner, "actor": row.actor,
+        "lifecycleUid": row.lifecycle_uid, "credentialId": row.credential_id, "view": row.view,
+        "iat": row.iat, "exp": row.exp,
+    }
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def parse_row(data: bytes) -> IssuanceRow:
+    """Decode stored bytes.
+
+    Raises:
+        CodecError: not UTF-8 JSON, not an object with exactly the version-1 keys, or a field
+            breaking its grammar.
+    """
+    try:
+        obj: Any = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise CodecError("issuance row: it is not UTF-8 JSON") from None
+    _require(isinstance(obj, dict) and sorted(obj) == sorted(_KEYS), f"keys must be exactly {', '.join(_KEYS)}")
+    _require(type(obj["ver"]) is int and obj["ver"] == ROW_VERSION, f"ver {obj['ver']!r} is not understood")
+    return IssuanceRow(
+        space=obj["space"], owner=obj["owner"], actor=obj["actor"], lifecycle_uid=obj["lifecycleUid"],
+        credential_id=obj["credentialId"], view=obj["view"], iat=obj["iat"], exp=obj["exp"],
+    )
+
+
+def is_expired(row: IssuanceRow, *, now: float) -> bool:
+    """True once ``row`` may be pruned: ``now >= exp + EXPIRY_TOLERANCE_S`` (unix seconds)."""
+    return now >= row.exp + EXPIRY_TOLERANCE_S
+
+
+def row_ttl_s(row: IssuanceRow, *, now: float) -> int:
+    """The row's per-message TTL written at ``now``: whole seconds (>= 1) until it expires."""
+    return max(1, math.ceil(row.exp + EXPIRY_TOLERANCE_S - now))
+
+
+def exists_reason(user_nkey: str) -> str:
+    """The denial reason when the row is already there: this connect was answered before."""
+    return (
+        f"issuance row {ISSUANCE_KEY_PREFIX}{user_nkey} already exists - the broker delivered this"
+        " connect twice; connect again (the broker generates a new user key)"
+    )
+
+
+def write_failed_reason(space: str, detail: str) -> str:
+    """The denial reason when the row could not be written (``detail``: the store's error)."""
+    return (
+        f"the issuance row could not be recorded in cotal_auth_{space} ({detail}) - check the"
+        " broker's JetStream for this space's data account, then connect again"
+    )
+
+
+def store_missing_reason(space: str) -> str:
+    """The denial reason when the space's auth store does not exist (a replica creates none)."""
+    return (
+        f"space {space} has no auth store cotal_auth_{space}, so the issuance row cannot be recorded"
+        f" - start the full auth service for space {space} once (it creates the store)"
+    )

@@ -1,0 +1,128 @@
+"""``cotal status`` (cotal_trio/cli/status.py) against a provisioned root, without a broker.
+
+A "running lane" here is the real loopback face (hypercorn on port 0 in pytest-trio's
+``nursery``) serving a :class:`LaneMetrics`, published through an ``auth-service.json`` the test
+writes the way a lane does; ``.applied`` and ``up.lock`` are written as the host and ``cotal up``
+write them. ``main`` blocks, so it runs in a worker thread. The live version (a real broker and
+lane) is ``tests/lanes/test_metrics_live.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import secrets
+
+import pytest
+import trio
+
+from cotal_trio.broker.process import free_port
+from cotal_trio.cli import main
+from cotal_trio.core.callout_log import CalloutRecord, Outcome
+from cotal_trio.core.manifest import LaneStatus, render_applied
+from cotal_trio.http import build_loopback_app, serve_app
+from cotal_trio.lanes.callout import CalloutStatistics
+from cotal_trio.lanes.metrics import LaneMetrics
+from cotal_trio.state import atomic_write, write_json
+
+from .conftest import SPACE, Root
+from .test_client import _context
+
+CEILING_S = 10
+RETRY_REASON = "space beta: the broker closed the callout connection (no reason given)"
+NOT_RUNNING = "cotal status: no auth service is running for root {root} - start it with `cotal up`\n"
+
+
+async def _status(root: Root, capsys, *flags: str) -> tuple[int, str, str]:
+    """``cotal status <flags> --root <root>`` in a worker thread: (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    with trio.fail_after(CEILING_S):
+        code = await trio.to_thread.run_sync(main, ["status", *flags, "--root", str(root.paths.root)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _applied(root: Root, **states: LaneStatus) -> None:
+    data = render_applied(manifest_sha256="0" * 64, applied_at="2026-11-29T10:00:00Z", spaces=states, refused=None)
+    atomic_write(root.paths.spaces_manifest.with_name("spaces.json.applied"), data, mode=0o644)
+
+
+def _readiness(root: Root, url: str) -> None:
+    write_json(root.space.auth_service_json, {"ver": 1, "url": url, "pid": os.getpid(), "cap": secrets.token_hex(32)})
+
+
+@pytest.fixture
+async def face(root: Root, nursery: trio.Nursery) -> str:
+    """A live lane of ``default``: its loopback face with metrics (2 minted, 1 shed, 1 in flight)."""
+    metrics = LaneMetrics(SPACE)
+    for outcome in (Outcome.MINTED, Outcome.MINTED, Outcome.SHED):
+        metrics.callout_answered(CalloutRecord(space=SPACE, req="U", cid=1, outcome=outcome))
+    metrics.watch(lambda: CalloutStatistics(answered={}, dropped=0, waiting=0, in_flight=1))
+    app = build_loopback_app(_context(root, secrets.token_hex(32)), metrics=metrics.exposition)
+    port = await nursery.start(functools.partial(serve_app, app))
+    url = f"http://127.0.0.1:{port}"
+    _readiness(root, url)
+    return url
+
+
+async def test_no_running_service_is_said_and_exits_1(root, capsys):
+    code, out, err = await _status(root, capsys)
+    assert (code, out, err) == (1, "", NOT_RUNNING.format(root=root.paths.root))
+
+
+async def test_a_stale_applied_file_reads_stopped(root, capsys):
+    _applied(root, default=LaneStatus(state="serving"))  # the host that wrote it is gone
+    code, out, err = await _status(root, capsys, "--json")
+    assert code == 1 and err == NOT_RUNNING.format(root=root.paths.root)
+    assert json.loads(out) == {
+        "root": str(root.paths.root), "running": False,
+        "spaces": [{"space": SPACE, "state": "stopped", "reason": "no auth service serves it", "pid": None,
+                    "url": None, "callouts": None, "inFlight": None, "queueDepth": None}],
+    }  # fmt: skip
+
+
+async def test_a_serving_space_prints_its_counts_and_exits_0(root, face, capsys):
+    _applied(root, default=LaneStatus(state="serving"))
+    code, out, err = await _status(root, capsys)
+    assert (code, err) == (0, "")
+    assert out == f"{SPACE}  serving  pid {os.getpid()}  {face}  minted 2 denied 0 timeout 0 shed 1  in-flight 1  queued 0\n"
+    code, out, _ = await _status(root, capsys, "--json")
+    assert code == 0 and json.loads(out)["spaces"] == [{
+        "space": SPACE, "state": "serving", "reason": None, "pid": os.getpid(), "url": face,
+        "callouts": {"minted": 2, "denied": 0, "timeout": 0, "shed": 1}, "inFlight": 1, "queueDepth": 0,
+    }]  # fmt: skip
+
+
+async def test_a_retrying_space_beside_a_serving_one_exits_1_with_its_reason(root, face, capsys):
+    _applied(root, default=LaneStatus(state="serving"), beta=LaneStatus(state="retrying", reason=RETRY_REASON))
+    code, out, err = await _status(root, capsys)
+    assert (code, err) == (1, "")
+    assert out.splitlines()[0] == f"beta  retrying  ({RETRY_REASON})"
+    assert out.splitlines()[1].startswith(f"{SPACE}  serving  pid {os.getpid()}  {face}  minted 2 ")
+
+
+async def test_a_running_up_with_its_only_lane_retrying(root, capsys):
+    (root.paths.root / "up.lock").write_text(f"{os.getpid()}\n")  # cotal up holds the root
+    _applied(root, default=LaneStatus(state="retrying", reason=RETRY_REASON))
+    code, out, err = await _status(root, capsys, "--json")
+    assert (code, err) == (1, "")
+    assert json.loads(out)["running"] is True
+    assert [(s["state"], s["reason"]) for s in json.loads(out)["spaces"]] == [("retrying", RETRY_REASON)]
+
+
+async def test_a_face_that_does_not_answer_is_unreachable(root, capsys):
+    url = f"http://127.0.0.1:{free_port()}"
+    _readiness(root, url)  # a live pid (ours), but nothing listens there
+    code, out, err = await _status(root, capsys)
+    assert (code, err) == (1, "")
+    assert out.startswith(f"{SPACE}  unreachable  pid {os.getpid()}  {url}  (its face at {url} did not answer (")
+    assert out.endswith(") - check the auth service log)\n")
+
+
+async def test_a_corrupt_applied_file_is_one_sentence(root, capsys):
+    path = root.paths.spaces_manifest.with_name("spaces.json.applied")
+    path.write_text('{"spaces": ["default"]}')
+    code, out, err = await _status(root, capsys)
+    assert (code, out) == (1, "")
+    assert err == f"cotal: {path} is not a lane host's .applied file - delete it; the host rewrites it\n"
