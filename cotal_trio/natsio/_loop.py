@@ -107,7 +107,13 @@ async def run_aio(
     bound_s, deadline = _bound(cap_s)
     if loop.is_closed():
         raise Unavailable(f"{what}: the lane's asyncio loop is closed")
-    coro = asyncio.wait_for(make_coro(bound_s), bound_s)
+
+    async def bounded() -> T:  # asyncio-flavoured
+        # The coroutine is built here, inside the task: a task cancelled before its first step
+        # never calls make_coro, so nothing is left unawaited.
+        return await asyncio.wait_for(make_coro(bound_s), bound_s)
+
+    coro = bounded()
     try:
         task = loop.create_task(coro)
     except RuntimeError as exc:  # the loop closed under us
