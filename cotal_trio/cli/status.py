@@ -12,8 +12,8 @@ Read-only. Sources, in order:
 A space whose readiness file names a live process and whose ``/health`` answers is ``serving``,
 with its callout counts and in-flight read from ``/metrics``; one whose face does not answer is
 ``unreachable``. Otherwise the ``.applied`` state stands while the root's ``cotal up`` (the pid
-in ``<root>/up.lock``) or some lane of the root is alive, and the space is ``stopped`` when
-nothing is: ``.applied`` outlives the host that wrote it. Replicas have no face and are not
+in ``<root>/up.lock``), the only writer of ``<root>/spaces.json.applied``, is alive, and the
+space is ``stopped`` when it is not: ``.applied`` outlives the host that wrote it. Replicas have no face and are not
 reported; a host started with ``cotal auth-service --spaces`` reports through readiness files
 only (its ``.applied`` lies beside its own manifest).
 
@@ -125,9 +125,12 @@ def read_status(paths: RootPaths) -> tuple[bool, list[SpaceStatus]]:
     applied = _read_applied(paths)
     records = {row["space"]: _service(paths, row["space"]) for row in list_spaces(paths)}
     served = {space: record for space, record in records.items() if record is not None}
-    running = bool(served) or _up_alive(paths)
+    up_alive = _up_alive(paths)
+    running = bool(served) or up_alive
     names = sorted(applied.keys() | served.keys())
-    return running, [_space_status(name, served.get(name), applied.get(name), running) for name in names]
+    # `.applied` beside spaces.json is written by `cotal up`'s host alone: once that process is
+    # gone it is stale, whatever other process serves a space of the root.
+    return running, [_space_status(name, served.get(name), applied.get(name), up_alive) for name in names]
 
 
 def _read_applied(paths: RootPaths) -> dict[str, tuple[str, str | None]]:
@@ -164,11 +167,11 @@ def _up_alive(paths: RootPaths) -> bool:
 
 
 def _space_status(
-    space: str, service: ServiceRecord | None, applied: tuple[str, str | None] | None, running: bool
+    space: str, service: ServiceRecord | None, applied: tuple[str, str | None] | None, up_alive: bool
 ) -> SpaceStatus:
     if service is not None:
         return _probe(space, service)
-    if applied is not None and running:
+    if applied is not None and up_alive:
         return SpaceStatus(space=space, state=applied[0], reason=applied[1])
     return SpaceStatus(space=space, state="stopped", reason="no auth service serves it")
 

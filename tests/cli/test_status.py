@@ -95,11 +95,22 @@ async def test_a_serving_space_prints_its_counts_and_exits_0(root, face, capsys)
 
 
 async def test_a_retrying_space_beside_a_serving_one_exits_1_with_its_reason(root, face, capsys):
+    (root.paths.root / "up.lock").write_text(f"{os.getpid()}\n")  # cotal up, which wrote .applied, runs
     _applied(root, default=LaneStatus(state="serving"), beta=LaneStatus(state="retrying", reason=RETRY_REASON))
     code, out, err = await _status(root, capsys)
     assert (code, err) == (1, "")
     assert out.splitlines()[0] == f"beta  retrying  ({RETRY_REASON})"
     assert out.splitlines()[1].startswith(f"{SPACE}  serving  pid {os.getpid()}  {face}  minted 2 ")
+
+
+async def test_applied_left_by_a_gone_cotal_up_is_stale_even_while_another_host_serves(root, face, capsys):
+    """A bug found by a fresh user: with `cotal up` gone and another process serving one space,
+    the spaces only `.applied` named were reported `serving` (exit 0) though nothing served them."""
+    _applied(root, default=LaneStatus(state="serving"), beta=LaneStatus(state="serving"))  # no up.lock
+    code, out, err = await _status(root, capsys, "--json")
+    assert (code, err) == (1, "")
+    spaces = {s["space"]: (s["state"], s["reason"]) for s in json.loads(out)["spaces"]}
+    assert spaces == {"beta": ("stopped", "no auth service serves it"), SPACE: ("serving", None)}
 
 
 async def test_a_running_up_with_its_only_lane_retrying(root, capsys):
