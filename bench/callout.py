@@ -26,6 +26,33 @@ What it does (DESIGN.md section 10; the method of reference/stack-prototype.md s
    noisy neighbour shows in the output instead of silently skewing the rates.
 6. Prints every batch, a table of medians across rounds, and the two headline figures.
 
+Load mode (issue 4, "Benchmark")::
+
+    python bench/callout.py --load [--rates 50,100,200,...] [--step-s 4] [--overload 2.5] [--actors 1000]
+
+Steps 1-3 as above (1000 actors), then, from this process with a few lines of raw NATS protocol
+instead of nats-py (:func:`raw_connect`; cheaper, and it reads the broker's client id):
+
+a. closed loop, ``--concurrency`` workers for 3 s each: static connects, callout connects;
+b. open loop, each rate of ``--rates`` in turn for ``--step-s``: connect ``i`` starts at
+   ``t0 + i / rate`` whether or not earlier ones finished (each: fresh name nonce, the next
+   bearer, close after the answer), so a service that falls behind shows as latency, shed and
+   timeouts rather than as a slower generator. The ramp stops once the admitted rate has not
+   grown for FLAT_STEPS rates in a row;
+c. one overload probe at ``--overload`` times the most admitted in a step, for the deadlines;
+d. the static closed loop again.
+
+Each connect is joined by the broker's client id (INFO ``client_id``, the line's ``cid=``) to
+the service's callout log line on its stderr: outcome, step times and ``total_ms``. The report
+gives per rate the admitted rate, outcomes, callout and client percentiles, the generator's
+start lag and everyone's CPU; then the knee (the highest rate admitted within KNEE_SHORTFALL of
+offered), p50/p99 callout time at and below it, the shares shed and timed out above it, the
+static rate, and the deadline check: lines over the budget, and mints the client never got.
+
+Connect limits (60/min per actor, 600/min per owner) are avoided by spreading: 1000 actors, one
+owner each, used in turn, so no actor draws more than its bucket holds in a run (the report
+prints the most any actor drew and the RATE_LIMITED denials). ``cotal up`` runs the defaults.
+
 It measures and prints; it asserts nothing about timing. Only 127.0.0.1 is used. The service
 is stopped with SIGINT (it stops its own nats-server) and the temporary folder is removed.
 """
@@ -35,9 +62,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import collections
+import concurrent.futures
+import contextlib
 import json
+import math
 import os
 import platform
+import re
 import secrets
 import shutil
 import signal
@@ -48,17 +80,18 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import nats.aio.client
 
 import cotal_trio
 from cotal_trio.broker.process import free_port
 from cotal_trio.broker.provision import mint_service_user
+from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.creds import parse_creds
 from cotal_trio.core.identity import derive_owner, mint_lifecycle_uid
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
@@ -76,6 +109,18 @@ IDLE_S = 2.0  # service CPU measured while idle, as a control
 WARMUP = 20  # untimed sequential connects before each batch
 BEARER_TTL_S = 900
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# --load
+LOAD_RATES = (50, 100, 200, 300, 400, 500, 600, 700, 800, 1000, 1200, 1500, 2000)  # offered connects/s
+LOAD_ACTORS = 1000  # bearers in turn: at most ~40 connects each in a run, under the 60/min actor bucket
+LOAD_STEP_S = 4.0  # seconds each rate is offered
+CLOSED_S = 3.0  # each closed-loop batch (static before and after the ramp, callout once)
+PAUSE_S = 1.0  # between rates, after every connect of the last one has finished
+GROWTH = 0.05  # the admitted rate "grows" when it beats the best so far by this share
+FLAT_STEPS = 2  # the ramp ends after this many rates in a row without growth
+KNEE_SHORTFALL = 0.05  # the knee: the highest rate admitted within this share of offered
+OVERLOAD = 2.5  # the overload probe offers this multiple of the most admitted in a step
+TARGET_P99_MS = 50  # issue 4: p99 callout time under 50 ms below the knee
+EXCHANGE_THREADS = 4
 
 
 # -- processes and CPU -------------------------------------------------------------------------
@@ -378,14 +423,486 @@ def count_outcomes(log_path: Path) -> dict[str, int]:
     return counts
 
 
-# -- main --------------------------------------------------------------------------------------
+# -- the load mode: one raw NATS connect -------------------------------------------------------
+#
+# The load mode drives the broker with a few lines of protocol instead of nats-py: read INFO,
+# send CONNECT (signed nonce, bearer, name) and PING, wait for PONG or -ERR, close. A connect
+# costs the generator about 0.25-0.3 ms of CPU against nats-py's 0.4-0.5 ms, which leaves more
+# of the 2 cores to the service and the broker; and INFO carries the broker's client id, which
+# joins each connect to the service's log line (``cid=``).
+
+_CONNECT_HEAD = {"verbose": False, "pedantic": False, "lang": "python3", "version": "bench",
+                 "protocol": 1, "headers": True, "no_responders": True}  # fmt: skip
 
 
-async def run(args: argparse.Namespace, tmp: Path) -> None:
+ConnectLine = Callable[[str], bytes]  # the server's nonce -> CONNECT + PING
+NextLine = Callable[[], ConnectLine]  # the next connect's line (callout: the next bearer, a fresh name)
+
+
+class Signer:
+    """A user's creds, parsed once: :meth:`line` makes one connect's CONNECT + PING."""
+
+    def __init__(self, creds: str) -> None:
+        self._jwt, seed = parse_creds(creds)
+        self._key = KeyPair.from_seed(seed)
+
+    def line(self, **fields: str) -> ConnectLine:
+        """CONNECT + PING given the server's nonce; ``fields`` go into CONNECT."""
+
+        def line(nonce: str) -> bytes:
+            sig = base64.b64encode(self._key.sign(nonce.encode())).decode()
+            body = json.dumps({**_CONNECT_HEAD, "jwt": self._jwt, "sig": sig, **fields}, separators=(",", ":"))
+            return b"CONNECT " + body.encode() + b"\r\nPING\r\n"
+
+        return line
+
+
+@dataclass(slots=True)
+class Sample:
+    """One connect as the client saw it."""
+
+    start: float  # perf_counter when it started
+    lag_s: float  # started this long after it was due (open loop; 0 in closed loop)
+    elapsed_s: float  # start to the broker's answer (PONG or -ERR), or to the failure
+    info_s: float  # start to the broker's INFO (TCP accept and INFO), nan if none came
+    result: str  # "ok" (PONG) | "refused" (-ERR) | "closed" | "timeout" | "error"
+    error: str  # the -ERR text ("Authorization Violation", "Authentication Timeout", ...)
+    cid: int | None  # the broker's client id from INFO
+
+
+async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple[str, str]:
+    while True:
+        line = await reader.readline()
+        if line.startswith(b"PONG"):
+            return "ok", ""
+        if line.startswith(b"-ERR"):
+            return "refused", line[4:].strip(b" \r\n'").decode(errors="replace")
+        if not line:
+            return "closed", ""
+        if line.startswith(b"PING"):
+            writer.write(b"PONG\r\n")
+
+
+async def raw_connect(host: str, port: int, line: ConnectLine, due: float | None = None) -> Sample:
+    """One connect, bounded by CONNECT_S; ``due`` is when it should have started (perf_counter)."""
+    start, info_s = time.perf_counter(), math.nan
+    cid, writer, result, error = None, None, "timeout", ""
+    try:
+        async with asyncio.timeout(CONNECT_S):
+            reader, writer = await asyncio.open_connection(host, port)
+            info = json.loads((await reader.readline()).partition(b" ")[2])
+            info_s, cid = time.perf_counter() - start, info.get("client_id")
+            writer.write(line(info["nonce"]))
+            result, error = await _answer(reader, writer)
+    except TimeoutError:
+        pass
+    except (OSError, ValueError, KeyError):
+        result = "error"
+    elapsed = time.perf_counter() - start
+    if writer is not None:
+        writer.close()
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(CLOSE_S):
+                await writer.wait_closed()
+    lag_s = 0.0 if due is None else max(0.0, start - due)
+    return Sample(start, lag_s, elapsed, info_s, result, error, cid)
+
+
+# -- the load mode: the service's log lines ----------------------------------------------------
+
+_LINE = re.compile(
+    r"auth callout: level=\w+ outcome=(?P<outcome>\w+) .*? cid=(?P<cid>\d+) .*?"
+    r"queue_ms=(?P<queue>\d+) verify_ms=(?P<verify>\d+) ledger_ms=(?P<ledger>\d+) "
+    r"policy_ms=(?P<policy>\d+) sign_ms=(?P<sign>\d+) total_ms=(?P<total>\d+)(?P<rest>.*)"
+)
+STEPS_MS = ("queue", "verify", "ledger", "policy", "sign", "total")
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One callout log line: its outcome, step times (whole ms) and whether it was rate limited."""
+
+    outcome: str
+    ms: dict[str, int]
+    rate_limited: bool
+    at: str | None  # the step a timeout stopped in
+
+
+class CalloutLog:
+    """The service's stderr, read on from where the last read stopped; lines by broker cid."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.by_cid = path, 0, {}
+        self.dropped = 0
+
+    def read_new(self) -> None:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        data = data[: data.rfind(b"\n") + 1]  # complete lines only
+        self.offset += len(data)
+        for text in data.decode(errors="replace").splitlines():
+            if "outcome=dropped" in text:
+                self.dropped += 1
+            elif m := _LINE.search(text):
+                ms = {k: int(m[k]) for k in STEPS_MS}
+                at = re.search(r" at=(\w+)", m["rest"])
+                limited = 'reason="RATE_LIMITED' in m["rest"]
+                self.by_cid[int(m["cid"])] = Line(m["outcome"], ms, limited, at[1] if at else None)
+
+
+# -- the load mode: open-loop steps and closed-loop batches ---------------------------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+@dataclass(frozen=True, slots=True)
+class Cpu:
+    """CPU seconds over one measured interval, by process."""
+
+    service_s: float
+    broker_s: float
+    loadgen_s: float
+    other_s: float
+    wall_s: float
+
+    def cores(self, seconds: float) -> float:
+        return seconds / self.wall_s
+
+
+class CpuMeter:
+    """Reads the service's, the broker's, this process's and everyone else's CPU at start and stop."""
+
+    def __init__(self, stack: Stack) -> None:
+        self._pids = (stack.proc.pid, stack.broker_pid)
+
+    def __enter__(self) -> Self:
+        self._t0, self._all0 = time.perf_counter(), machine_busy_s()
+        self._ours0 = (*(proc_cpu_s(p) for p in self._pids), time.process_time())
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        now = (*(proc_cpu_s(p) for p in self._pids), time.process_time())
+        ours = [b - a for a, b in zip(self._ours0, now, strict=True)]
+        other = max(0.0, machine_busy_s() - self._all0 - sum(ours))
+        self.cpu = Cpu(*ours, other, time.perf_counter() - self._t0)
+
+
+@dataclass
+class LoadStep:
+    """One open-loop step: ``rate`` connects a second offered for ``step_s``, then drained."""
+
+    rate: float
+    step_s: float
+    samples: list[Sample]
+    lines: list[Line | None]  # the callout's line for each sample, by cid (None: no line)
+    cpu: Cpu
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for ln in self.lines if ln is not None and ln.outcome == outcome)
+
+    def share(self, outcome: str) -> float:
+        return self.count(outcome) / len(self.samples)
+
+    @property
+    def admitted(self) -> int:
+        return sum(1 for s in self.samples if s.result == "ok")
+
+    @property
+    def admitted_per_s(self) -> float:
+        """Admitted connects over the span from the first start to the last admitted answer.
+
+        A rate the lane keeps up with spans ``step_s`` plus one connect time; a backlog that
+        drains after the last arrival stretches the span, so queueing lowers the rate even when
+        every connect is admitted in the end.
+        """
+        ends = [s.start + s.elapsed_s for s in self.samples if s.result == "ok"]
+        return len(ends) / (max(ends) - min(s.start for s in self.samples)) if ends else 0.0
+
+    @property
+    def sent_per_s(self) -> float:
+        """The arrival rate the generator achieved: starts over the span of the starts."""
+        starts = [s.start for s in self.samples]
+        return (len(starts) - 1) / (max(starts) - min(starts)) if len(starts) > 1 else float("nan")
+
+    def callout_ms(self, step: str = "total", outcome: str | None = "minted") -> list[float]:
+        return [ln.ms[step] for ln in self.lines if ln is not None and outcome in (None, ln.outcome)]
+
+    def client_ms(self) -> list[float]:
+        return [s.elapsed_s * 1000 for s in self.samples if s.result == "ok"]
+
+    def info_ms(self) -> list[float]:
+        """Start to INFO per connect: the broker's accept and greeting."""
+        return [s.info_s * 1000 for s in self.samples if not math.isnan(s.info_s)]
+
+    def outside_ms(self) -> list[float]:
+        """Per answered connect: CONNECT sent to the broker's answer, less the service's total_ms.
+
+        The broker's CONNECT work, the request's way to the service's ``on_message`` (broker,
+        socket, nats-py, the lane's asyncio loop), the reply's way back, and this client's own
+        delay in reading the answer.
+        """
+        return [
+            (x.elapsed_s - x.info_s) * 1000 - ln.ms["total"]
+            for x, ln in zip(self.samples, self.lines, strict=True)
+            if ln is not None and x.result in ("ok", "refused")
+        ]
+
+
+async def offer(stack: Stack, rate: float, step_s: float, line: NextLine) -> list[Sample]:
+    """Start ``rate * step_s`` connects on a fixed schedule, whatever finished; wait for all."""
+    host, port = _host_port(stack.url)
+    n, t0 = round(rate * step_s), time.perf_counter() + 0.005
+    tasks = []
+    for i in range(n):
+        due = t0 + i / rate
+        wait = due - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        tasks.append(asyncio.create_task(raw_connect(host, port, line(), due)))
+    return list(await asyncio.gather(*tasks))
+
+
+async def closed_loop(stack: Stack, workers: int, duration_s: float, line: NextLine) -> tuple[list[Sample], float]:
+    """``workers`` connecting back to back for ``duration_s``; the samples and the wall time."""
+    host, port = _host_port(stack.url)
+    samples: list[Sample] = []
+    stop = time.perf_counter() + duration_s
+
+    async def worker() -> None:
+        while time.perf_counter() < stop:
+            samples.append(await raw_connect(host, port, line()))
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return samples, time.perf_counter() - t0
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    host, _, port = url.removeprefix("nats://").rpartition(":")
+    return host, int(port)
+
+
+# -- the load mode: the run and its report ------------------------------------------------------
+
+
+async def run_load(args: argparse.Namespace, stack: Stack) -> None:
+    budget_ms = round(CalloutLimits().budget_s * 1000)  # `cotal up` runs the default 2 s timeout
+    t0 = time.perf_counter()
+    await asyncio.to_thread(stack.refresh_bearers, EXCHANGE_THREADS)
+    print(f"service pid {stack.proc.pid}, nats-server pid {stack.broker_pid}, broker {stack.url}; "
+          f"{args.actors} actors (one owner each) exchanged their bearers in {time.perf_counter() - t0:.1f} s; "
+          f"callout budget {budget_ms} ms (auth timeout {CalloutLimits().auth_timeout_s:g} s less 250 ms)", flush=True)
+    turn, per_actor = iter(range(1 << 62)), [0] * len(stack.bearers)
+    static, sentinel = Signer(stack.static_creds).line(name="bench-static"), Signer(stack.sentinel_creds)
+
+    def callout() -> ConnectLine:
+        i = next(turn) % len(stack.bearers)
+        per_actor[i] += 1
+        return sentinel.line(auth_token=stack.bearers[i], name="ibx" + secrets.token_hex(8))
+
+    log = CalloutLog(stack.log_path)
+    await closed_loop(stack, 4, 1.0, callout)  # warm: memo, ledger cache, KV bucket
+    await closed_loop(stack, 4, 0.5, lambda: static)
+    static_rates = [await _closed_batch(stack, "static", args, lambda: static)]
+    callout_rate = await _closed_batch(stack, "callout", args, callout)
+    steps = await _ramp(stack, args, callout, log)
+    probe = None
+    if args.overload > 0:
+        await asyncio.sleep(PAUSE_S)
+        probe = await _step(stack, args.overload * max(s.admitted_per_s for s in steps), args, callout, log)
+        print(_step_row(probe) + "  <- overload probe", flush=True)
+    static_rates.append(await _closed_batch(stack, "static", args, lambda: static))
+    await asyncio.sleep(0.3)
+    log.read_new()
+    load_report(args, steps, probe, static_rates, callout_rate, budget_ms, log, max(per_actor))
+
+
+async def _closed_batch(stack: Stack, kind: str, args: argparse.Namespace, line: NextLine) -> float:
+    with CpuMeter(stack) as meter:
+        samples, wall = await closed_loop(stack, args.concurrency, CLOSED_S, line)
+    ok = [s.elapsed_s * 1000 for s in samples if s.result == "ok"]
+    c = meter.cpu
+    print(f"  closed loop {kind:7} {args.concurrency} workers: {len(ok):5}/{len(samples)} ok  "
+          f"{len(ok) / wall:6.0f} /s  p50 {pct(ok, 0.5):6.2f} p99 {pct(ok, 0.99):6.2f} ms  "
+          f"cores: service {c.cores(c.service_s):.2f} broker {c.cores(c.broker_s):.2f} "
+          f"loadgen {c.cores(c.loadgen_s):.2f} other {c.cores(c.other_s):.2f}", flush=True)
+    return len(ok) / wall
+
+
+async def _ramp(stack: Stack, args: argparse.Namespace, callout: NextLine, log: CalloutLog) -> list[LoadStep]:
+    """Offer each rate in turn until the admitted rate stops growing (FLAT_STEPS steps in a row)."""
+    print(_STEP_HEADER, flush=True)
+    steps: list[LoadStep] = []
+    best, flat = 0.0, 0
+    for rate in args.rates:
+        step = await _step(stack, rate, args, callout, log)
+        steps.append(step)
+        print(_step_row(step), flush=True)
+        flat = 0 if step.admitted_per_s >= best * (1 + GROWTH) else flat + 1
+        best = max(best, step.admitted_per_s)
+        if flat >= FLAT_STEPS:
+            break
+        await asyncio.sleep(PAUSE_S)  # queues empty before the next rate
+    return steps
+
+
+async def _step(stack: Stack, rate: float, args: argparse.Namespace, callout: NextLine, log: CalloutLog) -> LoadStep:
+    with CpuMeter(stack) as meter:
+        samples = await offer(stack, rate, args.step_s, callout)
+        await asyncio.sleep(0.2)  # the last lines land
+    log.read_new()
+    return LoadStep(rate, args.step_s, samples, [log.by_cid.get(s.cid) for s in samples], meter.cpu)
+
+
+_STEP_HEADER = (
+    "  offered    sent  admitted  minted denied  shed timeout noline | callout total_ms | client ms     | lag   |"
+    " cores: svc  brk  gen other\n"
+    "      /s      /s        /s                    %       %         |  p50  p99   max  | p50    p99    | p99   |"
+)
+
+
+def _step_row(s: LoadStep) -> str:
+    total, client = s.callout_ms(), s.client_ms()
+    every = s.callout_ms(outcome=None)
+    noline = sum(1 for ln in s.lines if ln is None)
+    c = s.cpu
+    return (
+        f"  {s.rate:7.0f} {s.sent_per_s:7.0f} {s.admitted_per_s:9.0f} {s.count('minted'):7} {s.count('denied'):6} "
+        f"{100 * s.share('shed'):5.1f} {100 * s.share('timeout'):7.1f} {noline:6} | "
+        f"{pct(total, 0.5):4.0f} {pct(total, 0.99):4.0f} {max(every, default=float('nan')):5.0f}  | "
+        f"{pct(client, 0.5):6.1f} {pct(client, 0.99):6.1f} | {1000 * pct([x.lag_s for x in s.samples], 0.99):5.1f} |"
+        f"      {c.cores(c.service_s):4.2f} {c.cores(c.broker_s):4.2f} {c.cores(c.loadgen_s):4.2f} "
+        f"{c.cores(c.other_s):4.2f}"
+    )
+
+
+def knee_of(steps: list[LoadStep]) -> LoadStep | None:
+    """The highest offered rate whose admitted rate is within KNEE_SHORTFALL of it."""
+    fit = [s for s in steps if s.admitted_per_s >= (1 - KNEE_SHORTFALL) * s.rate]
+    return max(fit, key=lambda s: s.rate, default=None)
+
+
+def load_report(
+    args: argparse.Namespace, steps: list[LoadStep], probe: LoadStep | None, static_rates: list[float],
+    callout_rate: float, budget_ms: int, log: CalloutLog, most_per_actor: int,
+) -> None:
+    knee = knee_of(steps)
+    print()
+    _breakdown(steps if probe is None else [*steps, probe])
+    static = med(static_rates)
+    print(f"static-user connect rate, closed loop, {args.concurrency} workers, same client: "
+          f"{static:.0f} /s (before the ramp {static_rates[0]:.0f}, after {static_rates[-1]:.0f}); "
+          f"callout closed loop: {callout_rate:.0f} /s")
+    if knee is None:
+        print(f"knee: none - not even the lowest rate was admitted within {100 * KNEE_SHORTFALL:.0f}% of offered")
+    else:
+        _knee_lines(steps, knee, static)
+    _late_lines(steps if probe is None else [*steps, probe], budget_ms, log)
+    limited = sum(1 for s in steps for ln in s.lines if ln is not None and ln.rate_limited)
+    print(f"connect limits: spread over {args.actors} actors, one owner each, in turn; most connects charged to "
+          f"one actor {most_per_actor} (its bucket holds 60 and refills 1/s); RATE_LIMITED denials: {limited}")
+
+
+def _knee_lines(steps: list[LoadStep], knee: LoadStep, static: float) -> None:
+    below = [s for s in steps if s.rate <= knee.rate]
+    above = [s for s in steps if s.rate > knee.rate]
+    pooled = [ms for s in below for ms in s.callout_ms()]
+    worst = max(below, key=lambda s: pct(s.callout_ms(), 0.99))
+    worst_p99 = pct(worst.callout_ms(), 0.99)
+    under = [s.rate for s in steps if pct(s.callout_ms(), 0.99) < TARGET_P99_MS]
+    print(f"knee: {knee.rate:.0f} /s offered, {knee.admitted_per_s:.0f} /s admitted "
+          f"(= {knee.admitted_per_s / static:.2f} of the static rate); "
+          f"most admitted in a step: {max(s.admitted_per_s for s in steps):.0f} /s")
+    print(f"at and below the knee ({len(below)} steps, {len(pooled)} minted): callout total_ms "
+          f"p50 {pct(pooled, 0.5):.0f} p99 {pct(pooled, 0.99):.0f}; worst step p99 {worst_p99:.0f} ms at "
+          f"{worst.rate:.0f} /s -> target p99 < {TARGET_P99_MS} ms: {'met' if worst_p99 < TARGET_P99_MS else 'MISSED'}")
+    print(f"highest rate with p99 < {TARGET_P99_MS} ms: " + (f"{max(under):.0f} /s" if under else "none"))
+    if above:
+        n = sum(len(s.samples) for s in above)
+        print(f"above the knee ({len(above)} steps, {n} offered): "
+              f"shed {100 * sum(s.count('shed') for s in above) / n:.1f}%, "
+              f"timeout {100 * sum(s.count('timeout') for s in above) / n:.1f}%, "
+              f"admitted {100 * sum(s.admitted for s in above) / n:.1f}%")
+
+
+def _late_lines(steps: list[LoadStep], budget_ms: int, log: CalloutLog) -> None:
+    """The deadline check: answers after the budget, and mints that reached the broker too late."""
+    lines = [ln for s in steps for ln in s.lines if ln is not None]
+    late = [ln for ln in lines if ln.ms["total"] > budget_ms]
+    at = collections.Counter(ln.at or ln.outcome for ln in late)
+    pairs = [(x, ln) for s in steps for x, ln in zip(s.samples, s.lines, strict=True)]
+    refused = collections.Counter(
+        x.error or x.result for x, ln in pairs if ln is not None and ln.outcome == "minted" and x.result != "ok"
+    )
+    noline = collections.Counter(x.error or x.result for x, ln in pairs if ln is None)
+    over_ms = max((ln.ms["total"] - budget_ms for ln in late), default=0)
+    print(f"late answers: {len(late)}  (callout lines with total_ms over the {budget_ms} ms budget"
+          + (f"; by step: {', '.join(f'at={k} {v}' for k, v in at.most_common())}; up to {over_ms} ms late)"
+             if late else ")"))
+    print(f"mints the client never got (the broker's timer ran out first): {sum(refused.values())}"
+          + (f" ({', '.join(f'{k!r} {v}' for k, v in refused.most_common())})" if refused else "")
+          + f"; connects with no callout line: {sum(noline.values())}"
+          + (f" ({', '.join(f'{k!r} {v}' for k, v in noline.most_common())})" if noline else "")
+          + f"; requests the service dropped unanswered: {log.dropped}")
+
+
+def _breakdown(steps: list[LoadStep]) -> None:
+    """Where a connect's time goes at each rate, ms p50/p99: the service's steps (minted lines,
+    from the log), then the client's wait for INFO and the time outside the service."""
+    names = (*STEPS_MS, "INFO", "outside")
+    print("where the time goes, ms p50/p99    " + " ".join(f"{k:>9}" for k in names))
+    print(f"{'':35}{'(service steps, minted)':^60}{'(client)':^20}")
+    for s in steps:
+        series = [*(s.callout_ms(k) for k in STEPS_MS), s.info_ms(), s.outside_ms()]
+        print(f"  {s.rate:7.0f} /s {'':22}" + " ".join(f"{pct(v, 0.5):4.0f}/{pct(v, 0.99):<4.0f}" for v in series))
+    print()
+
+
+# -- the running service and what the benchmark set up on it -----------------------------------
+
+
+@dataclass
+class Stack:
+    """A running ``cotal up`` subprocess with granted actors, their bearers and a static user."""
+
+    proc: subprocess.Popen[bytes]
+    url: str
+    broker_pid: int | None
+    log_path: Path
+    space_paths: Any
+    subs: list[str]
+    exchange_url: str
+    exchange_cap: str
+    material: DevIdpMaterial
+    sentinel_creds: str
+    static_creds: str
+    bearers: list[str] = field(default_factory=list)
+
+    def refresh_bearers(self, threads: int = 1) -> None:
+        """Exchange a fresh IdP token per actor for its bearer (blocking; ``threads`` at once)."""
+        now = int(time.time())
+
+        def one(sub: str) -> str:
+            return exchange(self.exchange_url, self.exchange_cap, mint_dev_token(self.material, sub=sub, now=now))
+
+        if threads <= 1:
+            self.bearers[:] = [one(s) for s in self.subs]
+            return
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            self.bearers[:] = list(pool.map(one, self.subs))
+
+
+@contextlib.asynccontextmanager
+async def open_stack(args: argparse.Namespace, tmp: Path) -> AsyncIterator[Stack]:
+    """Start the service (bounded wait for ``auth-service.json``), grant the actors, mint the
+    static user; on exit stop the service by pid (SIGINT, then SIGTERM, then SIGKILL)."""
     paths = RootPaths(tmp / "root")
     space_paths = paths.space(SPACE)
     port = free_port()
-    url = f"nats://127.0.0.1:{port}"
     log_path = tmp / "service.log"
     cmd = [sys.executable, "-m", "cotal_trio", "up", "--root", str(paths.root), "--space", SPACE, "--port", str(port)]
     with open(tmp / "service.out", "wb") as out, open(log_path, "wb") as err:
@@ -400,58 +917,76 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.2)  # let it settle; auth-service.json is written last
         service = read_json(space_paths.auth_service_json)
-        brk = broker_pid(paths, proc.pid)
-
-        material = DevIdpMaterial.from_json(paths.devidp_json.read_bytes())
         issuer = load_idp_pin(space_paths.idp_json).issuer
         secret = load_owner_secret(space_paths.owner_secret_json)
         subs = [f"bench-{i:04d}" for i in range(args.actors)]
         for sub in subs:
             grant(space_paths, derive_owner(secret, issuer, sub))
-
-        bearers: list[str] = []
-
-        def refresh_bearers() -> None:
-            now = int(time.time())
-            bearers[:] = [exchange(service["url"], service["cap"], mint_dev_token(material, sub=s, now=now)) for s in subs]
-
-        sentinel = creds_callbacks(space_paths.sentinel_creds.read_text())
         now = int(time.time())
         static_creds = mint_service_user(
             load_space(space_paths.callout_json, SPACE), name="bench-static",
             permissions={"pub": {"allow": ["bench.>"]}, "sub": {"allow": ["bench.>", "_INBOX.>"]}},
             iat=now, exp=now + 3600,
         )  # fmt: skip
-        static = creds_callbacks(static_creds)
-        turn = iter(range(1 << 62))
-
-        def callout_options() -> dict[str, Any]:
-            nonce = "ibx" + secrets.token_hex(8)
-            bearer = bearers[next(turn) % len(bearers)]
-            return {**sentinel, "token": bearer, "name": nonce, "inbox_prefix": f"_INBOX_{nonce}"}
-
-        def static_options() -> dict[str, Any]:
-            return {**static, "name": "ibx" + secrets.token_hex(8)}
-
-        bench = Bench(url, proc.pid, brk, static_options, callout_options)
-
-        await asyncio.sleep(1.0)  # past the start-up work
-        idle0 = proc_cpu_s(proc.pid)
-        await asyncio.sleep(IDLE_S)
-        idle_ms_per_s = (proc_cpu_s(proc.pid) - idle0) / IDLE_S * 1000
-
-        print(f"service pid {proc.pid}, nats-server pid {brk}, broker {url}, "
-              f"{args.actors} actors, bearers round-robin")
-        for rnd in range(1, args.rounds + 1):
-            await asyncio.to_thread(refresh_bearers)  # 100 loopback exchanges, outside any batch
-            order = ("static", "callout") if rnd % 2 else ("callout", "static")
-            for mode in ("seq", "conc"):
-                for kind in order:
-                    await bench.batch(kind, mode, rnd, args.n, args.concurrency)
-        await asyncio.sleep(0.5)  # let the last log lines land
-        report(bench, args, idle_ms_per_s, count_outcomes(log_path))
+        yield Stack(
+            proc=proc, url=f"nats://127.0.0.1:{port}", broker_pid=broker_pid(paths, proc.pid), log_path=log_path,
+            space_paths=space_paths, subs=subs, exchange_url=service["url"], exchange_cap=service["cap"],
+            material=DevIdpMaterial.from_json(paths.devidp_json.read_bytes()),
+            sentinel_creds=space_paths.sentinel_creds.read_text(), static_creds=static_creds,
+        )  # fmt: skip
     finally:
         print(f"service: {stop_service(proc)}", flush=True)
+        if args.keep_log is not None:
+            shutil.copyfile(log_path, args.keep_log)
+
+
+# -- the side-by-side mode (default) -------------------------------------------------------------
+
+
+async def run_compare(args: argparse.Namespace, stack: Stack) -> None:
+    sentinel, static = creds_callbacks(stack.sentinel_creds), creds_callbacks(stack.static_creds)
+    turn = iter(range(1 << 62))
+
+    def callout_options() -> dict[str, Any]:
+        nonce = "ibx" + secrets.token_hex(8)
+        bearer = stack.bearers[next(turn) % len(stack.bearers)]
+        return {**sentinel, "token": bearer, "name": nonce, "inbox_prefix": f"_INBOX_{nonce}"}
+
+    def static_options() -> dict[str, Any]:
+        return {**static, "name": "ibx" + secrets.token_hex(8)}
+
+    bench = Bench(stack.url, stack.proc.pid, stack.broker_pid, static_options, callout_options)
+
+    await asyncio.sleep(1.0)  # past the start-up work
+    idle0 = proc_cpu_s(stack.proc.pid)
+    await asyncio.sleep(IDLE_S)
+    idle_ms_per_s = (proc_cpu_s(stack.proc.pid) - idle0) / IDLE_S * 1000
+
+    print(f"service pid {stack.proc.pid}, nats-server pid {stack.broker_pid}, broker {stack.url}, "
+          f"{args.actors} actors, bearers round-robin")
+    for rnd in range(1, args.rounds + 1):
+        await asyncio.to_thread(stack.refresh_bearers)  # 100 loopback exchanges, outside any batch
+        order = ("static", "callout") if rnd % 2 else ("callout", "static")
+        for mode in ("seq", "conc"):
+            for kind in order:
+                await bench.batch(kind, mode, rnd, args.n, args.concurrency)
+    await asyncio.sleep(0.5)  # let the last log lines land
+    report(bench, args, idle_ms_per_s, count_outcomes(stack.log_path))
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+async def run(args: argparse.Namespace, tmp: Path) -> None:
+    async with open_stack(args, tmp) as stack:
+        await (run_load(args, stack) if args.load else run_compare(args, stack))
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    rates = tuple(float(x) for x in text.split(","))
+    if not rates or min(rates) <= 0:
+        raise argparse.ArgumentTypeError("rates are positive connects a second, comma separated")
+    return tuple(sorted(rates))
 
 
 def main() -> None:
@@ -459,17 +994,35 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=500, help="connects per batch (default 500)")
     parser.add_argument("--concurrency", type=int, default=32, help="concurrent connectors (default 32)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds; static/callout order alternates (default 3)")
-    parser.add_argument("--actors", type=int, default=100, help="granted actors whose bearers rotate (default 100)")
+    parser.add_argument("--actors", type=int, default=None,
+                        help=f"granted actors whose bearers rotate (default 100; {LOAD_ACTORS} with --load)")
+    parser.add_argument("--load", action="store_true", help="open-loop connect arrivals at rising rates")
+    parser.add_argument("--rates", type=_rates, default=LOAD_RATES,
+                        help=f"--load: offered connects/s, comma separated (default {','.join(map(str, LOAD_RATES))})")
+    parser.add_argument("--step-s", type=float, default=LOAD_STEP_S,
+                        help=f"--load: seconds each rate is offered (default {LOAD_STEP_S:g})")
+    parser.add_argument("--overload", type=float, default=OVERLOAD,
+                        help=f"--load: after the ramp, one step at this multiple of the most admitted /s "
+                             f"(default {OVERLOAD:g}; 0 skips it)")
+    parser.add_argument("--keep-log", type=Path, default=None,
+                        help="copy the service's stderr (its callout lines) to this file")
     args = parser.parse_args()
-    if min(args.n, args.concurrency, args.rounds, args.actors) < 1:
-        parser.error("--n, --concurrency, --rounds and --actors must be at least 1")
-    print("cotal-trio callout benchmark")
+    if args.actors is None:
+        args.actors = LOAD_ACTORS if args.load else 100
+    if min(args.n, args.concurrency, args.rounds, args.actors) < 1 or args.step_s <= 0:
+        parser.error("--n, --concurrency, --rounds and --actors must be at least 1, --step-s above 0")
+    print("cotal-trio callout benchmark" + (" (load)" if args.load else ""))
     print(f"machine: nproc={os.cpu_count()} ({len(os.sched_getaffinity(0))} usable), "
           f"{platform.platform()}, Python {platform.python_version()}, "
           f"{nats_server_version()}, nats-py {nats.aio.client.__version__}")
     print(f"code: {Path(cotal_trio.__file__).parent} ({code_version()})")
-    print(f"command: python bench/callout.py --n {args.n} --concurrency {args.concurrency} "
-          f"--rounds {args.rounds} --actors {args.actors}", flush=True)
+    if args.load:
+        print(f"command: python bench/callout.py --load --rates {','.join(f'{r:g}' for r in args.rates)} "
+              f"--step-s {args.step_s:g} --overload {args.overload:g} --concurrency {args.concurrency} "
+              f"--actors {args.actors}", flush=True)
+    else:
+        print(f"command: python bench/callout.py --n {args.n} --concurrency {args.concurrency} "
+              f"--rounds {args.rounds} --actors {args.actors}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="cotal-bench-"))
     try:
         asyncio.run(run(args, tmp))
