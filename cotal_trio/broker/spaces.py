@@ -62,6 +62,7 @@ from cotal_trio.core.identity import is_space
 from cotal_trio.core.manifest import SpaceEntry, parse_manifest, render_manifest
 from cotal_trio.state import (
     BrokerMaterial,
+    IdpPinRecord,
     RootPaths,
     SpaceMaterial,
     SpacePaths,
@@ -72,6 +73,7 @@ from cotal_trio.state import (
     read_json,
     remove_quietly,
     render_json,
+    save_idp_pin,
 )
 
 __all__ = [
@@ -273,7 +275,8 @@ async def resolve_server_url(paths: RootPaths, server_url: str | None) -> str | 
 
 
 async def add_space(
-    paths: RootPaths, space: str, *, static: bool = False, server_url: str | None = None, now: float
+    paths: RootPaths, space: str, *, static: bool = False, server_url: str | None = None, now: float,
+    idp_pin: IdpPinRecord | None = None,
 ) -> AddedSpace:
     """Trio: provision ``space`` in the root, push its accounts, and host it (unless static).
 
@@ -282,6 +285,8 @@ async def add_space(
             ``spaces.json``.
         server_url: the broker to push to (see :func:`resolve_server_url` for the default).
         now: unix seconds (``iat`` of anything signed).
+        idp_pin: the IdP pin to record for a space that has none, before it is hosted (so a
+            running host never starts its lane unpinned); an existing pin is kept.
 
     Raises:
         ConfigError: a bad space name; a corrupt root file or ``spaces.json``; the broker
@@ -302,6 +307,8 @@ async def add_space(
     if url is not None:
         async with natsio.open_loop(), open_system_connection(url, broker) as sys_conn:
             await push_accounts(sys_conn, [record.data_jwt, record.auth_jwt])
+    if idp_pin is not None and not static:
+        await trio.to_thread.run_sync(lambda: save_idp_pin(paths.space(space).idp_json, idp_pin, exclusive=True))
     await trio.to_thread.run_sync(set_hosted, paths, space, not static)
     return AddedSpace(
         space=space, mode=MODE_STATIC if static else MODE_USER_AUTH, server_url=url,

@@ -17,6 +17,8 @@ from cyclopts import Parameter
 
 from ..broker.spaces import add_space, list_spaces, remove_space
 from ..core.errors import ConfigError
+from ..core.identity import is_space
+from ..lanes.pins import choose_pin
 from ..state import RootPaths, resolve_root
 
 __all__ = ["add", "list_cmd", "remove", "space_app"]
@@ -50,8 +52,9 @@ async def add(
     static: Annotated[bool, Parameter(negative="", help="A static-auth space: no lane, kept out of spaces.json.")] = False,
     root: Root = None,
     server: Server = None,
+    idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at <url>/jwks). Default: the root's development IdP. A pin never changes.")] = None,
 ) -> None:
-    """Provision a space, push its accounts to the running broker, and host it.
+    """Provision a space, pin its IdP, push its accounts to the running broker, and host it.
 
     Parameters
     ----------
@@ -59,13 +62,20 @@ async def add(
         The space name (1 to 64 letters, digits, _ and -).
     """
     paths = _paths(root)
+    if static and idp is not None:
+        raise ConfigError("--idp pins a user-auth space's IdP; a --static space has none - drop one of them")
     try:
         with trio.fail_after(COMMAND_DEADLINE_S):
-            done = await add_space(paths, name, static=static, server_url=server, now=time.time())
+            # Chosen (and a changed pin refused) before anything is written.
+            pin = None if static or not is_space(name) else await choose_pin(paths, name, idp_url=idp)
+            done = await add_space(paths, name, static=static, server_url=server, now=time.time(), idp_pin=pin)
     except trio.TooSlowError:
         raise _deadline_error(f"adding space {name}") from None
     where = f"accounts pushed to {done.server_url}" if done.server_url else "no broker running: accounts not pushed"
     print(f"added space {done.space} ({where})")
+    if pin is not None:
+        kind = "the development IdP" if pin.kind == "dev" else "IdP"
+        print(f"  IdP: {kind} {pin.issuer}")
 
 
 @space_app.command

@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
-from urllib.parse import urlsplit
 
 import trio
 
@@ -38,7 +36,7 @@ from ..broker.process import run_nats_server
 from ..broker.spaces import MODE_STATIC, hosted_entries, set_hosted, space_mode
 from ..core.admission import CalloutLimits
 from ..core.errors import ConfigError, Unavailable, leaves
-from ..devidp import DevIdpMaterial, build_dev_idp_app, create_dev_idp
+from ..devidp import DevIdpMaterial, build_dev_idp_app
 from ..http.serve import serve_app
 from ..natsio import Connection, open_loop
 from ..state import (
@@ -46,7 +44,6 @@ from ..state import (
     BrokerPolicy,
     IdpPinRecord,
     RootPaths,
-    atomic_create,
     atomic_write,
     hold_root,
     load_idp_pin,
@@ -58,7 +55,8 @@ from ..state import (
 )
 from .host import Host, HostConfig, run_host
 from .hosting import lane_factory
-from .idp_keys import check_jwks_uri, fetch_jwks
+from .idp_keys import fetch_jwks
+from .pins import dev_pin, ensure_dev_idp, oidc_pin
 from .plane import DEFAULT_LEASE, ClaimRefused
 
 __all__ = ["DEFAULT_PORT", "UpConfig", "UpInfo", "prepare_root", "run_up"]
@@ -132,27 +130,13 @@ def _policy(paths: RootPaths, config: UpConfig) -> tuple[BrokerPolicy, bool]:
     return policy, policy != recorded
 
 
-def _oidc_pin(url: str) -> IdpPinRecord:
-    parts = urlsplit(url.rstrip("/"))
-    if not parts.scheme or not parts.netloc:
-        raise ConfigError(f"--idp {url} is not a URL - pass the IdP's base URL, e.g. https://idp.example")
-    origin = f"{parts.scheme}://{parts.netloc}"
-    base = url.rstrip("/")
-    return IdpPinRecord(kind="oidc", url=base, issuer=origin, audience=origin, jwks_uri=check_jwks_uri(f"{base}/jwks"))
-
-
-def _dev_idp(paths: RootPaths) -> DevIdpMaterial:
-    atomic_create(paths.devidp_json, create_dev_idp(os.urandom).to_json().encode())
-    return DevIdpMaterial.from_json(paths.devidp_json.read_bytes())
-
-
 def _pin(paths: RootPaths, config: UpConfig) -> tuple[IdpPinRecord, DevIdpMaterial | None, bool]:
     """The IdP pin, the dev IdP (when it is the pin), and whether the pin is new (a new pin is
     saved only once its JWKS has been read: a typo must not pin a space for good)."""
     pin_path = paths.space(config.space).idp_json
     pinned = load_idp_pin(pin_path) if pin_path.exists() else None
     if config.idp_url is not None:
-        wanted = _oidc_pin(config.idp_url)
+        wanted = oidc_pin(config.idp_url)
         if pinned is not None and (pinned.issuer, pinned.jwks_uri) != (wanted.issuer, wanted.jwks_uri):
             raise ConfigError(
                 f"space {config.space} is pinned to IdP {pinned.issuer}; changing the pin re-keys "
@@ -161,8 +145,8 @@ def _pin(paths: RootPaths, config: UpConfig) -> tuple[IdpPinRecord, DevIdpMateri
         return wanted, None, pinned is None
     if pinned is not None and pinned.kind == "oidc":
         return pinned, None, False
-    dev = _dev_idp(paths)
-    pin = IdpPinRecord(kind="dev", url="", issuer=dev.issuer, audience=dev.audience, jwks_uri="")
+    dev = ensure_dev_idp(paths)
+    pin = dev_pin(dev)
     if pinned is not None and pinned.issuer != dev.issuer:
         raise ConfigError(
             f"{pin_path} pins another development IdP than {paths.devidp_json} - restore that file "

@@ -36,9 +36,10 @@ from ..core.idp import parse_jwks
 from ..core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimits
 from ..core.manifest import SpaceEntry
 from ..devidp import DevIdpMaterial, jwks
-from ..state import IdpPinRecord, RootPaths, load_idp_pin, missing, save_idp_pin
+from ..state import RootPaths, load_idp_pin, missing, save_idp_pin
 from .host import HostConfig, run_host
 from .idp_keys import IdpKeyCache, open_pinned_keys
+from .pins import dev_pin
 from .plane import holder_id
 from .space import LaneConfig, LaneInfo, PublicFace, run_lane
 
@@ -131,8 +132,7 @@ def _pin_dev_idp(root: RootPaths, space: str) -> None:
     if not root.devidp_json.exists():
         raise missing(root.devidp_json)
     dev = DevIdpMaterial.from_json(root.devidp_json.read_bytes())
-    pin = IdpPinRecord(kind="dev", url="", issuer=dev.issuer, audience=dev.audience, jwks_uri="")
-    if save_idp_pin(path, pin, exclusive=True):
+    if save_idp_pin(path, dev_pin(dev), exclusive=True):
         log.info("space %s: pinned to the development IdP (%s)", space, dev.issuer)
 
 

@@ -119,7 +119,10 @@ async def test_cli_add_list_remove(operator_broker, provisioned, capsys):
     url, root = operator_broker, str(provisioned.paths.root)
     with trio.fail_after(CEILING_S):
         assert await trio.to_thread.run_sync(main, ["space", "add", SPACE, "--root", root, "--server", url]) == 0
-        assert capsys.readouterr().out.strip() == f"added space {SPACE} (accounts pushed to {url})"
+        issuer = json.loads(provisioned.paths.devidp_json.read_text())["issuer"]
+        assert capsys.readouterr().out == (
+            f"added space {SPACE} (accounts pushed to {url})\n  IdP: the development IdP {issuer}\n"
+        )
         assert await trio.to_thread.run_sync(main, ["space", "list", "--json", "--root", root]) == 0
         assert json.loads(capsys.readouterr().out) == [
             {"space": SPACE, "mode": "user-auth", "hosted": True},
@@ -154,3 +157,38 @@ def test_a_broken_manifest_is_refused_before_anything_is_written(tmp_path, capsy
     assert not (root / "spaces").exists()
     with pytest.raises(ConfigError):
         list_spaces(RootPaths(root))
+
+
+def test_add_pins_a_new_space_to_the_development_idp_before_hosting_it(tmp_path, capsys):
+    """A fresh user found `cotal auth-service --spaces` retrying a space added without `cotal up`
+    forever (`idp.json is missing`): `space add` now pins it before listing it in spaces.json."""
+    root = tmp_path / "root"
+    assert main(["space", "add", "beta", "--root", str(root)]) == 0
+    paths = RootPaths(root)
+    dev = json.loads(paths.devidp_json.read_text())
+    pin = json.loads(paths.space("beta").idp_json.read_text())
+    assert (pin["kind"], pin["issuer"], pin["audience"]) == ("dev", dev["issuer"], dev["audience"])
+    assert f"IdP: the development IdP {dev['issuer']}" in capsys.readouterr().out
+    # Adding it again keeps the pin (and the same development IdP for a second space).
+    assert main(["space", "add", "beta", "--root", str(root)]) == 0
+    assert main(["space", "add", "gamma", "--root", str(root)]) == 0
+    assert json.loads(paths.space("beta").idp_json.read_text()) == pin
+    assert json.loads(paths.space("gamma").idp_json.read_text())["issuer"] == dev["issuer"]
+
+
+def test_add_refuses_to_change_a_pin_before_writing_anything(tmp_path, capsys):
+    root = tmp_path / "root"
+    assert main(["space", "add", "beta", "--root", str(root)]) == 0
+    manifest = (root / "spaces.json").read_bytes()
+    capsys.readouterr()
+    assert main(["space", "add", "beta", "--idp", "https://idp.example", "--root", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("cotal: space beta is pinned to IdP ")
+    assert "changing the pin re-keys every owner - keep the pinned IdP, or use a new space" in err
+    assert (root / "spaces.json").read_bytes() == manifest
+
+
+def test_add_static_with_idp_is_refused(tmp_path, capsys):
+    assert main(["space", "add", "frozen", "--static", "--idp", "https://idp.example", "--root", str(tmp_path / "r")]) == 1
+    assert capsys.readouterr().err.startswith("cotal: --idp pins a user-auth space's IdP; a --static space has none")
+    assert not (tmp_path / "r").exists()
