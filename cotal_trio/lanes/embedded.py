@@ -38,7 +38,7 @@ from ..core.admission import CalloutLimits
 from ..core.errors import ConfigError, Unavailable, leaves
 from ..devidp import DevIdpMaterial, build_dev_idp_app
 from ..http.serve import serve_app
-from ..natsio import Connection, open_loop
+from ..natsio import open_loop
 from ..state import (
     BrokerMaterial,
     BrokerPolicy,
@@ -63,6 +63,7 @@ __all__ = ["DEFAULT_PORT", "UpConfig", "UpInfo", "prepare_root", "run_up"]
 
 DEFAULT_PORT = 4222
 BROKER_START_CEILING_S = 15
+PUSH_EACH_S = 5.0  # one other hosted space's account push at start
 
 log = logging.getLogger("cotal.up")
 
@@ -264,11 +265,12 @@ async def _run_broker(
                         pid = await nursery.start(start)
                         async with open_loop(), open_system_connection(url, prepared.broker) as system:
                             await push_accounts(system, prepared.account_jwts)
-                            await _push_hosted(system, prepared.hosted_jwts)
                 except trio.TooSlowError:
                     raise Unavailable(
                         f"nats-server did not come up within {BROKER_START_CEILING_S} s - see {paths.broker_log}"
                     ) from None
+                if prepared.hosted_jwts:
+                    await _push_hosted(url, prepared)
                 if prepared.policy_changed:
                     save_policy(paths.policy_json, prepared.policy)
                 atomic_write(paths.broker_pid, f"{pid}\n".encode())
@@ -279,13 +281,21 @@ async def _run_broker(
             remove_quietly(paths.broker_pid)  # only once the broker has exited
 
 
-async def _push_hosted(system: Connection, hosted: dict[str, tuple[str, str]]) -> None:
-    """Push the other hosted spaces' accounts; a refusal is that space's alone (logged)."""
-    for space, jwts in hosted.items():
-        try:
-            await push_accounts(system, jwts)
-        except (ConfigError, Unavailable) as exc:
-            log.warning("up: space %s: its accounts were not pushed: %s", space, exc)
+async def _push_hosted(url: str, prepared: Prepared) -> None:
+    """Push the other hosted spaces' accounts, each bounded by ``PUSH_EACH_S``; a refusal or a
+    slow answer is that space's alone (logged; its lane then fails and is retried)."""
+    try:
+        async with open_loop(), open_system_connection(url, prepared.broker) as system:
+            for space, jwts in prepared.hosted_jwts.items():
+                with trio.move_on_after(PUSH_EACH_S) as scope:
+                    try:
+                        await push_accounts(system, jwts)
+                    except (ConfigError, Unavailable) as exc:
+                        log.warning("up: space %s: its accounts were not pushed: %s", space, exc)
+                if scope.cancelled_caught:
+                    log.warning("up: space %s: its accounts were not pushed within %g s", space, PUSH_EACH_S)
+    except Unavailable as exc:
+        log.warning("up: the other spaces' accounts were not pushed: %s", exc)
 
 
 async def _start_idp(nursery: trio.Nursery, config: UpConfig, prepared: Prepared) -> str | None:
@@ -345,7 +355,8 @@ async def _wait_serving(host: Host, space: str, *, lease_s: float) -> None:
             outcome = await host.next_outcome(space, seen)
         except KeyError:
             raise ConfigError(
-                f"space {space} left {host.manifest} while starting - add it back with `cotal space add {space}`"
+                f"space {space} left or changed in {host.manifest} while starting - run `cotal up` again"
+                f" once {host.manifest.name} lists it as you want it"
             ) from None
         if outcome.status.state == "serving":
             return
@@ -364,7 +375,9 @@ async def run_up(config: UpConfig, *, task_status: trio.TaskStatus[UpInfo] = tri
     Raises:
         ConfigError: bad root, busy port, missing nats-server (before ``started``).
         Unavailable: the broker did not accept the space's accounts, the IdP's JWKS could not
-            be read, or the broker or the lane failed while running.
+            be read, the space's lane could not start, or the broker failed while running. A
+            lane failing after it served is the host's to retry (every 5 s, named in
+            ``<root>/spaces.json.applied``); it does not end ``cotal up``.
     """
     with hold_root(config.paths.root):
         prepared = await trio.to_thread.run_sync(functools.partial(prepare_root, config, now=time.time()))

@@ -365,3 +365,19 @@ async def test_a_failed_sweep_is_logged_and_tried_again(nursery, autojump_clock,
 
 def test_rows_round_trip_through_the_fake():
     assert parse_row(render_row(_row())) == _row()
+
+
+async def test_an_unexpected_error_in_the_sweep_is_logged_and_the_lane_carries_on(nursery, autojump_clock, caplog):
+    """Review finding: the sweep caught only Unavailable, so any other error (a foreign row the
+    prune cannot read, a bug) ended the lane, and every restart swept and ended it again."""
+    caplog.set_level(logging.INFO, logger="cotal.issuance")
+    with trio.fail_after(CEILING_S):
+        bucket = FakeBucket(fail=ValueError("a foreign key"))
+        bucket.put("natkey.UA", render_row(_row(exp=NOW - 60, iat=NOW - 120)))
+        await nursery.start(functools.partial(run_issuance_sweep, bucket, space=SPACE, clock=_wall))
+        await trio.sleep(30)
+        bucket.fail = None
+        await trio.sleep(30.5)
+        assert bucket.held() == {"natkey.UA": False}
+    failures = [r for r in caplog.records if "issuance prune failed" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info is not None
