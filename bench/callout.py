@@ -87,6 +87,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import nats.aio.client
+from _host import CLK_TCK, code_version, machine_busy_s, nats_server_version, proc_cpu_s
 
 import cotal_trio
 from cotal_trio.broker.process import free_port
@@ -97,7 +98,14 @@ from cotal_trio.core.identity import derive_owner, mint_lifecycle_uid
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.core.nkeys import KeyPair
 from cotal_trio.devidp import DevIdpMaterial, mint_dev_token
-from cotal_trio.state import RootPaths, load_idp_pin, load_owner_secret, load_space, read_json, write_row
+from cotal_trio.state import (
+    RootPaths,
+    load_idp_pin,
+    load_owner_secret,
+    load_space,
+    read_json,
+    write_row,
+)
 
 SPACE = "bench"
 ACTOR = "bench"
@@ -108,7 +116,6 @@ CLOSE_S = 5.0
 IDLE_S = 2.0  # service CPU measured while idle, as a control
 WARMUP = 20  # untimed sequential connects before each batch
 BEARER_TTL_S = 900
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 # --load
 LOAD_RATES = (50, 100, 200, 300, 400, 500, 600, 700, 800, 1000, 1200, 1500, 2000)  # offered connects/s
 LOAD_ACTORS = 1000  # bearers in turn: at most ~40 connects each in a run, under the 60/min actor bucket
@@ -126,23 +133,8 @@ EXCHANGE_THREADS = 4
 # -- processes and CPU -------------------------------------------------------------------------
 
 
-def proc_cpu_s(pid: int | None) -> float:
-    """utime + stime of ``pid`` in seconds (all its threads, live and exited); nan if gone."""
-    if pid is None:
-        return float("nan")
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return float("nan")
-    fields = stat[stat.rindex(")") + 2 :].split()  # fields from 3 (state) on
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15
 
 
-def machine_busy_s() -> float:
-    """CPU seconds all processes spent busy so far (``/proc/stat``: user nice system irq softirq steal)."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / CLK_TCK
 
 
 def broker_pid(paths: RootPaths, service_pid: int) -> int | None:
@@ -177,24 +169,6 @@ def stop_service(proc: subprocess.Popen[bytes]) -> str:
     return f"exit code {proc.returncode}"
 
 
-def code_version() -> str:
-    """``git describe`` of the imported cotal_trio's checkout, or a note that it has none."""
-    where = Path(cotal_trio.__file__).parent
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(where), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10
-        )
-    except OSError:
-        return "git not available"
-    return f"git {out.stdout.strip()}" if out.returncode == 0 else "not a git checkout"
-
-
-def nats_server_version() -> str:
-    exe = shutil.which("nats-server")
-    if exe is None:
-        return "nats-server not on PATH"
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
-    return (out.stdout or out.stderr).strip()
 
 
 # -- setup through the root's state API and the loopback face ----------------------------------

@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import trio
+from _host import code_version, machine_busy_s, nats_server_version, proc_cpu_s
 
 import cotal_trio
 from cotal_trio.broker import provision
@@ -104,7 +105,6 @@ SUB = "bench"  # the IdP subject of the one granted actor per space
 ACTOR = "bench"
 BEARER_TTL_S = 900
 MODES = ("full", "callout-only")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 T = TypeVar("T")
 
@@ -129,21 +129,8 @@ def proc_status(pid: int) -> dict[str, int]:
     return out
 
 
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of ``pid`` in seconds (all its threads); 0 if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()  # fields from 3 (state) on
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15
 
 
-def machine_busy_s() -> float:
-    """CPU seconds all processes spent busy so far (``/proc/stat``: user nice system irq softirq steal)."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / CLK_TCK
 
 
 class OtherLoad:
@@ -154,31 +141,15 @@ class OtherLoad:
         self._t0, self._ours0, self._all0 = time.perf_counter(), self._ours(), machine_busy_s()
 
     def _ours(self) -> float:
-        return sum(proc_cpu_s(pid) for pid in self._pids) + time.process_time()
+        return sum(proc_cpu_s(pid, gone=0.0) for pid in self._pids) + time.process_time()
 
     def cores(self) -> float:
         other = (machine_busy_s() - self._all0) - (self._ours() - self._ours0)
         return max(0.0, other) / (time.perf_counter() - self._t0)
 
 
-def nats_server_version() -> str:
-    exe = shutil.which("nats-server")
-    if exe is None:
-        return "nats-server not on PATH"
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
-    return (out.stdout or out.stderr).strip()
 
 
-def code_version() -> str:
-    """``git describe`` of the imported cotal_trio's checkout, or a note that it has none."""
-    where = Path(cotal_trio.__file__).parent
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(where), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10
-        )
-    except OSError:
-        return "git not available"
-    return f"git {out.stdout.strip()}" if out.returncode == 0 else "not a git checkout"
 
 
 # -- the root: spaces, grants, bearers -----------------------------------------------------------
@@ -416,6 +387,25 @@ async def add_once(root: Root, host: Host, base: list[str], space: str) -> Add:
     return Add(serving_s, health_s, admitted_s, attempts, removed_s, face_gone_s, load.cores())
 
 
+async def prime_stores(root: Root, spaces: list[str], tmp: Path) -> None:
+    """Run one full host over every space until it serves, then stop it: its lanes create the
+    spaces' stores, as an operator's first full service does. A replica creates no store, and
+    denies every connect of a space whose store is missing (the issuance row has nowhere to go)."""
+    folder = tmp / "host-prime"
+    folder.mkdir()
+    swap_manifest(folder / "spaces.json", spaces)
+    t0 = time.perf_counter()
+    host = start_host(root, "full", folder)
+    try:
+        elapsed, ok = await poll(all_serving(host.manifest, spaces), start=t0,
+                                 bound_s=START_BOUND_S + START_PER_LANE_S * len(spaces))  # fmt: skip
+        if not ok:
+            raise SystemExit(f"the full host priming the stores was not serving after {elapsed:.0f} s:\n{host.tail()}")
+    finally:
+        await stop_host(host)
+    print(f"stores: created by one full host over {len(spaces)} spaces ({elapsed:.2f} s), then stopped", flush=True)
+
+
 async def run_mode(root: Root, mode: str, args: argparse.Namespace, tmp: Path, results: Results) -> None:
     latency_lanes = args.latency_lanes if args.latency_lanes in args.lanes else args.lanes[0]
     for n in args.lanes:
@@ -578,6 +568,8 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
               f"pushed in {time.perf_counter() - t0:.1f} s; broker {url} pid {broker_pid}", flush=True)
         root = Root(paths=paths, idp=idp, server_url=url, broker_pid=broker_pid, bearers=bearers)
         results = Results()
+        if args.modes[0] != "full":
+            await prime_stores(root, spaces + adds, tmp)
         for mode in args.modes:
             await run_mode(root, mode, args, tmp, results)
         report(results, args)
