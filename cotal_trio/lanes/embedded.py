@@ -325,7 +325,7 @@ async def _serve(
         dev_url = await _start_idp(nursery, config, prepared)
         start_lane = lane_factory(
             root=config.paths, server_url=server_url, limits=limits, callout_only=False,
-            http_ports={config.space: config.http_port}, pin_dev_idp=prepared.dev_idp is not None,
+            http_ports={config.space: config.http_port},
             dev_idp_url=dev_url,
         )
         host = await nursery.start(run_host, HostConfig(manifest=config.paths.spaces_manifest, start_lane=start_lane))

@@ -36,10 +36,9 @@ from ..core.idp import parse_jwks
 from ..core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimits
 from ..core.manifest import SpaceEntry
 from ..devidp import DevIdpMaterial, jwks
-from ..state import RootPaths, load_idp_pin, missing, save_idp_pin
+from ..state import RootPaths, load_idp_pin, missing
 from .host import HostConfig, run_host
 from .idp_keys import IdpKeyCache, open_pinned_keys
-from .pins import dev_pin
 from .plane import holder_id
 from .space import LaneConfig, LaneInfo, PublicFace, run_lane
 
@@ -53,7 +52,7 @@ Startable = Callable[..., object]
 def lane_factory(
     *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
     clock: Callable[[], float] = time.time, reconnect: bool = True,
-    http_ports: Mapping[str, int] | None = None, pin_dev_idp: bool = False, dev_idp_url: str | None = None,
+    http_ports: Mapping[str, int] | None = None, dev_idp_url: str | None = None,
     connect_limits: ConnectLimits = DEFAULT_LIMITS,
 ) -> Callable[[SpaceEntry], Startable]:
     """The host's ``start_lane``: ``entry -> startable`` serving ``entry.space`` from ``root``.
@@ -62,10 +61,9 @@ def lane_factory(
     friends) go to the lane (:class:`~cotal_trio.lanes.space.LaneConfig`).
     ``http_ports`` fixes the loopback exchange port of the spaces it names (``cotal up
     --http-port`` for its own space); every other full lane binds a free port and records it
-    in its ``auth-service.json``. ``pin_dev_idp`` (``cotal up`` only) pins a space that has no
-    IdP pin yet to the root's development IdP when its lane starts, as ``cotal up --space``
-    does for a new space; without it an unpinned space's lane fails (and is retried).
-    ``dev_idp_url`` is where that development IdP is served, which a public face names.
+    in its ``auth-service.json``. A space must be pinned (``cotal up --space`` and ``cotal space
+    add`` pin it); an unpinned space's lane fails and is retried.
+    ``dev_idp_url`` is where the development IdP is served (``cotal up``), which a public face names.
     ``connect_limits`` go to every lane (spec "Connect limits"; replicas keep the defaults).
 
     The startable raises (before ``started``) ``ConfigError`` for missing or corrupt material
@@ -82,12 +80,12 @@ def lane_factory(
             public=PublicFace.of(entry), dev_idp_url=dev_idp_url, connect_limits=connect_limits,
             holder=holders.setdefault(entry.space, holder_id()),
         )
-        return functools.partial(_run_space, config, root=root, pin_dev_idp=pin_dev_idp and not callout_only)
+        return functools.partial(_run_space, config, root=root)
     return start_lane
 
 
 async def _run_space(
-    config: LaneConfig, *, root: RootPaths, pin_dev_idp: bool,
+    config: LaneConfig, *, root: RootPaths,
     task_status: trio.TaskStatus[LaneInfo] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve ``config.space`` until cancelled (startable; ``started`` with its :class:`LaneInfo`).
@@ -95,8 +93,6 @@ async def _run_space(
     ``config.idp_keys`` is replaced here by the space's pinned key set (full lanes).
     """
     async with trio.open_nursery() as nursery:
-        if pin_dev_idp:
-            await trio.to_thread.run_sync(_pin_dev_idp, root, config.space)
         if not config.callout_only:
             config = dataclasses.replace(config, idp_keys=await _idp_keys(nursery, root, config.space))
         await run_lane(config, task_status=task_status)
@@ -118,22 +114,6 @@ async def _idp_keys(nursery: trio.Nursery, root: RootPaths, space: str) -> Calla
     if pin.kind == "dev":
         return IdpKeyCache(parse_jwks(jwks(_dev_idp(root, space, pin.issuer)))).keys
     return (await open_pinned_keys(pin.jwks_uri, nursery)).keys
-
-
-def _pin_dev_idp(root: RootPaths, space: str) -> None:
-    """Pin ``space`` to the root's development IdP unless it has a pin (blocking file I/O).
-
-    Raises:
-        ConfigError: the root has no (or a corrupt) ``devidp.json``.
-    """
-    path = root.space(space).idp_json
-    if path.exists():
-        return
-    if not root.devidp_json.exists():
-        raise missing(root.devidp_json)
-    dev = DevIdpMaterial.from_json(root.devidp_json.read_bytes())
-    if save_idp_pin(path, dev_pin(dev), exclusive=True):
-        log.info("space %s: pinned to the development IdP (%s)", space, dev.issuer)
 
 
 def _dev_idp(root: RootPaths, space: str, issuer: str) -> DevIdpMaterial:

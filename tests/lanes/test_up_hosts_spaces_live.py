@@ -27,6 +27,7 @@ from cotal_trio.core.identity import derive_owner, mint_lifecycle_uid
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.core.manifest import parse_manifest
 from cotal_trio.lanes.embedded import UpConfig, run_up
+from cotal_trio.lanes.pins import choose_pin
 from cotal_trio.natsio import open_connection, open_loop
 from cotal_trio.state import RootPaths, load_owner_secret, read_json, write_row
 
@@ -97,7 +98,8 @@ async def test_up_lists_its_space_in_spaces_json(stack: Stack) -> None:
 
 
 async def test_space_add_and_remove_are_live_in_a_running_up(stack: Stack) -> None:
-    added = await add_space(stack.paths, OTHER, now=time.time())
+    pin = await choose_pin(stack.paths, OTHER, idp_url=None)  # as `cotal space add` does
+    added = await add_space(stack.paths, OTHER, now=time.time(), idp_pin=pin)
     assert added.server_url == stack.info.server_url and added.hosted
     t0 = trio.current_time()
     await until_applied(stack.paths, lambda s: s.get(OTHER) == {"state": "serving"})
@@ -105,7 +107,7 @@ async def test_space_add_and_remove_are_live_in_a_running_up(stack: Stack) -> No
 
     other = Other(stack, OTHER)
     other.grant("alice", "cli")
-    # The new space was pinned to the root's development IdP when its lane started.
+    # The new space is pinned to the root's development IdP, the one `cotal up` serves.
     assert read_json(other.paths.idp_json)["issuer"] == stack.info.pin.issuer
     beta_bearer = await other.bearer("alice", "cli")
     assert await other.connects(beta_bearer)
@@ -147,7 +149,8 @@ async def test_a_static_space_cannot_be_ups_space(tmp_path: Path, nats_server_bi
 
 async def test_up_hosts_spaces_added_while_it_was_stopped(tmp_path: Path, nats_server_bin: str) -> None:
     paths = RootPaths(tmp_path / "root")
-    await add_space(paths, OTHER, now=time.time())  # no broker running: recorded, pushed at up
+    pin = await choose_pin(paths, OTHER, idp_url=None)
+    await add_space(paths, OTHER, now=time.time(), idp_pin=pin)  # no broker running: recorded, pushed at up
     config = UpConfig(paths=paths, space=SPACE, port=free_port(), nats_server=nats_server_bin)
     async with trio.open_nursery() as nursery:
         with trio.fail_after(20):
