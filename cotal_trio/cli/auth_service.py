@@ -24,6 +24,7 @@ from cyclopts import Parameter
 from ..core.admission import CalloutLimits
 from ..core.errors import ConfigError
 from ..lanes.hosting import ServiceConfig, ServiceInfo, run_service
+from ..lanes.runtime import tune_for_serving
 from .common import Where, check_auth_timeout, stop_on_signal
 
 __all__ = ["auth_service"]
@@ -55,6 +56,7 @@ async def auth_service(
         root=Where(root=root).paths(), server_url=_check_server(server), space=space, manifest=spaces,
         callout_only=callout_only, service_endpoints=service_endpoints, limits=_limits(auth_timeout),
     )
+    tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_on_signal, nursery.cancel_scope, "cotal auth-service")  # Ctrl-C works during start-up too
         _banner(await nursery.start(functools.partial(run_service, config)), config)

@@ -166,13 +166,27 @@ def exchange(
     body: dict[str, Any] = {"idpToken": idp_token.strip(), "actor": actor}
     if ttl is not None:
         body["ttlSec"] = ttl
+    return _exchange_and_print(where.space_paths(), actor, body, as_json=as_json, retry_after_line=False)
+
+
+def _exchange_and_print(
+    space_paths: SpacePaths, actor: str, body: dict[str, Any], *, as_json: bool, retry_after_line: bool
+) -> int:
+    """Run the exchange and print its outcome as ``cotal exchange``/``agent-bearer`` do; the exit code.
+
+    The bearer (or ``{token, owner, exp}`` with ``as_json``): 0. Connect limits: the sentence and
+    remedy on stderr (plus ``retry-after <n>`` on stdout with ``retry_after_line``), or the JSON
+    error alone: 2. A refusal with ``as_json``: the JSON error, 1; without, it propagates.
+    """
     try:
-        answer = run_exchange(where.space_paths(), actor, body)
+        answer = run_exchange(space_paths, actor, body)
     except ExchangeRateLimited as limited:
         if as_json:
             print(limited.as_json())
         else:
             limited.report()
+            if retry_after_line:
+                print(f"retry-after {limited.retry_after_s}")
         return EXIT_DEPENDENCY_UNAVAILABLE
     except ExchangeFailed as failed:
         if not as_json:
@@ -209,13 +223,17 @@ def agent_bearer(
     owner: str,
     actor: str,
     token_file: Path,
+    as_json: Annotated[bool, Parameter(name="--json", negative="")] = False,
     where: Where = Where(),
 ) -> int:
     """Exchange an agent's actor token for a bearer (the agent arm) and print it.
 
-    While the agent or its owner is out of connects it prints the service's sentence and a
-    remedy on stderr, retry-after <n> on stdout, and exits 2 (DEPENDENCY_UNAVAILABLE): run it
-    again after n seconds, not before.
+    Prints the bearer, or {"token", "owner", "exp"} with --json; a refusal with --json prints
+    {"error": {"code", "message", "status", "cause"}} and exits 1. While the agent or its owner
+    is out of connects it prints the service's sentence and a remedy on stderr, retry-after <n>
+    on stdout, and exits 2 (DEPENDENCY_UNAVAILABLE): run it again after n seconds, not before.
+    With --json it prints only the error object instead (cause carries RATE_LIMITED,
+    retryAfterSeconds, limit).
 
     Parameters
     ----------
@@ -225,18 +243,13 @@ def agent_bearer(
         The agent's actor name.
     token_file
         File holding the actor token printed once by `cotal actor grant --managed` (0600).
+    as_json
+        Print a JSON object instead of the bare bearer.
     """
     checked(check_owner, owner)
     checked(check_actor, actor)
     body = {"owner": owner, "actor": actor, "actorToken": read_token_file(token_file)}
-    try:
-        answer = run_exchange(where.space_paths(), actor, body)
-    except ExchangeRateLimited as limited:
-        limited.report()
-        print(f"retry-after {limited.retry_after_s}")
-        return EXIT_DEPENDENCY_UNAVAILABLE
-    print(answer["token"])
-    return 0
+    return _exchange_and_print(where.space_paths(), actor, body, as_json=as_json, retry_after_line=True)
 
 
 def connect_details(where: Where) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from cyclopts import Parameter
 
 from ..core.errors import ConfigError
 from ..lanes.embedded import UpConfig, UpInfo, run_up
+from ..lanes.runtime import tune_for_serving
 from .common import DEFAULT_SPACE, Where, check_auth_timeout, stop_on_signal
 
 __all__ = ["up"]
@@ -38,6 +39,7 @@ async def up(
         paths=where.paths(), space=where.space, port=port, auth_timeout_s=auth_timeout,
         nats_server=nats_server, idp_url=idp, http_port=http_port,
     )
+    tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_on_signal, nursery.cancel_scope, "cotal up")  # Ctrl-C works during start-up too
         _banner(await nursery.start(functools.partial(run_up, config)), where)

@@ -56,12 +56,23 @@ class CalloutRecord:
     outcome: Outcome = Outcome.MINTED
     reason: str | None = None
     at: Step | None = None
+    at_since: float | None = None
     waited_s: float = 0.0
     ahead: int = 0
 
     def add(self, step: Step, seconds: float) -> None:
         """Add ``seconds`` spent in ``step``."""
         self.durations_s[step] = self.durations_s.get(step, 0.0) + seconds
+
+    def enter(self, step: Step, at: float) -> None:
+        """Mark ``step`` as the one in progress since ``at`` (seconds, the clock of the durations)."""
+        self.at, self.at_since = step, at
+
+    def cut(self, at: float) -> None:
+        """Close the step in progress at ``at``: add its time so far (an answer sent mid-step)."""
+        if self.at is not None and self.at_since is not None:
+            self.add(self.at, at - self.at_since)
+            self.at_since = None
 
     def total_s(self) -> float:
         """Seconds from receipt to answer, the sum of the steps."""

@@ -1,21 +1,24 @@
 """The callout responder of one lane: admission, deadlines, connect limits and the log line.
 
 Shape (DESIGN.md section 5): the nats-py subscription callback only calls :meth:`on_message`,
-which does ``send_nowait`` into a bounded trio channel (or sheds the request at once). Each of
-``max_in_flight`` worker tasks takes the oldest request and runs the pure steps of
+which queues the request (or sheds it at once) without blocking. Each of ``max_in_flight``
+worker tasks takes the oldest queued request and runs the pure steps of
 :mod:`cotal_trio.core.callout`, with its I/O between them, under ``trio.move_on_at(deadline)``:
 the deadline is a cancel scope, checked between steps, so a request whose deadline passes stops
 at its next step and gets the signed ``timeout:`` denial and nothing after it (spec "Callout
-deadlines"). Connect limits are charged right after the bearer check, before any ledger read
-or store write, on trio time (:func:`~cotal_trio.core.limits.check_connect`; spec "Connect
-limits"). The wall clock is read once per request. Replies go out through
+deadlines"). One more task keeps the deadlines: at a request's deadline, if nothing has
+answered it yet (still queued behind busy workers, or its worker is waiting on I/O), it sends
+the timeout denial then and there, so no answer goes out after the deadline, whatever the
+request was waiting for. Connect limits are charged right after the bearer check, before any
+ledger read or store write, on trio time (:func:`~cotal_trio.core.limits.check_connect`; spec
+"Connect limits"). The wall clock is read once per request. Replies go out through
 ``publish_nowait`` (no await across the bridge per message).
 
 Before answering a mint the responder records the connect's issuance row and checks authority
 again (:mod:`cotal_trio.lanes.issuance`); a row the request sent but did not answer with a mint
-(deadline, re-check denial) is withdrawn after the answer. The ledger port is awaited: in a
-lane each read runs in a worker thread (:func:`read_in_threads`), so one stalled read holds
-one request, never the lane.
+(deadline, re-check denial) is withdrawn after the answer, in a task of its own, so the worker
+is free for the next request. The ledger port is awaited: in a lane each read runs in a worker
+thread (:func:`read_in_threads`), so one stalled read holds one request, never the lane.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 import trio
 
 from ..core.admission import CalloutLimits, should_shed
+from ..core.bearer import BearerVerifier, ValidatedBearer
 from ..core.callout import (
     TIMEOUT_REASON,
     CalloutKeys,
@@ -42,23 +46,30 @@ from ..core.callout import (
 )
 from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line, format_dropped_line, is_slow
 from ..core.errors import CodecError, RateLimited, Refused
-from ..core.bearer import BearerVerifier, ValidatedBearer
 from ..core.issuance import issuance_row
 from ..core.ledger import LedgerRow, ReadRows
 from ..core.limits import ConnectLimiter, check_connect
 from ..core.natsjwt import AuthorizationRequest
 from ..natsio import Message
-from .issuance import Issuance, IssuanceFailed, RowStore, open_issuance
+from .issuance import Issuance, IssuanceFailed, RowExpiries, RowStore
 
-__all__ = ["CalloutResponder", "CALLOUT_QUEUE_GROUP", "CALLOUT_SUBJECT", "ReadLedger", "read_in_threads"]
+__all__ = ["CalloutResponder", "CALLOUT_QUEUE_GROUP", "CALLOUT_SUBJECT", "ReadLedger", "RecallLedger", "read_in_threads"]
 
 log = logging.getLogger("cotal.callout")
 
 CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 CALLOUT_QUEUE_GROUP = "cotal-auth-callout"
-# Requests buffered between the nats-py callback and the dispatcher; beyond this a burst is
-# shed at once rather than queued where it could never meet its deadline.
+# Requests queued between the nats-py callback and the workers; beyond this a burst is shed at
+# once rather than queued where it could never meet its deadline.
 CHANNEL_CAPACITY = 1024
+# The deadline keeper wakes this much early at most (seconds): its own recent scheduling lag,
+# so that on a busy thread the timeout denial still leaves by the deadline, not after it. The
+# lag it remembers halves every KEEPER_LEAD_HALF_LIFE_S seconds.
+KEEPER_MAX_LEAD_S = 0.1
+KEEPER_LEAD_HALF_LIFE_S = 10.0
+# Issuance rows being withdrawn at once (each at most WITHDRAW_S); past this, a row that must
+# go is left to its own TTL, with a warning.
+MAX_WITHDRAWALS = 1024
 
 INTERNAL_ERROR_REASON = "internal error in the auth callout - see the auth service log"
 Publish = Callable[[str, bytes], None]
@@ -67,6 +78,9 @@ ReadLedger = Callable[[str, str], Awaitable[tuple[LedgerRow | None, LedgerRow | 
 
 Fresh per call; raises as :data:`~cotal_trio.core.ledger.ReadRows` (CodecError for a corrupt row).
 """
+RecallLedger = Callable[[str, str], tuple[LedgerRow | None, LedgerRow | None] | None]
+"""Sync, no I/O: ``recall(owner, actor) -> (interactive, managed)`` as last read, or None
+(:meth:`~cotal_trio.state.LedgerReader.recall`). Possibly stale; see :class:`CalloutResponder`."""
 
 
 def read_in_threads(read: ReadRows, *, max_threads: int) -> ReadLedger:
@@ -93,6 +107,24 @@ class _Statistics:
     in_flight: int = 0
 
 
+@dataclass(slots=True, eq=False)
+class _Pending:
+    """One admitted request, from :meth:`CalloutResponder.on_message` until it is answered.
+
+    Trio times (seconds): ``received`` and ``deadline``. ``request``, ``record`` and ``now``
+    (wall time, unix seconds) are set by the worker that takes it.
+    """
+
+    msg: Message
+    received: float
+    deadline: float
+    started: bool = False
+    answered: bool = False
+    request: AuthorizationRequest | None = None
+    record: CalloutRecord | None = None
+    now: float = 0.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CalloutStatistics:
     """A snapshot of one lane's callout (STYLE.md practice 11)."""
@@ -106,8 +138,10 @@ class CalloutStatistics:
 class CalloutResponder:
     """Answers one space's ``$SYS.REQ.USER.AUTH`` requests.
 
-    ``max_in_flight`` worker tasks take requests from one bounded FIFO channel, so requests
-    start oldest first and at most that many are in progress (spec "Callout deadlines").
+    ``max_in_flight`` worker tasks take requests from one bounded FIFO queue, so requests
+    start oldest first and at most that many are in progress; a request not answered by its
+    deadline, queued or in progress, is answered with the timeout denial at the deadline
+    (spec "Callout deadlines").
 
     Args:
         keys: the lane's callout keys (provenance, signing, sealing).
@@ -124,6 +158,13 @@ class CalloutResponder:
             limits"); charged on trio time. Default: a limiter of its own at the spec's limits.
         on_answer: called with each answered request's finished record (outcome, timings),
             after its reply is scheduled; sync, must not block (``LaneMetrics.callout_answered``).
+        recall_ledger: the principal's rows as last read, without I/O (:data:`RecallLedger`), or
+            None. When they grant the connect, the first ledger read is skipped: the decision
+            that counts is the one made on the real read after the issuance row, so a stale
+            grant costs a row written and withdrawn, never a mint. Rows that do not grant are
+            read again for real. This leaves one thread hop per mint instead of two.
+        row_expiries: where each minted connect's issuance row is noted, so the lane's prune
+            sweep need not read it (:class:`~cotal_trio.lanes.issuance.RowExpiries`), or None.
     """
 
     def __init__(
@@ -138,37 +179,52 @@ class CalloutResponder:
         store: RowStore,
         connect_limits: ConnectLimiter | None = None,
         on_answer: Callable[[CalloutRecord], None] | None = None,
+        recall_ledger: RecallLedger | None = None,
+        row_expiries: RowExpiries | None = None,
     ) -> None:
         self._keys, self._verifier, self._read_ledger = keys, verifier, read_ledger
+        self._recall_ledger, self._row_expiries = recall_ledger, row_expiries
         self._limits, self._clock, self._publish = limits, clock, publish
         self._store = store
         self._connect_limits = ConnectLimiter() if connect_limits is None else connect_limits
         self._on_answer = on_answer
-        self._send, self._recv = trio.open_memory_channel[tuple[Message, float]](CHANNEL_CAPACITY)
-        self._waiting: deque[float] = deque()  # receipt times of queued requests, oldest first
+        self._queue: deque[_Pending] = deque()  # admitted, not yet taken by a worker; oldest first
+        self._pending: deque[_Pending] = deque()  # admitted, in receipt (= deadline) order; the
+        # deadline keeper drops answered ones from the front
+        self._idle_workers = trio.lowlevel.ParkingLot()
+        self._arrived: trio.Event | None = None  # set by on_message while the keeper has nothing
+        self._lead, self._lead_at = 0.0, 0.0  # seconds the keeper wakes early (its recent lag), since when
+        self._withdrawals: trio.Nursery | None = None
+        self._withdrawing = 0
         self._stats = _Statistics()
         self._timeout_warned = False
 
     # -- the asyncio side ----------------------------------------------------------------------
 
     def on_message(self, msg: Message) -> None:
-        """Subscription callback: enqueue without blocking, or shed at once.
+        """Subscription callback: queue without blocking, or shed at once.
 
         A request is shed when the oldest queued request has waited more than half the budget
         (the queue is not draining in time), or when the queue is full.
         """
         received = trio.current_time()
-        if len(self._waiting) >= CHANNEL_CAPACITY or should_shed(self._oldest_waited(received), self._limits):
+        if len(self._queue) >= CHANNEL_CAPACITY or should_shed(self._oldest_waited(received), self._limits):
             self._shed(msg)
             return
-        self._waiting.append(received)
-        self._send.send_nowait((msg, received))  # never full: checked above
+        pending = _Pending(msg, received, received + self._limits.budget_s)
+        self._queue.append(pending)
+        self._pending.append(pending)
+        self._idle_workers.unpark()
+        if self._arrived is not None:
+            self._arrived.set()
 
     # -- the trio side -------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve requests until cancelled, ``max_in_flight`` at a time (startable)."""
         async with trio.open_nursery() as nursery:
+            self._withdrawals = nursery
+            nursery.start_soon(self._keep_deadlines)
             for _ in range(self._limits.max_in_flight):
                 nursery.start_soon(self._worker)
             task_status.started()
@@ -178,18 +234,77 @@ class CalloutResponder:
         return CalloutStatistics(
             answered={str(k): v for k, v in self._stats.answered.items()},
             dropped=self._stats.dropped,
-            waiting=len(self._waiting),
+            waiting=len(self._queue),
             in_flight=self._stats.in_flight,
         )
 
     async def _worker(self) -> None:
-        async for msg, received in self._recv:
-            self._waiting.popleft()  # FIFO: the request received is the oldest queued
+        while True:
+            if not self._queue:
+                await self._idle_workers.park()
+                continue
+            pending = self._queue.popleft()  # FIFO: the oldest queued request
+            pending.started = True
             self._stats.in_flight += 1
             try:
-                await self._serve(msg, received)
+                await self._serve(pending)
             finally:
                 self._stats.in_flight -= 1
+
+    async def _keep_deadlines(self) -> None:
+        """Answer each request nothing answered by its deadline, at its deadline.
+
+        Deadlines come in receipt order, so only the oldest unanswered request is watched. trio
+        wakes a sleeping task only once the tasks ahead of it have run, so on a busy thread the
+        keeper wakes late; it measures that lag and wakes that much earlier (at most
+        ``KEEPER_MAX_LEAD_S``; the lead halves every ``KEEPER_LEAD_HALF_LIFE_S`` unless a larger
+        lag is seen), so its denial goes out by the deadline. On an idle thread the lag, and so
+        the lead, is zero.
+        """
+        pending = self._pending
+        while True:
+            while pending and pending[0].answered:
+                pending.popleft()
+            if not pending:
+                self._arrived = trio.Event()
+                await self._arrived.wait()
+                self._arrived = None
+                continue
+            oldest = pending[0]
+            wake = oldest.deadline - self._lead
+            await trio.sleep_until(wake)
+            self._remember_lag(trio.current_time() - wake)
+            if not oldest.answered:
+                self._expire(oldest)
+
+    def _remember_lag(self, lag: float) -> None:
+        now = trio.current_time()
+        decayed = self._lead * 0.5 ** ((now - self._lead_at) / KEEPER_LEAD_HALF_LIFE_S)
+        self._lead, self._lead_at = min(KEEPER_MAX_LEAD_S, max(lag, decayed)), now
+
+    def _expire(self, pending: _Pending) -> None:
+        """The deadline passed with no answer: send the timeout denial now (sync)."""
+        pending.answered = True
+        if pending.started:  # its worker stops at its next step and sends nothing
+            request, record, now = pending.request, pending.record, pending.now
+            if record is not None:
+                record.cut(trio.current_time())
+        else:  # still queued behind busy workers
+            if self._queue and self._queue[0] is pending:
+                self._queue.popleft()
+            else:
+                self._queue.remove(pending)
+            now = self._clock()
+            request = self._open(pending.msg, now)
+            record = None if request is None else self._record(request)
+            if record is not None:
+                record.add(Step.QUEUE, trio.current_time() - pending.received)
+                record.at = Step.QUEUE
+        if request is None or record is None:
+            return  # dropped, and logged, by _open
+        record.outcome = Outcome.TIMEOUT
+        self._publish(pending.msg.reply, self._deny(request, TIMEOUT_REASON, now))
+        self._finish(record)
 
     def _open(self, msg: Message, now: float) -> AuthorizationRequest | None:
         try:
@@ -215,29 +330,54 @@ class CalloutResponder:
         return CalloutRecord(space=self._keys.space, req=request.user_nkey, cid=request.client_id)
 
     def _oldest_waited(self, now: float) -> float | None:
-        return now - self._waiting[0] if self._waiting else None
+        return now - self._queue[0].received if self._queue else None
 
-    async def _serve(self, msg: Message, received: float) -> None:
+    async def _serve(self, pending: _Pending) -> None:
         start, now = trio.current_time(), self._clock()
-        request = self._open(msg, now)
+        request = self._open(pending.msg, now)
         if request is None:
+            pending.answered = True  # dropped (logged), or no reply subject: nothing to send
             return
         record = self._record(request)
-        record.add(Step.QUEUE, start - received)
+        pending.request, pending.record, pending.now = request, record, now
+        record.add(Step.QUEUE, start - pending.received)
         record.add(Step.VERIFY, trio.current_time() - start)
-        record.at = Step.QUEUE
-        deadline, payload = received + self._limits.budget_s, None
-        # Leaving this block withdraws a row sent but not kept, after the answer (issue 4 item 1).
-        async with open_issuance(self._store, self._keys.space) as issuance:
-            with trio.move_on_at(deadline) as scope:
+        record.enter(Step.QUEUE, trio.current_time())
+        issuance, payload = Issuance(self._store, self._keys.space, expiries=self._row_expiries), None
+        try:
+            with trio.move_on_at(pending.deadline) as scope:
                 payload = await self._decide(request, record, now, scope, issuance)
-            if payload is None or trio.current_time() >= deadline:
+            if pending.answered:
+                return  # the deadline keeper sent the timeout denial
+            if payload is None or trio.current_time() >= pending.deadline:
                 record.outcome = Outcome.TIMEOUT
                 payload = self._deny(request, TIMEOUT_REASON, now)
             if record.outcome is Outcome.MINTED:
                 issuance.keep()
-            self._publish(msg.reply, payload)
+            pending.answered = True
+            self._publish(pending.msg.reply, payload)
             self._finish(record)
+        finally:
+            if issuance.unsettled:  # a row sent but not answered with a mint (issue 4 item 1)
+                self._withdraw_soon(issuance)
+
+    def _withdraw_soon(self, issuance: Issuance) -> None:
+        """Withdraw a request's row in a task of its own, after its answer went out."""
+        if self._withdrawals is None or self._withdrawing >= MAX_WITHDRAWALS:
+            log.warning(
+                "auth callout: space=%s too many issuance rows being withdrawn; one is left to its TTL",
+                self._keys.space,
+            )
+            return
+        self._withdrawing += 1
+
+        async def withdraw() -> None:
+            try:
+                await issuance.settle()
+            finally:
+                self._withdrawing -= 1
+
+        self._withdrawals.start_soon(withdraw)
 
     async def _decide(
         self, request: AuthorizationRequest, record: CalloutRecord, now: float, scope: trio.CancelScope,
@@ -264,12 +404,14 @@ class CalloutResponder:
         await next_step()  # a request that waited out its deadline in the queue stops here
         with _timed(record, Step.VERIFY):
             bearer = self._admit(request, record, now)
-        await next_step()
-        with _timed(record, Step.LEDGER):
-            rows = await self._read_ledger(bearer.owner, bearer.actor)
-        await next_step()
-        with _timed(record, Step.POLICY):
-            grant = decide_connect(request, bearer, rows, space=space, now=now)
+        grant = self._recalled_grant(request, bearer, record, now)
+        if grant is None:
+            await next_step()
+            with _timed(record, Step.LEDGER):
+                rows = await self._read_ledger(bearer.owner, bearer.actor)
+            await next_step()
+            with _timed(record, Step.POLICY):
+                grant = decide_connect(request, bearer, rows, space=space, now=now)
         await next_step()
         with _timed(record, Step.LEDGER):  # spec: ledger_ms is the actor check and the issuance record
             grant = await self._issue(request, bearer, grant, issuance, now)
@@ -278,15 +420,28 @@ class CalloutResponder:
             user_jwt = mint_user_jwt(request, grant, keys=self._keys, now=int(now))
             return encode_response(request, keys=self._keys, now=int(now), jwt=user_jwt)
 
+    def _recalled_grant(
+        self, request: AuthorizationRequest, bearer: ValidatedBearer, record: CalloutRecord, now: float
+    ) -> ConnectGrant | None:
+        """The grant the remembered rows give, or None: nothing remembered, or it does not grant."""
+        rows = None if self._recall_ledger is None else self._recall_ledger(bearer.owner, bearer.actor)
+        if rows is None:
+            return None
+        with _timed(record, Step.POLICY):
+            try:
+                return decide_connect(request, bearer, rows, space=self._keys.space, now=now)
+            except Refused:
+                return None  # perhaps stale: the real read decides
+
     async def _issue(
         self, request: AuthorizationRequest, bearer: ValidatedBearer, grant: ConnectGrant, issuance: Issuance,
         now: float,
     ) -> ConnectGrant:
         """Step 6: write the issuance row, then re-read the ledger and decide again.
 
-        A revoke or re-grant that landed since the first read denies here. Returns the grant the
-        user JWT is minted from (the row's ``iat`` is the mint's, ``int(now)``; its ``exp`` the
-        bearer's, as in both grants).
+        A revoke or re-grant that landed since the first read (or since the remembered rows
+        were read) denies here. Returns the grant the user JWT is minted from (the row's ``iat``
+        is the mint's, ``int(now)``; its ``exp`` the bearer's, as in both grants).
 
         Raises:
             Refused: the row exists already, or the re-check refuses.
@@ -326,7 +481,7 @@ class CalloutResponder:
         record = self._record(request)
         record.outcome = Outcome.SHED
         record.waited_s = self._oldest_waited(start) or 0.0
-        record.ahead = len(self._waiting) + self._stats.in_flight
+        record.ahead = len(self._queue) + self._stats.in_flight
         self._publish(msg.reply, self._deny(request, TIMEOUT_REASON, now))
         record.add(Step.VERIFY, trio.current_time() - start)
         self._finish(record)
@@ -362,8 +517,10 @@ class _timed:
         self._record, self._step, self._start = record, step, math.nan
 
     def __enter__(self) -> None:
-        self._record.at = self._step
         self._start = trio.current_time()
+        self._record.enter(self._step, self._start)
 
     def __exit__(self, *exc_info: object) -> None:
-        self._record.add(self._step, trio.current_time() - self._start)
+        if self._record.at_since is not None:  # not cut short by an answer at the deadline
+            self._record.add(self._step, trio.current_time() - self._start)
+            self._record.at_since = None

@@ -30,7 +30,11 @@ deadline scope):
 
 The full service also prunes rows past their expiry at start and every ``PRUNE_EVERY_S``
 (:func:`run_issuance_sweep`); replicas hold no sweep (spec "Callout replicas"), and rows carry
-their own TTL. Replicas write rows through :func:`replica_permissions` and create no store, so
+their own TTL. A sweep lists the keys, then reads only the rows whose expiry it does not know:
+the lane notes each row it writes, and each row a sweep reads, in :class:`RowExpiries`, so a
+busy lane's sweep is one listing, not one read per live row. Unknown rows (a replica's, or from
+before a restart) are read at most ``PRUNE_READS_PER_S`` a second, so a sweep over many rows is
+spread out instead of competing with the callout in one burst. Replicas write rows through :func:`replica_permissions` and create no store, so
 on a space whose full service never ran the write fails with :class:`IssuanceFailed` naming the
 fix.
 """
@@ -47,6 +51,7 @@ import trio
 
 from ..core.errors import CodecError, RefusalCode, Refused, Unavailable
 from ..core.issuance import (
+    EXPIRY_TOLERANCE_S,
     ISSUANCE_KEY_PREFIX,
     PRUNE_EVERY_S,
     IssuanceRow,
@@ -79,6 +84,7 @@ __all__ = [
     "Issuance",
     "IssuanceFailed",
     "KvRowStore",
+    "RowExpiries",
     "RowStore",
     "issuance_store",
     "open_issuance",
@@ -94,6 +100,45 @@ log = logging.getLogger("cotal.issuance")
 WITHDRAW_S = 2.0
 # A pruned or withdrawn row leaves a delete marker that lives this long (whole seconds).
 MARKER_TTL_S = 1
+# A sweep reads rows it knows nothing of at most this many a second.
+PRUNE_READS_PER_S = 200.0
+# How many rows' expiries a lane remembers (about 100 bytes each).
+EXPIRIES_CAPACITY = 65536
+
+
+class RowExpiries:
+    """The expiry (``exp``, unix seconds) of issuance rows this lane wrote or read, by key.
+
+    Bounded at ``capacity`` keys, the oldest noted forgotten first; a forgotten row is read
+    again by the next sweep. Sync, trio's thread only.
+    """
+
+    def __init__(self, capacity: int = EXPIRIES_CAPACITY) -> None:
+        self._capacity = capacity
+        self._exp: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._exp)
+
+    def note(self, key: str, exp: int) -> None:
+        """Remember that the row under ``key`` expires at ``exp``."""
+        self._exp.pop(key, None)
+        if len(self._exp) >= self._capacity:
+            del self._exp[next(iter(self._exp))]
+        self._exp[key] = exp
+
+    def get(self, key: str) -> int | None:
+        """The remembered ``exp`` of ``key``, or None."""
+        return self._exp.get(key)
+
+    def forget(self, key: str) -> None:
+        """Drop ``key`` (its row is gone, or being withdrawn)."""
+        self._exp.pop(key, None)
+
+    def keep_only(self, keys: set[str]) -> None:
+        """Drop every key not in ``keys`` (rows the server has expired)."""
+        for key in [k for k in self._exp if k not in keys]:
+            del self._exp[key]
 
 
 class BucketMissing(Unavailable):
@@ -196,11 +241,13 @@ class Issuance:
     Args:
         store: the space's auth bucket.
         space: the space (for the denial reasons).
+        expiries: where a kept row's expiry is noted for the sweep (the lane's), or None.
     """
 
-    def __init__(self, store: RowStore, space: str) -> None:
-        self._store, self._space = store, space
+    def __init__(self, store: RowStore, space: str, *, expiries: RowExpiries | None = None) -> None:
+        self._store, self._space, self._expiries = store, space, expiries
         self._sent: _Sent | None = None
+        self._exp = 0
         self._kept = False
 
     async def write(self, user_nkey: str, row: IssuanceRow, *, now: float) -> None:
@@ -221,6 +268,7 @@ class Issuance:
         """
         key, value = issuance_key(user_nkey), render_row(row)
         ttl_s = row_ttl_s(row, now=now)
+        self._exp = row.exp
         self._sent = _Sent(key, value, ttl_s)  # before sending: a cancelled create may still land
         try:
             await self._store.create(key, value, ttl_s=ttl_s)
@@ -236,9 +284,20 @@ class Issuance:
     def keep(self) -> None:
         """Sync: the request was answered with a mint; its row stays (until its TTL)."""
         self._kept = True
+        if self._sent is not None and self._expiries is not None:
+            self._expiries.note(self._sent.key, self._exp)
 
-    async def _settle(self) -> None:
-        """Withdraw the row unless kept: shielded, bounded by ``WITHDRAW_S``; a store failure is logged."""
+    @property
+    def unsettled(self) -> bool:
+        """Sync: a row was sent and not kept, so :meth:`settle` has a withdrawal to make."""
+        return self._sent is not None and not self._kept
+
+    async def settle(self) -> None:
+        """Trio: withdraw the row unless kept (module docstring, step 3); idempotent.
+
+        Shielded and bounded by ``WITHDRAW_S``; a store failure is logged, never raised, so it
+        may run in a task of its own after the answer went out (the callout's withdrawals).
+        """
         sent, self._sent = self._sent, None
         if sent is None or self._kept:
             return
@@ -266,7 +325,7 @@ async def open_issuance(store: RowStore, space: str) -> AsyncIterator[Issuance]:
     try:
         yield issuance
     finally:
-        await issuance._settle()
+        await issuance.settle()
 
 
 async def _withdraw(store: RowStore, sent: _Sent) -> None:
@@ -291,34 +350,48 @@ async def _withdraw(store: RowStore, sent: _Sent) -> None:
         pass  # changed since we read it: no longer ours
 
 
-async def prune_rows(store: RowStore, *, now: float) -> int:
+async def prune_rows(store: RowStore, *, now: float, expiries: RowExpiries | None = None) -> int:
     """Trio: delete the issuance rows past their expiry at ``now`` (unix seconds); how many.
 
-    Each row is read and deleted by compare-and-set on the revision read, with a marker that
-    expires after ``MARKER_TTL_S``. A row that cannot be parsed is left alone (counted in one
-    warning). One ``get`` per listed key, so a sweep costs as many requests as there are rows
-    still alive (rows also expire on their own TTL).
+    Rows whose expiry ``expiries`` knows and which are not yet due are not read. Each other row
+    is read (at most ``PRUNE_READS_PER_S`` reads a second) and, when past its expiry, deleted
+    by compare-and-set on the revision read, with a marker that expires after
+    ``MARKER_TTL_S``. A row that cannot be parsed is left alone (counted in one warning).
 
     Raises:
         BucketMissing: the bucket does not exist.
         Unavailable: the store did not answer.
     """
     pruned = unreadable = 0
-    for key in await store.keys(ISSUANCE_KEY_PREFIX):
+    keys = await store.keys(ISSUANCE_KEY_PREFIX)
+    if expiries is not None:
+        expiries.keep_only(set(keys))
+    pace = trio.current_time()
+    for key in keys:
+        known = None if expiries is None else expiries.get(key)
+        if known is not None and now < known + EXPIRY_TOLERANCE_S:
+            continue
+        await trio.sleep_until(pace)
+        pace = max(pace, trio.current_time()) + 1 / PRUNE_READS_PER_S
         entry = await store.get(key)
         if entry is None:
             continue  # a marker
         try:
-            expired = is_expired(parse_row(entry.value), now=now)
+            row = parse_row(entry.value)
         except CodecError:
             unreadable += 1
             continue
-        if expired:
-            try:
-                await store.delete(key, last_revision=entry.revision, ttl_s=MARKER_TTL_S)
-                pruned += 1
-            except WrongRevision:
-                pass  # rewritten since we read it
+        if not is_expired(row, now=now):
+            if expiries is not None:
+                expiries.note(key, row.exp)
+            continue
+        try:
+            await store.delete(key, last_revision=entry.revision, ttl_s=MARKER_TTL_S)
+            pruned += 1
+        except WrongRevision:
+            pass  # rewritten since we read it
+        if expiries is not None:
+            expiries.forget(key)
     if unreadable:
         log.warning("issuance prune: %d unreadable natkey rows left alone", unreadable)
     return pruned
@@ -330,20 +403,23 @@ async def run_issuance_sweep(
     space: str,
     clock: Callable[[], float],
     every_s: float = PRUNE_EVERY_S,
+    expiries: RowExpiries | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Trio: prune expired issuance rows now and every ``every_s`` seconds; runs until cancelled.
 
     A full lane runs it in its nursery once it holds the plane claim (the bucket exists then);
     replicas never do (spec "Callout replicas"). A failed sweep is logged and tried again at the
-    next tick; it never ends the lane. Ticks are on trio time, rows are judged on ``clock`` (wall
+    next tick; it never ends the lane. ``expiries`` is the lane's :class:`RowExpiries` (the
+    callout notes the rows it keeps there), so only rows it does not know are read. Ticks are on
+    trio time, rows are judged on ``clock`` (wall
     time, unix seconds).
     """
     task_status.started()
     next_t = trio.current_time()
     while True:
         try:
-            pruned = await prune_rows(store, now=clock())
+            pruned = await prune_rows(store, now=clock(), expiries=expiries)
         except Unavailable as exc:
             log.warning("space %s: issuance prune failed (%s); next try in %g s", space, exc, every_s)
         except Exception:  # a bug or a foreign row: the sweep is housekeeping, never the lane's end

@@ -69,7 +69,7 @@ from ..state import (
     write_json,
 )
 from .callout import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder, read_in_threads
-from .issuance import issuance_store, replica_permissions, run_issuance_sweep
+from .issuance import RowExpiries, issuance_store, replica_permissions, run_issuance_sweep
 from .metrics import LaneMetrics
 from .plane import DEFAULT_LEASE, hold_plane, holder_id
 from .service_endpoints import (
@@ -245,12 +245,15 @@ async def run_lane(
     limiter = ConnectLimiter(config.connect_limits)  # per lane start, like the metrics
     exchange = None if config.callout_only else _exchange_context(config, issuer, metrics, limiter)
     name = f"cotal:auth-service:{config.space}"
+    ledger, row_expiries = LedgerReader(config.paths), RowExpiries()
     connect = open_connection(config.server_url, creds=creds, name=name, reconnect=config.reconnect)
     async with open_loop(), connect as conn, _open_store(config, material) as store_conn:
         responder = CalloutResponder(
             keys=keys,
             verifier=verifier,
-            read_ledger=read_in_threads(LedgerReader(config.paths), max_threads=config.limits.max_in_flight),
+            read_ledger=read_in_threads(ledger, max_threads=config.limits.max_in_flight),
+            recall_ledger=ledger.recall,
+            row_expiries=row_expiries,
             limits=config.limits,
             clock=config.clock,
             publish=conn.publish_nowait,
@@ -265,7 +268,7 @@ async def run_lane(
                 # so it refuses such a space before it subscribes.
                 await refuse_if_admitted(store_conn, config.space)
             else:
-                await _hold_space(nursery, config, store_conn)
+                await _hold_space(nursery, config, store_conn, row_expiries)
             await nursery.start(responder.run)
             await conn.subscribe(CALLOUT_SUBJECT, queue=CALLOUT_QUEUE_GROUP, on_message=responder.on_message)
             await conn.flush()
@@ -302,7 +305,9 @@ def _open_store(config: LaneConfig, material: SpaceMaterial) -> contextlib.Abstr
     )
 
 
-async def _hold_space(nursery: trio.Nursery, config: LaneConfig, store_conn: Connection) -> None:
+async def _hold_space(
+    nursery: trio.Nursery, config: LaneConfig, store_conn: Connection, row_expiries: RowExpiries
+) -> None:
     """A full lane's start, before its callout subscription: claim, sweep, admission, readiness file.
 
     A second full service is refused here (ClaimRefused) before it serves or writes a readiness
@@ -316,7 +321,9 @@ async def _hold_space(nursery: trio.Nursery, config: LaneConfig, store_conn: Con
         )
     )
     store = issuance_store(store_conn, config.space)
-    nursery.start_soon(functools.partial(run_issuance_sweep, store, space=config.space, clock=config.clock))
+    nursery.start_soon(
+        functools.partial(run_issuance_sweep, store, space=config.space, clock=config.clock, expiries=row_expiries)
+    )
     if config.service_endpoints:
         admission = await open_admission(store_conn, config.space, holder=holder, now=config.clock())
         log.info("space %s: service-endpoint admission open (since %s)", config.space, admission.opened_at)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from cotal_trio.core.nkeys import KeyPair
 
 from ._loop import current_loop, run_aio
 
-__all__ = ["Connection", "Message", "Subscription", "open_connection"]
+__all__ = ["Connection", "Message", "NoResponders", "Subscription", "open_connection"]
 
 log = logging.getLogger("cotal.natsio")
 
@@ -55,6 +56,12 @@ CLOSE_S = 5.0
 # Pitfalls P5/P11: the broker hung up during CONNECT (an auth callout that did not answer in
 # time) or sent PING before PONG (a callout slower than ~2 s); nats-py then returns unconnected.
 _NOT_CONFIRMED = "the broker did not confirm CONNECT (closed, or a slow auth callout)"
+# A subscription's callbacks run for about this long before letting other trio tasks run. Seconds.
+CALLBACK_SLICE_S = 0.002
+# Bound on one request when the caller set no tighter deadline. Seconds.
+REQUEST_CAP_S = 10.0
+# The status header nats-py puts on a broker status message; 503 is "no responders".
+_STATUS, _NO_RESPONDERS = "Status", "503"
 # nats-py errors that mean our own call was malformed (a bug here), not a broker failure.
 _CALLER_BUGS = (
     nats.errors.BadSubjectError,
@@ -84,6 +91,20 @@ class Message:
     def _from_nats(cls, msg: nats.aio.msg.Msg) -> Message:
         headers = dict(msg.headers) if msg.headers else None
         return cls(msg.subject, msg.reply or None, bytes(msg.data), headers)
+
+
+class NoResponders(Unavailable):
+    """A request reached no subscriber (the broker's 503 status): raised by :meth:`Connection.request`."""
+
+
+class _Reply:
+    """One request's reply slot: set by the reply subscription's callback, awaited by trio."""
+
+    __slots__ = ("arrived", "msg")
+
+    def __init__(self) -> None:
+        self.arrived = trio.Event()
+        self.msg: Message | None = None  # None once arrived: the connection closed
 
 
 class _ConnectFailed(Exception):
@@ -148,6 +169,11 @@ class Connection:
         self.last_error: str | None = None
         self.error_count = 0
         self._error_arrived = trio.Event()
+        # Requests (see `request`): one wildcard reply subscription, made at the first request.
+        self._reply_prefix: str | None = None
+        self._reply_lock = trio.Lock()
+        self._replies: dict[str, _Reply] = {}
+        self._next_token = 0
 
     # -- state -----------------------------------------------------------------------------
 
@@ -192,7 +218,7 @@ class Connection:
         await self._call(lambda _: self._nc.publish(subject, payload, headers=h), what)
 
     def publish_nowait(
-        self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None
+        self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None, *, reply: str | None = None
     ) -> None:
         """Sync: hand a publish to nats-py now, without awaiting it (the callout's reply path).
 
@@ -200,20 +226,32 @@ class Connection:
         ``publish`` only appends to its outgoing buffer and kicks its flusher, which never
         suspends unless that buffer is over its limit; so the coroutine is stepped here, and
         only a publish that does suspend gets a task to finish it (tracked, awaited at close).
-        A failure is logged, never raised here.
+        Publishes of one connection leave in the order of these calls. A failure is logged,
+        never raised here.
+
+        Args:
+            reply: the reply subject the receiver answers on, or None.
 
         Raises:
             Unavailable: the connection is already closed or closing.
         """
+        try:
+            self._publish_now(subject, payload, headers, reply)
+        except Unavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one reply; the connection goes on
+            log.warning("publish to %s failed: %s", subject, exc)
+
+    def _publish_now(
+        self, subject: str, payload: bytes, headers: Mapping[str, str] | None, reply: str | None
+    ) -> None:
+        """Sync: :meth:`publish_nowait`, raising what nats-py raised at once (a bad subject)."""
         if self._closing or self._nc.is_closed or self._loop.is_closed():
             raise Unavailable(f"publish {subject}: the connection is closed")
-        coro = self._nc.publish(subject, payload, headers=dict(headers) if headers else None)
+        coro = self._nc.publish(subject, payload, reply=reply or "", headers=dict(headers) if headers else None)
         try:
             awaited = coro.send(None)
         except StopIteration:
-            return
-        except Exception as exc:  # noqa: BLE001 - one reply; the connection goes on
-            log.warning("publish to %s failed: %s", subject, exc)
             return
         task = self._loop.create_task(_finish_stepped(coro, awaited, subject))
         self._stepped.add(task)
@@ -224,25 +262,66 @@ class Connection:
     ) -> Message:
         """Trio: publish a request and return the first reply.
 
-        Bounded by the caller's deadline (then ``Cancelled``, as any trio wait), or by 10 s when
-        the caller sets none (then ``Unavailable``).
+        The request is handed to nats-py at once (:meth:`publish_nowait`), so requests and
+        publishes of one connection reach the broker in the order they were made. The reply
+        comes back on one wildcard subscription per connection (``<inbox prefix>.<nuid>.*``,
+        made at the first request) and wakes this task directly: no asyncio task per request,
+        and a cancelled request leaves nothing to wait for (its late reply is dropped).
+
+        Bounded by the caller's deadline (then ``Cancelled``, as any trio wait), or by
+        ``REQUEST_CAP_S`` (10 s) when the caller sets none (then ``Unavailable``).
 
         Raises:
-            Unavailable: no responders on ``subject``, no reply within the 10 s cap, or the
-                connection is closed.
+            NoResponders: nothing subscribes to ``subject`` (the broker's 503 status).
+            Unavailable: no reply within the 10 s cap, or the connection is (or got) closed.
             ValueError: a malformed subject or header.
         """
-        h = dict(headers) if headers else None
         what = f"request {subject}"
+        prefix = await self._reply_subject_prefix()
+        self._next_token += 1
+        token, slot = str(self._next_token), _Reply()
+        self._replies[token] = slot
         try:
-            msg = await self._call(
-                lambda bound_s: self._nc.request(subject, payload, timeout=bound_s, headers=h), what
-            )
-        except Unavailable as exc:
-            if isinstance(exc.__cause__, nats.errors.NoRespondersError):
-                raise Unavailable(f"{what}: no responders") from exc.__cause__
-            raise
-        return Message._from_nats(msg)
+            try:
+                self._publish_now(subject, payload, headers, prefix + token)
+            except (nats.errors.Error, OSError) as exc:
+                raise _translate(what, exc) from exc
+            with trio.move_on_after(REQUEST_CAP_S) as cap:
+                await slot.arrived.wait()
+        finally:
+            del self._replies[token]
+        if cap.cancelled_caught:
+            raise Unavailable(f"{what}: no answer within {REQUEST_CAP_S:g} s")
+        if slot.msg is None:
+            raise Unavailable(f"{what}: the connection closed")
+        if slot.msg.headers and slot.msg.headers.get(_STATUS) == _NO_RESPONDERS:
+            raise NoResponders(f"{what}: no responders")
+        return slot.msg
+
+    async def _reply_subject_prefix(self) -> str:
+        """Trio: ``<inbox prefix>.<nuid>.``, subscribing to its wildcard at the first call."""
+        if self._reply_prefix is not None:
+            return self._reply_prefix
+        async with self._reply_lock:
+            if self._reply_prefix is None:
+                inbox = self._nc.new_inbox()
+                await self._call(
+                    lambda _: self._nc.subscribe(f"{inbox}.*", cb=self._on_reply), f"subscribe {inbox}.*"
+                )
+                self._reply_prefix = f"{inbox}."
+        return self._reply_prefix
+
+    async def _on_reply(self, msg: nats.aio.msg.Msg) -> None:  # asyncio-flavoured, never suspends
+        prefix = self._reply_prefix
+        slot = self._replies.get(msg.subject[len(prefix):]) if prefix else None
+        if slot is not None and not slot.arrived.is_set():
+            slot.msg = Message._from_nats(msg)
+            slot.arrived.set()
+
+    def _fail_requests(self) -> None:
+        """Sync: wake every waiting request with no reply (the connection closed)."""
+        for slot in self._replies.values():
+            slot.arrived.set()
 
     async def subscribe(
         self, subject: str, *, queue: str | None = None, on_message: Callable[[Message], None]
@@ -252,18 +331,33 @@ class Connection:
         ``on_message(msg)`` is called synchronously on the lane's asyncio loop, which runs in
         trio's thread: it may call trio's synchronous API (``MemorySendChannel.send_nowait``,
         ``Event.set``) and must neither block nor await. An exception it raises is logged and
-        the message dropped. Call :meth:`flush` to know the broker has the interest.
+        the message dropped. A backlog is delivered in slices of about ``CALLBACK_SLICE_S``
+        (2 ms) of callbacks, with other trio tasks run between slices. Call :meth:`flush` to
+        know the broker has the interest.
 
         Raises:
             Unavailable: the connection is closed.
             ValueError: a malformed subject or queue name.
         """
 
+        slice_start = last_end = 0.0
+
         async def cb(msg: nats.aio.msg.Msg) -> None:  # asyncio-flavoured
+            # nats-py's subscription task hands over its whole backlog in one asyncio step, and
+            # trio runs nothing else meanwhile: past CALLBACK_SLICE_S of callbacks it yields once,
+            # so timers (the callout's deadlines) and workers keep running through a burst.
+            nonlocal slice_start, last_end
+            start = time.perf_counter()
+            if start - last_end > CALLBACK_SLICE_S:
+                slice_start = start  # the task was idle: a new slice
             try:
                 on_message(Message._from_nats(msg))
             except Exception:
                 log.exception("on_message for %s raised; message dropped", subject)
+            last_end = time.perf_counter()
+            if last_end - slice_start > CALLBACK_SLICE_S:
+                await asyncio.sleep(0)
+                slice_start = last_end = time.perf_counter()
 
         sub = await self._call(
             lambda _: self._nc.subscribe(subject, queue=queue or "", cb=cb), f"subscribe {subject}"
@@ -307,6 +401,7 @@ class Connection:
         log.info("nats %s: reconnected", self._url)
 
     async def _closed_cb(self) -> None:  # asyncio-flavoured
+        self._fail_requests()
         self.closed.set()
 
     async def _connect(self, options: dict[str, Any], reconnect: bool) -> None:
@@ -346,6 +441,7 @@ class Connection:
         except Exception as exc:  # closing a never-connected client can trip nats-py asserts
             log.debug("nats %s: close: %r", self._url, exc)
         finally:
+            self._fail_requests()
             self.closed.set()
 
 

@@ -28,6 +28,7 @@ nats-py internals relied on (nats-py 2.16; re-check on upgrade):
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from nats.js import api
 
 from cotal_trio.core.errors import AuthServiceError, ConfigError, Unavailable
 
-from ._conn import Connection, _translate
+from ._conn import Connection, NoResponders, _translate
 from ._loop import run_aio
 
 __all__ = [
@@ -189,12 +190,36 @@ async def _js(
 
 
 async def _publish(conn: Connection, subject: str, value: bytes, headers: dict[str, str]) -> int:
-    """Trio: a JetStream publish; returns the stored sequence. Raises as :func:`_js`."""
+    """Trio: a JetStream publish; returns the stored sequence.
 
-    async def op(js: nats.js.JetStreamContext) -> int:  # asyncio-flavoured
-        return (await js.publish(subject, value, headers=headers or None)).seq
+    Sent with :meth:`Connection.request` (not nats-py's ``js.publish``): the publish leaves at
+    once, in call order, and a caller's deadline cancels only the wait for the ack, with nothing
+    left to settle on the asyncio side (the callout's issuance row: issue 4 item 1). The ack is
+    JetStream's JSON (``{"seq": n}``, or ``{"error": {...}}`` read as nats-py reads it).
 
-    return await _js(conn, f"publish {subject}", op)
+    Raises:
+        _Conflict: a wrong expected last subject sequence (the caller names it).
+        Unavailable: any other JetStream or connection error, with the server's text; no stream
+            answering is ``Unavailable`` from nats-py's ``NoStreamResponseError``
+            (:func:`~cotal_trio.natsio.is_bucket_missing`).
+    """
+    what = f"publish {subject}"
+    try:
+        reply = await conn.request(subject, value, headers or None)
+    except NoResponders:
+        no_stream = nats.js.errors.NoStreamResponseError()
+        raise Unavailable(f"{what}: {no_stream}") from no_stream
+    try:
+        ack = json.loads(reply.data)
+        if "error" in ack:
+            nats.js.errors.APIError.from_error(ack["error"])  # raises the matching subclass
+        return int(ack["seq"])
+    except nats.js.errors.APIError as exc:
+        if exc.err_code in _WRONG_LAST_SEQUENCE:
+            raise _Conflict(what) from exc
+        raise Unavailable(f"{what}: {_api_text(exc)}") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Unavailable(f"{what}: JetStream answered something that is not an ack: {reply.data[:200]!r}") from exc
 
 
 async def _last(conn: Connection, bucket: str, subject: str) -> _Last | None:

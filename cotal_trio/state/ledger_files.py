@@ -116,17 +116,37 @@ class LedgerReader:
     Blocking (a ``stat`` per row kind; a read on change): microseconds on a local disk. Safe to
     call from several threads at once (the callout reads in worker threads): the memo is
     guarded by a lock, the files are read outside it.
+
+    It also remembers what the last call for each principal returned (:meth:`recall`, no I/O),
+    for a caller that can check that answer again with a real read before relying on it.
     """
 
     def __init__(self, space_paths: SpacePaths, *, capacity: int = 4096) -> None:
         self._space_paths = space_paths
         self._capacity = capacity
         self._rows: dict[Path, tuple[tuple[int, ...], LedgerRow]] = {}
+        self._last: dict[tuple[str, str], tuple[LedgerRow | None, LedgerRow | None]] = {}
         self._lock = threading.Lock()
 
     def __call__(self, owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
         """As :func:`read_principal`; same errors."""
-        return (self._row(LedgerKind.INTERACTIVE, owner, actor), self._row(LedgerKind.MANAGED, owner, actor))
+        rows = (self._row(LedgerKind.INTERACTIVE, owner, actor), self._row(LedgerKind.MANAGED, owner, actor))
+        principal = (owner, actor)
+        with self._lock:
+            if principal not in self._last and len(self._last) >= self._capacity:
+                self._last.pop(next(iter(self._last)))
+            self._last[principal] = rows
+        return rows
+
+    def recall(self, owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None] | None:
+        """Sync, no I/O: what the last call for ``(owner, actor)`` returned, or None if there was
+        none (or it was forgotten: at most ``capacity`` principals are remembered).
+
+        It may be stale by any amount: a grant, re-grant or revoke since is not seen. The
+        callout uses it only to skip its first read, and decides on a real read after the
+        issuance row (:class:`~cotal_trio.lanes.callout.CalloutResponder`).
+        """
+        return self._last.get((owner, actor))
 
     def _row(self, kind: LedgerKind, owner: str, actor: str) -> LedgerRow | None:
         path = row_path(self._space_paths, kind, owner, actor)

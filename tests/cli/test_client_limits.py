@@ -98,6 +98,33 @@ async def test_agent_bearer_prints_retry_after_on_stdout_and_exits_2(root, servi
     assert err.splitlines()[-2].startswith('cotal: actor "worker" connected more than 2 times in the last minute')
 
 
+async def test_agent_bearer_json_carries_rate_limited_and_prints_nothing_else(root, service, limiter, capsys, tmp_path):
+    token_file = _managed(root, capsys, tmp_path)
+    owner = root.owner_of(SUB)
+    _drain(limiter, owner, "worker", 2)
+    code, out, err = await _cotal(
+        root, capsys, "agent-bearer", "--owner", owner, "--actor", "worker", "--token-file", str(token_file), "--json"
+    )
+    assert code == 2 and "cotal:" not in err
+    error = json.loads(out)["error"]  # stdout is the JSON object alone
+    assert (error["code"], error["status"], error["remedy"]) == (
+        "DEPENDENCY_UNAVAILABLE", 429, ACTOR_REMEDY.replace('"cli"', '"worker"').removeprefix("cotal: "),
+    )
+    assert {k: error["cause"][k] for k in ("code", "retryAfterSeconds", "limit")} == {
+        "code": "RATE_LIMITED", "retryAfterSeconds": 30, "limit": "actor",
+    }
+
+
+async def test_agent_bearer_json_prints_the_bearer_object(root, service, limiter, capsys, tmp_path):
+    token_file = _managed(root, capsys, tmp_path)
+    owner = root.owner_of(SUB)
+    code, out, _ = await _cotal(
+        root, capsys, "agent-bearer", "--owner", owner, "--actor", "worker", "--token-file", str(token_file), "--json"
+    )
+    answer = json.loads(out)
+    assert code == 0 and sorted(answer) == ["exp", "owner", "token"] and answer["owner"] == owner
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -31,9 +31,11 @@ from cotal_trio.core.issuance import IssuanceRow, parse_row, render_row
 from cotal_trio.core.nkeys import Prefix
 from cotal_trio.lanes.issuance import (
     MARKER_TTL_S,
+    PRUNE_READS_PER_S,
     WITHDRAW_S,
     BucketMissing,
     IssuanceFailed,
+    RowExpiries,
     open_issuance,
     prune_rows,
     run_issuance_sweep,
@@ -345,6 +347,62 @@ async def test_the_sweep_prunes_at_start_and_every_60_s(nursery, autojump_clock)
         (119.5, ["natkey.UC"]),
         (120.5, []),
     ]
+
+
+class _CountingBucket(FakeBucket):
+    """A FakeBucket that records which keys were read, and when."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[float, str]] = []
+
+    async def get(self, key: str):
+        self.reads.append((trio.current_time(), key))
+        return await super().get(key)
+
+
+async def test_a_sweep_reads_only_the_rows_whose_expiry_it_does_not_know(autojump_clock):
+    """UA and UB are known (noted by the callout when it kept them), UA past its expiry; UC is
+    not known; UZ is known but gone from the bucket. Only UA (due) and UC are read; UA is pruned,
+    UC noted, UZ forgotten. A second sweep, once UA's marker has expired, reads nothing."""
+    with trio.fail_after(CEILING_S):
+        bucket, expiries = _CountingBucket(), RowExpiries()
+        for name, exp in (("UA", NOW - 10), ("UB", NOW + 300), ("UC", NOW + 600)):
+            bucket.put(f"natkey.{name}", render_row(_row(exp=exp, iat=exp - 60)))
+        expiries.note("natkey.UA", NOW - 10)
+        expiries.note("natkey.UB", NOW + 300)
+        expiries.note("natkey.UZ", NOW + 300)
+        assert await prune_rows(bucket, now=NOW, expiries=expiries) == 1
+        assert [key for _, key in bucket.reads] == ["natkey.UA", "natkey.UC"]
+        assert sorted(bucket.live()) == ["natkey.UB", "natkey.UC"]
+        assert (expiries.get("natkey.UA"), expiries.get("natkey.UC"), expiries.get("natkey.UZ")) == (None, NOW + 600, None)
+        bucket.reads.clear()
+        await trio.sleep(2)  # UA's delete marker expires (MARKER_TTL_S)
+        assert await prune_rows(bucket, now=NOW + 2, expiries=expiries) == 0
+        assert bucket.reads == []
+
+
+async def test_a_sweep_spreads_its_reads_of_unknown_rows(autojump_clock):
+    """1000 rows it knows nothing of are read at PRUNE_READS_PER_S (200) a second: 5 s."""
+    with trio.fail_after(CEILING_S):
+        bucket = _CountingBucket()
+        for i in range(1000):
+            bucket.put(f"natkey.U{i:04d}", render_row(_row(exp=NOW + 300, iat=NOW - 60)))
+        assert await prune_rows(bucket, now=NOW, expiries=RowExpiries()) == 0
+    times = [t for t, _ in bucket.reads]
+    assert len(times) == 1000 and times[0] == 0.0
+    assert times[-1] == pytest.approx(999 / PRUNE_READS_PER_S)
+    assert min(b - a for a, b in zip(times, times[1:])) == pytest.approx(1 / PRUNE_READS_PER_S)
+
+
+def test_row_expiries_stay_bounded():
+    expiries = RowExpiries(capacity=2)
+    for i, key in enumerate(("a", "b", "c")):
+        expiries.note(key, i)
+    assert (len(expiries), expiries.get("a"), expiries.get("c")) == (2, None, 2)
+    expiries.note("b", 9)  # noted again: now the newest
+    expiries.note("d", 3)
+    assert (expiries.get("b"), expiries.get("c"), expiries.get("d")) == (9, None, 3)
 
 
 @pytest.mark.parametrize(("error", "line", "traceback"), [

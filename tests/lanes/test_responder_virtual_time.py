@@ -47,7 +47,7 @@ from cotal_trio.core.issuance import IssuanceRow, exists_reason, render_row, sto
 from cotal_trio.core.limits import ConnectLimiter, ConnectLimits
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.lanes.callout import CALLOUT_SUBJECT, CHANNEL_CAPACITY, CalloutResponder
-from cotal_trio.lanes.issuance import BucketMissing
+from cotal_trio.lanes.issuance import BucketMissing, RowExpiries
 from cotal_trio.natsio import Message
 from tests.core.test_callout import (
     KEYS,
@@ -106,13 +106,18 @@ class Lane:
         ledger_s: virtual seconds each ledger read blocks for; a list gives one per read.
         connect_limits: the responder's connect limits (default: its own, at the spec's).
         store: the auth bucket issuance rows go to (default: an instant :class:`FakeBucket`).
+        stuck_s: virtual seconds each first ledger read awaits, deaf to cancellation (a shielded
+            wait, as for a bridged call that must settle): other tasks run meanwhile.
+        recall: the rows the responder's ``recall_ledger`` remembers for every principal (None:
+            no recall port, every mint reads the ledger first).
     """
 
     def __init__(
         self, clock: trio.testing.MockClock, *, ledger_s: float | list[float] = 0.0,
         connect_limits: ConnectLimiter | None = None, store: FakeBucket | None = None,
+        stuck_s: float = 0.0, recall: tuple | None = None,
     ) -> None:
-        self.clock, self.ledger_s = clock, ledger_s
+        self.clock, self.ledger_s, self.stuck_s = clock, ledger_s, stuck_s
         self.store = FakeBucket() if store is None else store
         self.store.on_created = self._expect_recheck
         self.rechecks: list[float] = []  # times of the re-check reads after an issuance row
@@ -125,6 +130,7 @@ class Lane:
         self.responder = CalloutResponder(
             keys=KEYS, verifier=VERIFIER, read_ledger=self._read_ledger, limits=LIMITS,
             clock=self._wall, publish=self._publish, connect_limits=connect_limits, store=self.store,
+            recall_ledger=None if recall is None else (lambda owner, actor: recall),
         )
 
     def _wall(self) -> float:
@@ -147,6 +153,9 @@ class Lane:
         self.ledger_reads.append((trio.current_time(), self.responder.statistics()))
         seconds = self.ledger_s.pop(0) if isinstance(self.ledger_s, list) else self.ledger_s
         self.clock.jump(seconds)  # a blocking stat: the thread is held and trio's clock moves on
+        if self.stuck_s:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(self.stuck_s)
         return (_row(), None)
 
     async def wait_published(self, n: int) -> None:
@@ -289,6 +298,87 @@ async def test_requests_that_waited_out_the_budget_in_the_queue_get_the_timeout_
         (4, "minted", "warn", 875, 875, None),
     ]
     assert [_answer(p)["sub"] for _, p, _ in lane.published] == [_user(cid) for cid in (1, 2, 3, 4)]
+
+
+async def test_the_deadline_is_kept_while_workers_are_stuck(nursery, autojump_clock, caplog):
+    """Spec "Callout deadlines": past its deadline a request gets the timeout denial, and
+    nothing after it. A at t=0 takes the one worker, whose ledger read then waits 1.5 s deaf to
+    cancellation; B arrives at 0.125 and C at 0.25, queued behind it. Each is answered at its
+    own deadline (1.0, 1.125, 1.25), A with ``at=ledger``, B and C with ``at=queue``, not when
+    the worker comes back at 1.5; the worker then sends nothing for A."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, stuck_s=1.5)
+        await nursery.start(lane.responder.run)
+        for cid, at in ((1, 0.0), (2, 0.125), (3, 0.25)):
+            await trio.sleep_until(at)
+            lane.responder.on_message(_message(cid))
+        await lane.wait_published(3)
+        assert trio.current_time() == 1.25
+        await trio.sleep(2)
+        stats = lane.responder.statistics()
+    assert lane.answers() == [
+        ("_INBOX.r.1", TIMEOUT_REASON, 1.0),
+        ("_INBOX.r.2", TIMEOUT_REASON, 1.125),
+        ("_INBOX.r.3", TIMEOUT_REASON, 1.25),
+    ]
+    assert [t for t, _ in lane.ledger_reads] == [0.0]  # B and C never started
+    lines = _lines(caplog)
+    assert [(line["cid"], line["outcome"], line["at"], line["queue_ms"], line["total_ms"]) for line in lines] == [
+        (1, "timeout", "ledger", 0, 1000),
+        (2, "timeout", "queue", 1000, 1000),
+        (3, "timeout", "queue", 1000, 1000),
+    ]
+    assert (stats.answered, stats.waiting, stats.in_flight) == (
+        {"minted": 0, "denied": 0, "timeout": 3, "shed": 0}, 0, 0,
+    )
+    assert lane.store.events == []
+
+
+async def test_the_deadline_keeper_wakes_early_by_the_lag_it_saw(nursery, autojump_clock, caplog):
+    """A at t=0 holds the one worker (its read deaf to cancellation until 1.5); B arrives at 0.5.
+    From 0.96875 something holds trio's thread for 0.0625 s, so the keeper, due at 1.0 for A,
+    runs at 1.03125: A's denial is 31.25 ms late. The keeper keeps that lag as its lead (halving
+    every 10 s from its next wake on) and wakes for B 31.25 ms early, so B's denial leaves
+    before B's deadline instead of after it."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, stuck_s=1.5)
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+
+        async def hog() -> None:
+            await trio.sleep_until(0.96875)
+            autojump_clock.jump(0.0625)  # holds the thread: no other task runs meanwhile
+
+        nursery.start_soon(hog)
+        await trio.sleep_until(0.5)
+        lane.responder.on_message(_message(2))
+        await lane.wait_published(2)
+    [(reply_a, answer_a, at_a), (reply_b, answer_b, at_b)] = lane.answers()
+    assert (reply_a, answer_a, at_a) == ("_INBOX.r.1", TIMEOUT_REASON, 1.03125)
+    assert (reply_b, answer_b) == ("_INBOX.r.2", TIMEOUT_REASON)
+    assert at_b == 1.5 - 0.03125  # early by the lag it saw
+
+
+async def test_a_row_withdrawal_does_not_hold_the_worker(nursery, autojump_clock, caplog):
+    """One worker. A's issuance row is created at 0 and lands at 1.5, past A's 1.0 deadline, and
+    every delete takes 0.75 s, so withdrawing A's row ends at 2.5. B, queued at 0.75 without a
+    bearer, is answered at 1.0, right after A's timeout denial (inside its own 1.75 deadline),
+    not at 2.5 after the withdrawal: that runs in a task of its own."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, store=FakeBucket(latency_s={"create": 1.5, "delete": 0.75}))
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+        await trio.sleep_until(0.75)
+        lane.responder.on_message(_message(2, token=None))
+        await lane.wait_published(2)
+        assert trio.current_time() == 1.0
+        await trio.sleep(5)
+    key = f"natkey.{_user(1)}"
+    assert lane.answers() == [("_INBOX.r.1", TIMEOUT_REASON, 1.0), ("_INBOX.r.2", NO_TOKEN_REASON, 1.0)]
+    assert lane.store.events == [
+        (1.5, "create", key, "stored"), (1.75, "delete", key, "refused at 0"), (2.5, "delete", key, "marker at 1"),
+    ]
+    assert lane.store.held() == {}
 
 
 async def test_a_request_is_shed_at_once_while_the_oldest_waited_past_half_the_budget(
@@ -569,3 +659,54 @@ async def test_the_recheck_after_the_row_catches_a_revoke(nursery, autojump_cloc
     ]
     [line] = _lines(caplog)
     assert (line["outcome"], line["reason"]) == ("denied", reason)
+
+
+@pytest.mark.parametrize(
+    ("recalled", "recheck", "first_reads", "answer"),
+    [
+        ((_row(), None), lambda: (_row(), None), 0, "jwt"),
+        # stale: revoked since it was read; the real read after the row denies
+        ((_row(), None), lambda: (None, None), 0, NOT_GRANTED),
+        # stale the other way: re-granted since; it does not grant, so the ledger is read first
+        ((_row(lifecycle_uid="b" * 26), None), lambda: (_row(), None), 1, "jwt"),
+        ((None, None), lambda: (_row(), None), 1, "jwt"),
+    ],
+    ids=["grants", "revoked-since", "regranted-since", "not-granted-then"],
+)
+async def test_remembered_rows_skip_the_first_read_only_when_they_grant(
+    nursery, autojump_clock, caplog, recalled, recheck, first_reads, answer
+):
+    """``recall_ledger``: rows remembered from an earlier read (possibly stale). When they grant,
+    the first read is skipped and the decision is the real read's after the issuance row; when
+    they do not, the ledger is read first as usual. Never a mint the real read would refuse."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, recall=recalled)
+        lane.recheck_rows = recheck
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+        await lane.wait_published(1)
+        await trio.sleep(1)
+    assert [reply_answer[:2] for reply_answer in lane.answers()] == [("_INBOX.r.1", answer)]
+    assert (len(lane.ledger_reads), lane.rechecks) == (first_reads, [0.0])
+    if answer != "jwt":
+        assert lane.store.held() == {}  # the row was withdrawn
+
+
+async def test_a_kept_row_is_noted_for_the_sweep_and_a_withdrawn_one_is_not(nursery, autojump_clock, caplog):
+    """The sweep need not read the rows the callout kept: their expiry (the bearer's ``exp``)
+    is noted. A row withdrawn after a re-check denial is not."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        expiries = RowExpiries()
+        lane.responder._row_expiries = expiries
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+        await lane.wait_published(1)
+        lane.recheck_rows = lambda: (None, None)
+        lane.responder.on_message(_message(2))
+        await lane.wait_published(2)
+        await trio.sleep(1)
+    bearer_exp = natsjwt.decode(BEARER).claims["exp"]
+    assert [a[1] for a in lane.answers()] == ["jwt", NOT_GRANTED]
+    assert (expiries.get(f"natkey.{_user(1)}"), expiries.get(f"natkey.{_user(2)}")) == (bearer_exp, None)
+

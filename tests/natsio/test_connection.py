@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from cotal_trio.broker.process import free_port, run_nats_server
 from cotal_trio.core import natsjwt
@@ -177,6 +178,99 @@ async def test_explicit_cancel_of_a_request_is_prompt(plain_broker: str) -> None
                 nursery.cancel_scope.cancel()
             assert trio.current_time() - start < 0.5
             await conn.flush()
+
+
+async def test_requests_leave_in_call_order_with_publishes(plain_broker: str) -> None:
+    # The issuance row's withdrawal relies on it: one connection's publishes and requests reach
+    # the broker in the order they were made (the request is handed to nats-py at once).
+    with trio.fail_after(CEILING_S):
+        seen: list[bytes] = []
+
+        def record(msg: Message) -> None:
+            seen.append(msg.data)
+            if msg.reply:
+                server.publish_nowait(msg.reply, b"ok")
+
+        async with open_loop(), open_connection(plain_broker) as server, open_connection(plain_broker) as conn:
+            await server.subscribe("order.>", on_message=record)
+            await server.flush()
+            await conn.request("order.prime", b"")  # the reply subscription exists from here on
+            async with trio.open_nursery() as nursery:
+                for i in range(10):
+                    nursery.start_soon(conn.request, "order.r", b"r%d" % i)
+                    await trio.testing.wait_all_tasks_blocked()  # the request is out and waiting
+                    conn.publish_nowait("order.p", b"p%d" % i)
+    assert seen[0] == b""
+    assert seen[1:] == [x for i in range(10) for x in (b"r%d" % i, b"p%d" % i)]
+
+
+async def test_a_burst_of_slow_callbacks_lets_other_trio_tasks_run(plain_broker: str) -> None:
+    # nats-py would hand all 20 queued messages to the callback in one asyncio step, with no
+    # trio task running in between; each callback here takes 3 ms, past the 2 ms slice.
+    with trio.fail_after(CEILING_S):
+        ticks, seen = 0, []
+
+        def slow(msg: Message) -> None:
+            seen.append(ticks)
+            end = time.perf_counter() + 0.003
+            while time.perf_counter() < end:
+                pass
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await trio.sleep(0)
+
+        async with open_loop(), open_connection(plain_broker) as conn, trio.open_nursery() as nursery:
+            await conn.subscribe("burst.slow", on_message=slow)
+            await conn.flush()
+            async with open_connection(plain_broker) as sender:
+                for i in range(20):
+                    sender.publish_nowait("burst.slow", b"%d" % i)
+            nursery.start_soon(ticker)
+            while len(seen) < 20:
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    assert len(set(seen)) >= 10, seen  # the ticker ran between the callbacks, not only after them
+
+
+async def test_a_cancelled_request_drops_its_late_reply(plain_broker: str) -> None:
+    with trio.fail_after(CEILING_S):
+        held: list[str] = []
+        async with open_loop(), open_connection(plain_broker) as server, open_connection(plain_broker) as conn:
+            await server.subscribe("slow", on_message=lambda m: held.append(m.reply or ""))
+            await server.flush()
+            start = trio.current_time()
+            with trio.move_on_after(0.05) as scope:
+                await conn.request("slow", b"?")
+            assert scope.cancelled_caught and trio.current_time() - start < 0.1
+            assert conn._replies == {}  # nothing left waiting on either side
+            server.publish_nowait(held[0], b"late")  # answered after the caller gave up
+            await server.flush()
+            await conn.flush()
+            await server.subscribe("fast", on_message=echo_responder(server))
+            await server.flush()
+            assert (await conn.request("fast", b"x")).data == b"re:x"
+            assert conn._replies == {}
+
+
+async def test_a_waiting_request_fails_when_its_connection_closes(nursery: trio.Nursery, tmp_path: Path) -> None:
+    with trio.fail_after(CEILING_S):
+        url, stop_broker = await start_broker(nursery, tmp_path, "", "closes")
+        async with open_loop(), open_connection(url, reconnect=False) as conn:
+            await conn.subscribe("silent", on_message=lambda m: None)
+            await conn.flush()
+            start = trio.current_time()
+
+            async def stop_soon() -> None:
+                await trio.sleep(0.2)
+                stop_broker.cancel()
+
+            nursery.start_soon(stop_soon)
+            with pytest.raises(Unavailable, match="request silent: the connection closed"):
+                await conn.request("silent", b"?")
+            assert trio.current_time() - start < 5
 
 
 async def test_wrong_token_is_refused_and_leaks_nothing(nursery: trio.Nursery, tmp_path: Path) -> None:

@@ -176,3 +176,21 @@ def test_ledger_reader_sees_a_restore_that_keeps_size_and_mtime(space):
         f.write(data)
     os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
     assert reader(OWNER, "cli") == (regrant, None)
+
+
+def test_ledger_reader_recalls_the_last_read_of_each_principal_without_io(space):
+    reader = LedgerReader(space, capacity=2)
+    assert reader.recall(OWNER, "cli") is None  # never read
+    first = row(LedgerKind.INTERACTIVE)
+    write_row(space, first)
+    assert reader.recall(OWNER, "cli") is None  # a write alone is not a read
+    assert reader(OWNER, "cli") == (first, None)
+    assert reader.recall(OWNER, "cli") == (first, None)
+    remove_row(space, OWNER, "cli")
+    assert reader.recall(OWNER, "cli") == (first, None)  # stale until the next read: by design
+    assert reader(OWNER, "cli") == (None, None)
+    assert reader.recall(OWNER, "cli") == (None, None)
+    for actor in ("a1", "a2"):  # bounded: the oldest principal is forgotten
+        reader(OWNER, actor)
+    assert reader.recall(OWNER, "cli") is None
+    assert reader.recall(OWNER, "a2") == (None, None)
