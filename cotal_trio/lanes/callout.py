@@ -8,8 +8,10 @@ the deadline is a cancel scope, checked between steps, so a request whose deadli
 at its next step and gets the signed ``timeout:`` denial and nothing after it (spec "Callout
 deadlines"). One more task keeps the deadlines: at a request's deadline, if nothing has
 answered it yet (still queued behind busy workers, or its worker is waiting on I/O), it sends
-the timeout denial then and there, so no answer goes out after the deadline, whatever the
-request was waiting for. Connect limits are charged right after the bearer check, before any
+the timeout denial then and there and cancels the worker's scope, whatever the request was
+waiting for. On a saturated thread that task itself runs late; it learns by how much and wakes
+that much early (at most ``KEEPER_MAX_LEAD_S``), so the denial may leave a little before the
+deadline rather than after it. Connect limits are charged right after the bearer check, before any
 ledger read or store write, on trio time (:func:`~cotal_trio.core.limits.check_connect`; spec
 "Connect limits"). The wall clock is read once per request. Replies go out through
 ``publish_nowait`` (no await across the bridge per message).
@@ -120,6 +122,7 @@ class _Pending:
     deadline: float
     started: bool = False
     answered: bool = False
+    scope: trio.CancelScope | None = None  # the worker's deadline scope, once started
     request: AuthorizationRequest | None = None
     record: CalloutRecord | None = None
     now: float = 0.0
@@ -140,8 +143,8 @@ class CalloutResponder:
 
     ``max_in_flight`` worker tasks take requests from one bounded FIFO queue, so requests
     start oldest first and at most that many are in progress; a request not answered by its
-    deadline, queued or in progress, is answered with the timeout denial at the deadline
-    (spec "Callout deadlines").
+    deadline, queued or in progress, is answered with the timeout denial by the deadline keeper
+    (spec "Callout deadlines"; see :meth:`_keep_deadlines` for when exactly).
 
     Args:
         keys: the lane's callout keys (provenance, signing, sealing).
@@ -272,8 +275,11 @@ class CalloutResponder:
                 continue
             oldest = pending[0]
             wake = oldest.deadline - self._lead
-            await trio.sleep_until(wake)
-            self._remember_lag(trio.current_time() - wake)
+            if wake > trio.current_time():
+                await trio.sleep_until(wake)
+                self._remember_lag(trio.current_time() - wake)  # a wake-up, not a backlog of expiries
+            else:
+                await trio.lowlevel.checkpoint()
             if not oldest.answered:
                 self._expire(oldest)
 
@@ -286,6 +292,8 @@ class CalloutResponder:
         """The deadline passed with no answer: send the timeout denial now (sync)."""
         pending.answered = True
         if pending.started:  # its worker stops at its next step and sends nothing
+            if pending.scope is not None:
+                pending.scope.cancel()  # the deadline may be a little ahead yet (the lead)
             request, record, now = pending.request, pending.record, pending.now
             if record is not None:
                 record.cut(trio.current_time())
@@ -346,6 +354,7 @@ class CalloutResponder:
         issuance, payload = Issuance(self._store, self._keys.space, expiries=self._row_expiries), None
         try:
             with trio.move_on_at(pending.deadline) as scope:
+                pending.scope = scope
                 payload = await self._decide(request, record, now, scope, issuance)
             if pending.answered:
                 return  # the deadline keeper sent the timeout denial

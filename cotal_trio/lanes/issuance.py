@@ -253,8 +253,8 @@ class Issuance:
     async def write(self, user_nkey: str, row: IssuanceRow, *, now: float) -> None:
         """Trio: create ``natkey.<user_nkey>`` holding ``row``, create-only (a checkpoint).
 
-        Call it at most once. Cancellation: the row may still land; :func:`open_issuance`
-        withdraws it unless :meth:`keep` is called.
+        Call it at most once. Cancellation: the row may still land; :meth:`settle` (which
+        :func:`open_issuance` calls on exit) withdraws it unless :meth:`keep` is called.
 
         Args:
             user_nkey: the broker's user key for this connect.
@@ -301,6 +301,10 @@ class Issuance:
         sent, self._sent = self._sent, None
         if sent is None or self._kept:
             return
+        if self._expiries is not None:
+            # The key ends up holding a marker that lives as long as the row would have (or
+            # nothing of ours): the sweep need not read it before then.
+            self._expiries.note(sent.key, self._exp)
         with trio.move_on_after(WITHDRAW_S, shield=True) as scope:
             try:
                 await _withdraw(self._store, sent)

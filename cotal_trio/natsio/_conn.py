@@ -263,7 +263,8 @@ class Connection:
         """Trio: publish a request and return the first reply.
 
         The request is handed to nats-py at once (:meth:`publish_nowait`), so requests and
-        publishes of one connection reach the broker in the order they were made. The reply
+        publishes of one connection reach the broker in the order they were made (except a
+        connection's very first request, which first subscribes to its replies). The reply
         comes back on one wildcard subscription per connection (``<inbox prefix>.<nuid>.*``,
         made at the first request) and wakes this task directly: no asyncio task per request,
         and a cancelled request leaves nothing to wait for (its late reply is dropped).
@@ -305,9 +306,12 @@ class Connection:
         async with self._reply_lock:
             if self._reply_prefix is None:
                 inbox = self._nc.new_inbox()
-                await self._call(
-                    lambda _: self._nc.subscribe(f"{inbox}.*", cb=self._on_reply), f"subscribe {inbox}.*"
-                )
+                # Shielded (nats-py only queues the SUB): a cancelled first request must not
+                # leave a subscription made but not recorded, and the next one make another.
+                with trio.CancelScope(shield=True):
+                    await self._call(
+                        lambda _: self._nc.subscribe(f"{inbox}.*", cb=self._on_reply), f"subscribe {inbox}.*"
+                    )
                 self._reply_prefix = f"{inbox}."
         return self._reply_prefix
 

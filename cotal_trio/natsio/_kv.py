@@ -7,7 +7,8 @@ the caller's trio deadline, no ``timeout=`` parameters).
 Why not nats-py's ``KeyValue``: it has no TTL on put/update, and it misreads the markers the
 server leaves when a bucket has subject delete markers (``Nats-Marker-Reason``): ``get()``
 returns a marker as a value and ``create()`` then fails (reference stack-prototype.md section 4
-and pitfall 11). So writes are plain ``js.publish`` with the KV headers, and reads fetch the last
+and pitfall 11). So writes are plain JetStream publishes with the KV headers, sent with
+:meth:`Connection.request` and acknowledged in JetStream's JSON (:func:`_publish`), and reads fetch the last
 message on the key's subject (``$JS.API.STREAM.MSG.GET.KV_<bucket>`` with ``last_by_subj``) and
 look at its headers themselves. A key whose last message is a delete, a purge or a server
 marker is absent.
@@ -17,9 +18,9 @@ nats-py internals relied on (nats-py 2.16; re-check on upgrade):
 * ``Connection._nc`` and ``Connection._loop`` (this package's own private attributes).
 * ``Client.jetstream(timeout=...)`` is cheap (no I/O), so each call builds one with the bound
   :func:`run_aio` hands over.
-* ``JetStreamContext.publish(subject, payload, headers=...)`` raises ``APIError`` carrying the
-  server's ``err_code``; 10071/10164 mean "wrong last sequence" (as nats-py's ``KeyValue`` reads
-  them). ``get_last_msg(stream, subject)`` uses ``STREAM.MSG.GET`` (not direct get, so it works
+* ``nats.js.errors.APIError.from_error(error)`` raises the typed error of a JetStream error
+  object, carrying the server's ``err_code``; 10071/10164 mean "wrong last sequence" (as
+  nats-py's ``KeyValue`` reads them). ``get_last_msg(stream, subject)`` uses ``STREAM.MSG.GET`` (not direct get, so it works
   whatever ``allow_direct`` is) and returns base64-decoded ``data`` (None when empty) and parsed
   ``headers`` (None when absent).
 * ``stream_info``/``add_stream``/``delete_stream`` with ``api.StreamConfig``, whose ``as_dict``

@@ -130,8 +130,13 @@ class LedgerReader:
 
     def __call__(self, owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
         """As :func:`read_principal`; same errors."""
-        rows = (self._row(LedgerKind.INTERACTIVE, owner, actor), self._row(LedgerKind.MANAGED, owner, actor))
         principal = (owner, actor)
+        try:
+            rows = (self._row(LedgerKind.INTERACTIVE, owner, actor), self._row(LedgerKind.MANAGED, owner, actor))
+        except BaseException:
+            with self._lock:
+                self._last.pop(principal, None)  # nothing to recall but what a read can confirm
+            raise
         with self._lock:
             if principal not in self._last and len(self._last) >= self._capacity:
                 self._last.pop(next(iter(self._last)))

@@ -47,7 +47,7 @@ from cotal_trio.core.issuance import IssuanceRow, exists_reason, render_row, sto
 from cotal_trio.core.limits import ConnectLimiter, ConnectLimits
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.lanes.callout import CALLOUT_SUBJECT, CHANNEL_CAPACITY, CalloutResponder
-from cotal_trio.lanes.issuance import BucketMissing, RowExpiries
+from cotal_trio.lanes.issuance import BucketMissing, RowExpiries, prune_rows
 from cotal_trio.natsio import Message
 from tests.core.test_callout import (
     KEYS,
@@ -110,14 +110,16 @@ class Lane:
             wait, as for a bridged call that must settle): other tasks run meanwhile.
         recall: the rows the responder's ``recall_ledger`` remembers for every principal (None:
             no recall port, every mint reads the ledger first).
+        waits: per first ledger read, in order, ``(seconds, shielded)``: the read awaits that
+            long, deaf to cancellation when shielded (overrides ``stuck_s`` while it lasts).
     """
 
     def __init__(
         self, clock: trio.testing.MockClock, *, ledger_s: float | list[float] = 0.0,
         connect_limits: ConnectLimiter | None = None, store: FakeBucket | None = None,
-        stuck_s: float = 0.0, recall: tuple | None = None,
+        stuck_s: float = 0.0, recall: tuple | None = None, waits: list[tuple[float, bool]] | None = None,
     ) -> None:
-        self.clock, self.ledger_s, self.stuck_s = clock, ledger_s, stuck_s
+        self.clock, self.ledger_s, self.stuck_s, self.waits = clock, ledger_s, stuck_s, list(waits or [])
         self.store = FakeBucket() if store is None else store
         self.store.on_created = self._expect_recheck
         self.rechecks: list[float] = []  # times of the re-check reads after an issuance row
@@ -153,9 +155,10 @@ class Lane:
         self.ledger_reads.append((trio.current_time(), self.responder.statistics()))
         seconds = self.ledger_s.pop(0) if isinstance(self.ledger_s, list) else self.ledger_s
         self.clock.jump(seconds)  # a blocking stat: the thread is held and trio's clock moves on
-        if self.stuck_s:
-            with trio.CancelScope(shield=True):
-                await trio.sleep(self.stuck_s)
+        wait_s, shielded = self.waits.pop(0) if self.waits else (self.stuck_s, True)
+        if wait_s:
+            with trio.CancelScope(shield=shielded):
+                await trio.sleep(wait_s)
         return (_row(), None)
 
     async def wait_published(self, n: int) -> None:
@@ -357,6 +360,51 @@ async def test_the_deadline_keeper_wakes_early_by_the_lag_it_saw(nursery, autoju
     assert (reply_a, answer_a, at_a) == ("_INBOX.r.1", TIMEOUT_REASON, 1.03125)
     assert (reply_b, answer_b) == ("_INBOX.r.2", TIMEOUT_REASON)
     assert at_b == 1.5 - 0.03125  # early by the lag it saw
+
+
+async def test_a_request_answered_early_by_the_keeper_stops_before_its_row(nursery, autojump_clock, caplog):
+    """The keeper's lead makes its denial leave a little before the deadline; the request's
+    work must stop then, not at the deadline. A (read deaf to cancellation until 1.5) plus a
+    31.25 ms hog teach the keeper a 31.25 ms lead. C arrives at 2.0 (deadline 3.0); its read
+    would return at 2.99, inside the deadline. The keeper denies C at 2.96875 and cancels its
+    worker there: no issuance row is written for a connect already refused."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, waits=[(1.5, True), (0.99, False)])
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+
+        async def hog() -> None:
+            await trio.sleep_until(0.96875)
+            autojump_clock.jump(0.0625)
+
+        nursery.start_soon(hog)
+        await trio.sleep_until(2.0)
+        lane.responder.on_message(_message(3))
+        await lane.wait_published(2)
+        await trio.sleep(2)
+    assert lane.answers() == [("_INBOX.r.1", TIMEOUT_REASON, 1.03125), ("_INBOX.r.3", TIMEOUT_REASON, 2.96875)]
+    assert lane.store.events == [] and lane.rechecks == []
+    assert lane.responder.statistics().in_flight == 0
+
+
+async def test_a_backlog_of_past_deadlines_teaches_the_keeper_no_lead(nursery, autojump_clock, caplog):
+    """Requests whose deadlines passed before the workers and the keeper started (A, B at 0,
+    started at 1.125) are expired at once; that is a backlog, not a late wake-up, and must not
+    become a lead. D, at 2.0 with its read deaf to cancellation until 3.5, is denied exactly at
+    its deadline, 3.0."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, waits=[(1.5, True)])
+        lane.responder.on_message(_message(1))
+        lane.responder.on_message(_message(2))
+        await trio.sleep_until(1.125)
+        await nursery.start(lane.responder.run)
+        await lane.wait_published(2)
+        await trio.sleep_until(2.0)
+        lane.responder.on_message(_message(4))
+        await lane.wait_published(3)
+    assert lane.answers() == [
+        ("_INBOX.r.1", TIMEOUT_REASON, 1.125), ("_INBOX.r.2", TIMEOUT_REASON, 1.125), ("_INBOX.r.4", TIMEOUT_REASON, 3.0),
+    ]
 
 
 async def test_a_row_withdrawal_does_not_hold_the_worker(nursery, autojump_clock, caplog):
@@ -692,9 +740,10 @@ async def test_remembered_rows_skip_the_first_read_only_when_they_grant(
         assert lane.store.held() == {}  # the row was withdrawn
 
 
-async def test_a_kept_row_is_noted_for_the_sweep_and_a_withdrawn_one_is_not(nursery, autojump_clock, caplog):
-    """The sweep need not read the rows the callout kept: their expiry (the bearer's ``exp``)
-    is noted. A row withdrawn after a re-check denial is not."""
+async def test_kept_rows_and_withdrawn_ones_are_noted_so_the_sweep_reads_neither(nursery, autojump_clock, caplog):
+    """The sweep need not read the rows the callout kept: their expiry (the bearer's ``exp``) is
+    noted. Nor the key of a row withdrawn after a re-check denial: it holds a marker that lives
+    as long as the row would have. A sweep right after reads no key."""
     with trio.fail_after(CEILING_S):
         lane = Lane(autojump_clock)
         expiries = RowExpiries()
@@ -705,8 +754,18 @@ async def test_a_kept_row_is_noted_for_the_sweep_and_a_withdrawn_one_is_not(nurs
         lane.recheck_rows = lambda: (None, None)
         lane.responder.on_message(_message(2))
         await lane.wait_published(2)
-        await trio.sleep(1)
+        await trio.sleep(0.5)
+        noted = (expiries.get(f"natkey.{_user(1)}"), expiries.get(f"natkey.{_user(2)}"))
+        reads = []
+        real_get = lane.store.get
+
+        async def counting_get(key):
+            reads.append(key)
+            return await real_get(key)
+
+        lane.store.get = counting_get
+        assert await prune_rows(lane.store, now=NOW + 1, expiries=expiries) == 0
     bearer_exp = natsjwt.decode(BEARER).claims["exp"]
     assert [a[1] for a in lane.answers()] == ["jwt", NOT_GRANTED]
-    assert (expiries.get(f"natkey.{_user(1)}"), expiries.get(f"natkey.{_user(2)}")) == (bearer_exp, None)
-
+    assert noted == (bearer_exp, bearer_exp)
+    assert reads == []

@@ -21,7 +21,7 @@ from cotal_trio.core.creds import format_creds
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.natsio import Connection, Message, open_connection, open_loop
-from cotal_trio.natsio._conn import RECONNECT_ATTEMPTS, RECONNECT_WAIT_S
+from cotal_trio.natsio._conn import RECONNECT_ATTEMPTS, RECONNECT_WAIT_S, NoResponders
 
 CEILING_S = 20
 
@@ -141,7 +141,7 @@ async def test_request_without_responders_fails_promptly(plain_broker: str) -> N
     with trio.fail_after(CEILING_S):
         async with open_loop(), open_connection(plain_broker) as conn:
             start = trio.current_time()
-            with pytest.raises(Unavailable, match="no responders"):
+            with pytest.raises(NoResponders, match="request nobody.home: no responders"):
                 await conn.request("nobody.home", b"?")
             assert trio.current_time() - start < 1.0
             assert conn.is_connected

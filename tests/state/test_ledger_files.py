@@ -194,3 +194,15 @@ def test_ledger_reader_recalls_the_last_read_of_each_principal_without_io(space)
         reader(OWNER, actor)
     assert reader.recall(OWNER, "cli") is None
     assert reader.recall(OWNER, "a2") == (None, None)
+
+
+def test_ledger_reader_forgets_a_principal_whose_read_fails(space):
+    # A review finding: a corrupt row kept the earlier, granting rows recallable, so every
+    # connect wrote an issuance row before the fresh read failed.
+    reader = LedgerReader(space)
+    path = write_row(space, row(LedgerKind.INTERACTIVE))
+    assert reader(OWNER, "cli")[0] is not None
+    path.write_text("{broken")
+    with pytest.raises(CodecError):
+        reader(OWNER, "cli")
+    assert reader.recall(OWNER, "cli") is None
