@@ -1,7 +1,8 @@
 """``cotal space``: add, remove and list the spaces of a root while its broker runs.
 
 A thin skin over :mod:`cotal_trio.broker.spaces` (which documents the order of operations, the
-``spaces.json`` manifest and the ``mode.json`` of static spaces).
+``spaces.json`` manifest and the ``mode.json`` of static spaces). ``deprovision --dry-run``
+prints a space's offline secret inventory (:func:`cotal_trio.state.deprovision_secret_keys`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,15 @@ from ..broker.spaces import add_space, list_spaces, remove_space
 from ..core.errors import ConfigError
 from ..core.identity import is_space
 from ..lanes.pins import choose_pin
-from ..state import RootPaths, resolve_root
+from ..state import (
+    RootPaths,
+    SecretInventory,
+    SecretKey,
+    deprovision_secret_keys,
+    resolve_root,
+)
 
-__all__ = ["add", "list_cmd", "remove", "space_app"]
+__all__ = ["add", "deprovision", "list_cmd", "remove", "space_app"]
 
 space_app = cyclopts.App(name="space", help="Add, remove and list the spaces of a root (live on its broker).")
 
@@ -118,3 +125,51 @@ async def list_cmd(
         return
     for row in rows:
         print(f"{row['space']}\t{row['mode']}\t{'hosted' if row['hosted'] else 'not hosted'}")
+
+
+@space_app.command
+async def deprovision(
+    name: str,
+    /,
+    *,
+    dry_run: Annotated[bool, Parameter(negative="", help="List the space's secret keys; read, change and delete nothing.")] = False,
+    as_json: Annotated[bool, Parameter(name="--json", negative="", help="Print a JSON object.")] = False,
+    root: Root = None,
+) -> None:
+    """List the secret keys deprovisioning a space would remove (only --dry-run is built).
+
+    Parameters
+    ----------
+    name
+        The space name.
+    """
+    if not dry_run:
+        raise ConfigError(
+            f"deprovisioning a space is not built yet - run `cotal space deprovision {name} --dry-run`"
+            " to list its secret keys"
+        )
+    paths = _paths(root)
+    inventory = await trio.to_thread.run_sync(deprovision_secret_keys, paths, name)
+    if as_json:
+        print(json.dumps(inventory.to_json()))
+        return
+    print(_inventory_table(paths, inventory))
+
+
+def _inventory_table(paths: RootPaths, inventory: SecretInventory) -> str:
+    """Header, one tab-separated row per key, then the root-level keys the space shares."""
+    lines = [
+        (f"space {inventory.space}: {len(inventory.keys)} secret keys in {inventory.segment}"
+         " (dry run: no secret read, nothing deleted)"),
+        "kind\tfile\tfield\tmode\tpublic key",
+        *(_inventory_row(paths, key) for key in inventory.keys),
+        "shared by every space of the root (not this space's to delete):",
+        *(_inventory_row(paths, key) for key in inventory.shared),
+    ]
+    return "\n".join(lines)
+
+
+def _inventory_row(paths: RootPaths, key: SecretKey) -> str:
+    mode = "missing" if key.mode is None else f"{key.mode:04o}"
+    where = key.path.relative_to(paths.root)
+    return f"{key.kind}\t{where}\t{key.field}\t{mode}\t{key.public_key or '-'}"

@@ -42,6 +42,7 @@ __all__ = [
     "IssuerKey",
     "JwsWording",
     "b64url_encode",
+    "header_kid",
     "okp_thumbprint",
     "parse_ed25519_jwks",
     "verify_ed25519_jws",
@@ -320,6 +321,20 @@ class JwsWording:
     what: str
     fix: str
     unknown_key: str
+
+
+def header_kid(token: object) -> str | None:
+    """The ``kid`` a compact JWS's header names, trusting nothing; None when there is none.
+
+    Only to decide whether a key set is worth re-reading before verifying (the IdP's JWKS on an
+    unknown ``kid``); verification itself is :func:`verify_ed25519_jws`.
+    """
+    if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
+        return None
+    raw = _b64url_decode(token.split(".", 1)[0])
+    header = _json_object(raw) if raw is not None else None
+    kid = header.get("kid") if header is not None else None
+    return kid if isinstance(kid, str) and kid else None
 
 
 def refuse_jws(wording: JwsWording, problem: str) -> Refused:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +47,7 @@ from cotal_trio.core.exchange import (
 )
 from cotal_trio.core.identity import MIN_OWNER_SECRET_BYTES, check_space, derive_owner
 from cotal_trio.core.idp import IdpPin, verify_idp_token
-from cotal_trio.core.jose import IssuerKey
+from cotal_trio.core.jose import IssuerKey, header_kid
 from cotal_trio.core.limits import Limited
 from cotal_trio.core.ledger import (
     AGENT_EXCHANGE_REFUSAL,
@@ -72,6 +72,7 @@ __all__ = [
     "info_routes",
     "mint_exchange",
     "read_json_body",
+    "refetch_for_unknown_idp_key",
 ]
 
 _CAPABILITY = re.compile(r"[0-9a-f]{64}")
@@ -107,6 +108,9 @@ class ExchangeContext:
             as the callout would charge them now (``ConnectLimiter.peek_principal``); sync,
             spends nothing. While it answers a :class:`~cotal_trio.core.limits.Limited`, an
             exchange that would mint for that actor answers 429 instead (spec "Connect limits").
+        refetch_idp_keys: optional; ``await refetch_idp_keys(kid)`` re-reads the pinned JWKS
+            when an IdP token names a ``kid`` that :attr:`idp_keys` lacks, at most once per 30 s
+            (:meth:`~cotal_trio.lanes.idp_keys.IdpKeyCache.refetch`). None: the key set is fixed.
 
     Raises:
         ConfigError: the capability is not 64 lowercase hex, the owner secret is shorter than
@@ -123,6 +127,7 @@ class ExchangeContext:
     clock: Callable[[], float]
     metrics: Callable[[str, int], None] | None = None
     peek_limits: Callable[[str, str], Limited | None] | None = None
+    refetch_idp_keys: Callable[[str], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.capability, str) or _CAPABILITY.fullmatch(self.capability) is None:
@@ -185,15 +190,16 @@ def _mint_human(ctx: ExchangeContext, request: HumanExchange, now: float) -> Min
     owner = derive_owner(ctx.owner_secret, ctx.idp_pin.issuer, identity.sub)
     interactive, _managed = ctx.read_ledger(owner, request.actor)
     row = authorize_human_exchange(owner, request.actor, interactive)
-    ttl_s = human_bearer_ttl(request.ttl_s, identity.exp, int(now))
-    return _issue(ctx, row, now=int(now), ttl_s=ttl_s)
+    signed_at = int(ctx.clock())  # spec "Bridge contract" step 1: the proof's exp, read at signing
+    ttl_s = human_bearer_ttl(request.ttl_s, identity.exp, signed_at)
+    return _issue(ctx, row, now=signed_at, ttl_s=ttl_s)
 
 
 def _mint_agent(ctx: ExchangeContext, request: AgentExchange, now: float) -> Minted:
     _interactive, managed = ctx.read_ledger(request.owner, request.actor)
     lookup = row_lookup(ctx.read_ledger)
     row = authorize_agent_exchange(request.owner, request.actor, request.actor_token, managed, lookup)
-    return _issue(ctx, row, now=int(now), ttl_s=agent_bearer_ttl(request.ttl_s))
+    return _issue(ctx, row, now=int(ctx.clock()), ttl_s=agent_bearer_ttl(request.ttl_s))
 
 
 def mint_exchange(ctx: ExchangeContext, request: HumanExchange | AgentExchange, *, now: float) -> Minted:
@@ -202,7 +208,9 @@ def mint_exchange(ctx: ExchangeContext, request: HumanExchange | AgentExchange, 
     Args:
         ctx: the face's ports.
         request: the body parsed by ``core.exchange.parse_exchange_body``.
-        now: wall time, unix seconds (read once by the caller).
+        now: wall time, unix seconds, the IdP token is checked at (read by the caller). The
+            bearer is dated ``ctx.clock()`` read again just before it is signed, and a human
+            bearer's lifetime ends no later than the proof's ``exp`` at that moment.
 
     Returns:
         The :class:`Minted` bearer.
@@ -313,14 +321,28 @@ def _throttled(ctx: ExchangeContext, refusal: Refused, *, arm: str, source: str,
     return Refused(RefusalCode.RATE_LIMITED, TOO_MANY_REFUSALS)
 
 
+async def refetch_for_unknown_idp_key(ctx: ExchangeContext, body: object) -> None:
+    """Trio: before a human exchange is decided, re-read the IdP's JWKS if its token names a
+    ``kid`` the pinned key set lacks (the IdP rotated its keys); see ``refetch_idp_keys``.
+
+    Trusts nothing in the token: it only decides whether a re-read is worth it, and the token
+    is verified afterwards against whatever keys there are. Never raises for a bad body.
+    """
+    if ctx.refetch_idp_keys is None or not isinstance(body, dict):
+        return
+    kid = header_kid(body.get("idpToken"))
+    if kid is not None and kid not in ctx.idp_keys():
+        await ctx.refetch_idp_keys(kid)
+
+
 def answer_exchange(
     ctx: ExchangeContext, body: object, *, admit_refusal: Callable[[float], bool], peer: str | None = None,
     tally: ExchangeTally | None = None,
 ) -> tuple[dict[str, Any], int, dict[str, str]]:
     """Answer one ``POST /exchange`` body: parse it, mint, or refuse within the face's budget.
 
-    Reads ``ctx.clock()`` once (after the body arrived: waiting shortens the bearer, never
-    extends it). A refusal (a body that is not a JSON object, a bad field, a refused
+    Reads ``ctx.clock()`` after the body arrived, to check the IdP token and date refusals,
+    and again just before signing (waiting shortens the bearer, never extends it). A refusal (a body that is not a JSON object, a bad field, a refused
     credential) is logged at warning on ``cotal.http`` and offered to ``admit_refusal``; while
     the budget admits it the caller sees its reason, once it is full a 429. A valid credential
     mints whatever the budget says (spec "Proxy attribution": successes are never throttled).

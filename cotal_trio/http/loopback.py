@@ -42,6 +42,7 @@ from cotal_trio.http.faces import (
     JWKS_MAX_AGE_S,
     ExchangeContext,
     answer_exchange,
+    refetch_for_unknown_idp_key,
     check_transport,
     counted_exchange,
     info_routes,
@@ -89,6 +90,7 @@ class _LoopbackFace:
             check_transport(request.headers)
             self._check_capability(request.headers)
             body = await read_json_body()
+            await refetch_for_unknown_idp_key(self._ctx, body)
             return answer_exchange(self._ctx, body, admit_refusal=self._refusals.try_acquire, tally=tally)
 
 

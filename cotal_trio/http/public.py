@@ -48,6 +48,7 @@ from cotal_trio.core.windows import WindowLru
 from cotal_trio.http.errors import install_edge
 from cotal_trio.http.faces import (
     ExchangeContext, answer_exchange, check_transport, counted_exchange, info_routes, read_json_body,
+    refetch_for_unknown_idp_key,
 )
 
 __all__ = ["AUTH_PROVIDER", "MESH_DOCUMENT_PATH", "UNKNOWN_PATH", "build_public_app", "mesh_document", "peer_key"]
@@ -186,6 +187,7 @@ class _PublicFace:
         with counted_exchange(self._ctx) as tally:
             check_transport(request.headers)
             body = await read_json_body()
+            await refetch_for_unknown_idp_key(self._ctx, body)
             peer = self._peer()
             admit = functools.partial(self._refusals.try_acquire, peer)
             return answer_exchange(self._ctx, body, admit_refusal=admit, peer=peer, tally=tally)

@@ -94,7 +94,8 @@ async def _run_space(
     """
     async with trio.open_nursery() as nursery:
         if not config.callout_only:
-            config = dataclasses.replace(config, idp_keys=await _idp_keys(nursery, root, config.space))
+            keys = await _idp_keys(nursery, root, config.space)
+            config = dataclasses.replace(config, idp_keys=keys.keys, refetch_idp_keys=keys.refetch)
         await run_lane(config, task_status=task_status)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -103,8 +104,9 @@ def _no_keys() -> Mapping[str, VerifyKey]:
     return {}
 
 
-async def _idp_keys(nursery: trio.Nursery, root: RootPaths, space: str) -> Callable[[], Mapping[str, VerifyKey]]:
-    """The key set of ``space``'s pinned IdP (an oidc pin's is refreshed in ``nursery``).
+async def _idp_keys(nursery: trio.Nursery, root: RootPaths, space: str) -> IdpKeyCache:
+    """The key set of ``space``'s pinned IdP (an oidc pin's is refreshed in ``nursery``, and
+    re-read for an unknown ``kid``; a dev pin's never changes).
 
     Raises:
         ConfigError: no pin, a corrupt pin or ``devidp.json``, or a dev pin naming another IdP.
@@ -112,8 +114,8 @@ async def _idp_keys(nursery: trio.Nursery, root: RootPaths, space: str) -> Calla
     """
     pin = load_idp_pin(root.space(space).idp_json)
     if pin.kind == "dev":
-        return IdpKeyCache(parse_jwks(jwks(_dev_idp(root, space, pin.issuer)))).keys
-    return (await open_pinned_keys(pin.jwks_uri, nursery)).keys
+        return IdpKeyCache(parse_jwks(jwks(_dev_idp(root, space, pin.issuer))))
+    return await open_pinned_keys(pin.jwks_uri, nursery)
 
 
 def _dev_idp(root: RootPaths, space: str, issuer: str) -> DevIdpMaterial:

@@ -33,7 +33,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NoReturn
 
@@ -121,6 +121,8 @@ class LaneConfig:
         paths: the space's folder in the root (material, ledger, ``auth-service.json``).
         server_url: the broker, ``nats://127.0.0.1:<port>``.
         idp_keys: the pinned IdP's current key set (sync; a cache the host refreshes).
+        refetch_idp_keys: re-reads that key set for an unknown ``kid`` (an oidc pin's
+            :meth:`~cotal_trio.lanes.idp_keys.IdpKeyCache.refetch`), or None (fixed keys).
         limits: callout limits (spec "Callout deadlines").
         connect_limits: ``connectLimits`` (spec "Connect limits"): one limiter per lane start,
             shared by its callout and its exchange faces, on trio time. A replica keeps the
@@ -151,6 +153,7 @@ class LaneConfig:
     paths: SpacePaths
     server_url: str
     idp_keys: IdpKeys
+    refetch_idp_keys: Callable[[str], Awaitable[None]] | None = None
     limits: CalloutLimits = field(default_factory=CalloutLimits)
     connect_limits: ConnectLimits = DEFAULT_LIMITS
     http_port: int = 0
@@ -212,6 +215,7 @@ def _exchange_context(
         owner_secret=load_owner_secret(config.paths.owner_secret_json),
         idp_pin=load_idp_pin(config.paths.idp_json).pin(),
         idp_keys=config.idp_keys,
+        refetch_idp_keys=config.refetch_idp_keys,
         read_ledger=functools.partial(read_principal, config.paths),
         clock=config.clock,
         metrics=metrics.exchange_answered,

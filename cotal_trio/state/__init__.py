@@ -18,6 +18,7 @@ from .files import (
     save_json,
     write_json,
 )
+from .inventory import SecretInventory, SecretKey, deprovision_secret_keys
 from .layout import RootPaths, SpacePaths, resolve_root, space_dir_name
 from .lock import hold_root
 from .ledger_files import (
@@ -65,11 +66,14 @@ __all__ = [
     "IdpPinRecord",
     "IssuerKeys",
     "RootPaths",
+    "SecretInventory",
+    "SecretKey",
     "SpaceMaterial",
     "SpacePaths",
     "atomic_create",
     "atomic_write",
     "corrupt",
+    "deprovision_secret_keys",
     "ensure_dir",
     "kind_dir",
     "list_rows",

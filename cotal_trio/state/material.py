@@ -98,7 +98,12 @@ def _keypair(f: Fields, dotted: str, role: Prefix) -> KeyPair:
     return key
 
 
-def _public_key(f: Fields, dotted: str, role: Prefix) -> str:
+def public_key_field(f: Fields, dotted: str, role: Prefix) -> str:
+    """The public key of ``role`` at ``dotted`` in ``f`` (for this package's readers).
+
+    Raises:
+        ConfigError: the field is missing, not a string, or not a key of that role.
+    """
     value = f.get(dotted, str)
     try:
         decode_public_key(value, role)
@@ -189,7 +194,7 @@ def load_broker(path: Path) -> BrokerMaterial:
     f = read_fields(path)
     operator = _keypair(f, "operator.seed", Prefix.OPERATOR)
     osk = _keypair(f, "operator.signingSeed", Prefix.OPERATOR)
-    system = _public_key(f, "system.account", Prefix.ACCOUNT)
+    system = public_key_field(f, "system.account", Prefix.ACCOUNT)
     ssk = _keypair(f, "system.signingSeed", Prefix.ACCOUNT)
     op_claims = _jwt(f, "operator.jwt", subject=operator.public_key, issuer=operator.public_key)
     if osk.public_key not in op_claims["nats"].get("signing_keys", ()):
@@ -272,7 +277,7 @@ def load_space(path: Path, space: str) -> SpaceMaterial:
     f = read_fields(path)
     if f.get("space", str) != space:
         raise f.bad(f"it belongs to space {f.get('space', str)!r}, not {space!r}")
-    auth = _public_key(f, "auth.account", Prefix.ACCOUNT)
+    auth = public_key_field(f, "auth.account", Prefix.ACCOUNT)
     ask = _keypair(f, "auth.signingSeed", Prefix.ACCOUNT)
     _creds(f, "calloutCreds", signer=ask.public_key, account=auth)
     sentinel = _creds(f, "sentinelCreds", signer=ask.public_key, account=auth)
@@ -280,7 +285,7 @@ def load_space(path: Path, space: str) -> SpaceMaterial:
         raise f.bad("the sentinel is not a bearer-token user")
     return SpaceMaterial(
         space=space,
-        data_account=_public_key(f, "data.account", Prefix.ACCOUNT),
+        data_account=public_key_field(f, "data.account", Prefix.ACCOUNT),
         data_callout_signing=_keypair(f, "data.calloutSigningSeed", Prefix.ACCOUNT),
         data_service_signing=_keypair(f, "data.serviceSigningSeed", Prefix.ACCOUNT),
         auth_account=auth,
@@ -342,17 +347,17 @@ def load_accounts(path: Path, space: str, *, operator_signing_key: str) -> Accou
     f = read_fields(path)
     if f.get("space", str) != space:
         raise f.bad(f"it belongs to space {f.get('space', str)!r}, not {space!r}")
-    data = _public_key(f, "data.account", Prefix.ACCOUNT)
-    data_sks = tuple(_public_key(f, f"data.signingKeys.{i}", Prefix.ACCOUNT) for i in range(2))
+    data = public_key_field(f, "data.account", Prefix.ACCOUNT)
+    data_sks = tuple(public_key_field(f, f"data.signingKeys.{i}", Prefix.ACCOUNT) for i in range(2))
     if len(f.get("data.signingKeys", list)) != 2:
         raise f.bad("data.signingKeys must hold the callout and the service signing keys")
-    auth = _public_key(f, "auth.account", Prefix.ACCOUNT)
-    ask = _public_key(f, "auth.signingKey", Prefix.ACCOUNT)
+    auth = public_key_field(f, "auth.account", Prefix.ACCOUNT)
+    ask = public_key_field(f, "auth.signingKey", Prefix.ACCOUNT)
     _account_jwt(f, "data.jwt", data, operator_signing_key, list(data_sks))
     _account_jwt(f, "auth.jwt", auth, operator_signing_key, [ask])
     return AccountsRecord(
         space=space, data_account=data, data_signing_keys=data_sks, auth_account=auth,
-        auth_signing_key=ask, callout_user=_public_key(f, "auth.calloutUser", Prefix.USER),
-        xkey=_public_key(f, "auth.xkey", Prefix.CURVE),
+        auth_signing_key=ask, callout_user=public_key_field(f, "auth.calloutUser", Prefix.USER),
+        xkey=public_key_field(f, "auth.xkey", Prefix.CURVE),
         data_jwt=f.get("data.jwt", str), auth_jwt=f.get("auth.jwt", str),
     )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 
 import pytest
@@ -27,6 +29,24 @@ def jwk(seed: bytes, kid: str) -> dict:
 
 
 KEYS = parse_jwks({"keys": [jwk(SEED, "idp-1"), {**jwk(OTHER_SEED, "idp-2"), "alg": "EdDSA", "use": "sig"}]})
+
+
+def pem(public: bytes) -> bytes:
+    """The SubjectPublicKeyInfo PEM of a raw Ed25519 public key (RFC 8410)."""
+    der = bytes.fromhex("302a300506032b6570032100") + public
+    return b"-----BEGIN PUBLIC KEY-----\n" + base64.b64encode(der) + b"\n-----END PUBLIC KEY-----\n"
+
+
+def hs256_token(secret: bytes) -> str:
+    """A token whose ``alg`` is HS256, MACed with ``secret``: the key-confusion attack, where a
+    verifier that trusts the header would check the MAC with the public key's bytes."""
+    head = {"alg": "HS256", "kid": "idp-1", "typ": "JWT"}
+    body = {"iss": PIN.issuer, "aud": PIN.audience, "sub": "alice", "iat": NOW - 10, "exp": NOW + 300}
+    signing_input = f"{b64(json.dumps(head).encode())}.{b64(json.dumps(body).encode())}"
+    return f"{signing_input}.{b64(hmac.new(secret, signing_input.encode(), hashlib.sha256).digest())}"
+
+
+PUBLIC = bytes(SigningKey(SEED).verify_key)
 
 
 def token(header: dict | None = None, seed: bytes = SEED, **overrides) -> str:
@@ -105,6 +125,9 @@ REFUSALS = [
     (token(header={"alg": "RS256"}), NOW, 'alg "RS256" is not accepted'),
     (token(header={"alg": "ES256"}), NOW, 'alg "ES256" is not accepted'),
     (token(header={"alg": "none"}), NOW, 'alg "none" is not accepted'),
+    (hs256_token(PUBLIC), NOW, 'alg "HS256" is not accepted'),
+    (hs256_token(pem(PUBLIC)), NOW, 'alg "HS256" is not accepted'),
+    (hs256_token(b64(PUBLIC).encode()), NOW, 'alg "HS256" is not accepted'),
     (token(header={"jku": "https://evil.example/jwks"}), NOW, "key material (jku)"),
     (token(header={"jwk": jwk(SEED, "idp-1")}), NOW, "key material (jwk)"),
     (token(header={"x5u": "https://evil.example/x"}), NOW, "key material (x5u)"),
@@ -120,6 +143,7 @@ REFUSALS = [
     (token(exp=NOW + 0.5), NOW, "needs integer exp and iat"),
     (token(exp=NOW), NOW, "IdP token expired"),
     (token(exp=NOW - 1), NOW, "IdP token expired"),
+    (token(exp=NOW - 6), NOW, "IdP token expired"),
     (token(iat=NOW + 6), NOW, "not valid yet"),
     (token(nbf=NOW + 6), NOW, "not valid yet"),
     (token(nbf="soon"), NOW, "not valid yet"),

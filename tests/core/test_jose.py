@@ -9,7 +9,15 @@ import pytest
 from nacl.signing import SigningKey
 
 from cotal_trio.core.errors import CodecError
-from cotal_trio.core.jose import BearerKeySet, IssuerKey, JwsWording, sign_ed25519_jws, verify_ed25519_jws
+from cotal_trio.core.jose import (
+    BearerKeySet,
+    IssuerKey,
+    JwsWording,
+    b64url_encode,
+    header_kid,
+    sign_ed25519_jws,
+    verify_ed25519_jws,
+)
 
 SEED = bytes(range(32))
 KEY = IssuerKey.generate(SEED)
@@ -119,3 +127,22 @@ def test_key_set_from_jwks():
 def test_key_set_from_jwks_refuses(doc):
     with pytest.raises(CodecError):
         BearerKeySet.from_jwks(doc)
+
+
+@pytest.mark.parametrize(
+    ("token", "kid"),
+    [
+        (b64url_encode(b'{"alg":"EdDSA","kid":"k1"}') + ".e30.sig", "k1"),
+        (b64url_encode(b'{"alg":"EdDSA"}') + ".e30.sig", None),
+        (b64url_encode(b'{"kid":""}') + ".e30.sig", None),
+        (b64url_encode(b'{"kid":7}') + ".e30.sig", None),
+        (b64url_encode(b'{"kid":"a","kid":"b"}') + ".e30.sig", None),  # duplicate keys: no header
+        ("not base64!.e30.sig", None),
+        ("", None),
+        (None, None),
+        (42, None),
+    ],
+)
+def test_header_kid_reads_only_a_plain_string_kid(token, kid):
+    # Used only to decide whether to re-read an IdP's JWKS; verification is verify_ed25519_jws.
+    assert header_kid(token) == kid
