@@ -22,7 +22,19 @@ from cotal_trio.core.bearer import CLOCK_SKEW_S
 from cotal_trio.core.errors import ConfigError, RefusalCode, Refused
 from cotal_trio.core.jose import JwsWording, parse_ed25519_jwks, verify_ed25519_jws
 
-__all__ = ["IdpIdentity", "IdpPin", "parse_jwks", "verify_idp_token"]
+__all__ = [
+    "PASSWORD_PROOF_MAX_AGE_S",
+    "IdpIdentity",
+    "IdpPin",
+    "check_password_proof",
+    "parse_jwks",
+    "parse_password_proof_body",
+    "verify_idp_token",
+]
+
+# Spec "Password proof": a password sign-in this recent, at most, proves a person is present.
+PASSWORD_PROOF_MAX_AGE_S = 300
+_PROOF_FIELDS = frozenset({"idpToken", "subject"})
 
 _IDP_WORDING = JwsWording(
     what="IdP token",
@@ -165,3 +177,61 @@ def verify_idp_token(token: object, *, pin: IdpPin, keys: Mapping[str, VerifyKey
         raise _bad("has no subject (sub must be a non-empty string)")
     auth_time, amr = _provenance(claims)
     return IdpIdentity(sub=sub, iat=iat, exp=exp, auth_time=auth_time, amr=amr)
+
+
+def parse_password_proof_body(body: object) -> tuple[str, str]:
+    """The ``(idpToken, subject)`` of a ``POST /tool-result-human-proof/verify`` body.
+
+    The body is closed: exactly ``{"idpToken": str, "subject": str}``, ``subject`` being the
+    host's authenticated session subject (the IdP ``sub`` the host signed its user in as).
+
+    Raises:
+        Refused: BAD_REQUEST naming the field that is missing, extra or not a non-empty string.
+    """
+    if not isinstance(body, dict):
+        raise Refused(RefusalCode.BAD_REQUEST, 'the body must be a JSON object {"idpToken", "subject"}')
+    extra = sorted(set(body) - _PROOF_FIELDS)
+    if extra:
+        raise Refused(RefusalCode.BAD_REQUEST, f"unknown field {extra[0]!r} - the body is exactly {{idpToken, subject}}")
+    for name in sorted(_PROOF_FIELDS):
+        if not isinstance(body.get(name), str) or not body[name]:
+            raise Refused(RefusalCode.BAD_REQUEST, f"{name} must be a non-empty string")
+    return body["idpToken"], body["subject"]
+
+
+def check_password_proof(identity: IdpIdentity, *, subject: str, now: float) -> None:
+    """Decide a verified IdP token as a fresh password proof for ``subject`` (spec "Password
+    proof"): its ``sub`` is the host's session subject, its signed integer-second ``auth_time``
+    is no later than ``now`` and at most ``PASSWORD_PROOF_MAX_AGE_S`` (300 s) old, and its signed
+    ``amr`` contains ``pwd``. A recent ``iat`` proves nothing here.
+
+    Pure: ``identity`` comes from :func:`verify_idp_token` (signature, pin and expiry checked),
+    ``now`` is wall time in unix seconds. Exchange is unaffected by this rule.
+
+    Raises:
+        Refused: BAD_CREDENTIAL with a sentence naming what is missing, malformed, in the
+            future or stale, and the fix.
+    """
+    if identity.sub != subject:
+        raise Refused(
+            RefusalCode.BAD_CREDENTIAL,
+            "IdP token is for another subject than the session's - the signed-in user must sign in again",
+        )
+    if identity.auth_time is None:
+        raise Refused(
+            RefusalCode.BAD_CREDENTIAL,
+            "IdP token carries no integer auth_time, so it proves no password sign-in - sign in with the password again",
+        )
+    if identity.auth_time > now:
+        raise Refused(RefusalCode.BAD_CREDENTIAL, "IdP token auth_time is in the future - check the IdP's and this host's clocks")
+    age = now - identity.auth_time
+    if age > PASSWORD_PROOF_MAX_AGE_S:
+        raise Refused(
+            RefusalCode.BAD_CREDENTIAL,
+            f"IdP token password sign-in is {int(age)} s old (at most {PASSWORD_PROOF_MAX_AGE_S} s) - sign in with the password again",
+        )
+    if "pwd" not in identity.amr:
+        raise Refused(
+            RefusalCode.BAD_CREDENTIAL,
+            "IdP token amr does not contain pwd - sign in with the password (not another method) and retry",
+        )

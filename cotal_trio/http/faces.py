@@ -46,9 +46,8 @@ from cotal_trio.core.exchange import (
     parse_exchange_body,
 )
 from cotal_trio.core.identity import MIN_OWNER_SECRET_BYTES, check_space, derive_owner
-from cotal_trio.core.idp import IdpPin, verify_idp_token
+from cotal_trio.core.idp import IdpPin, check_password_proof, parse_password_proof_body, verify_idp_token
 from cotal_trio.core.jose import IssuerKey, header_kid
-from cotal_trio.core.limits import Limited
 from cotal_trio.core.ledger import (
     AGENT_EXCHANGE_REFUSAL,
     LedgerRow,
@@ -56,6 +55,7 @@ from cotal_trio.core.ledger import (
     authorize_agent_exchange,
     authorize_human_exchange,
 )
+from cotal_trio.core.limits import Limited
 from cotal_trio.http.errors import BODY_TOO_LARGE, LOGGER, MAX_BODY_BYTES, REFUSAL_STATUS, Handler, Rejected
 from cotal_trio.state import row_lookup
 
@@ -66,6 +66,7 @@ __all__ = [
     "ExchangeTally",
     "Minted",
     "answer_exchange",
+    "answer_password_proof",
     "check_transport",
     "counted_exchange",
     "exchange_arm",
@@ -319,6 +320,40 @@ def _throttled(ctx: ExchangeContext, refusal: Refused, *, arm: str, source: str,
     if admitted:
         return refusal
     return Refused(RefusalCode.RATE_LIMITED, TOO_MANY_REFUSALS)
+
+
+def answer_password_proof(
+    ctx: ExchangeContext, body: object, *, admit_refusal: Callable[[float], bool]
+) -> tuple[dict[str, Any], int, dict[str, str]]:
+    """Answer one ``POST /tool-result-human-proof/verify`` body (spec "Host-only routes" and
+    "Password proof"): does the IdP token prove that the host's session subject signed in with a
+    password in the last 300 s? It decides only: it issues no consent and no credential.
+
+    Reads ``ctx.clock()`` once. A refusal is logged and offered to ``admit_refusal`` (the
+    loopback face's shared refusal window), as an exchange refusal is.
+
+    Returns:
+        ``({"verified": true, "sub", "owner", "authTime"}, 200, {"Cache-Control": "no-store"})``:
+        ``owner`` is the owner the exchange derives for that subject, ``authTime`` unix seconds.
+
+    Raises:
+        Refused: BAD_REQUEST 400 for a body that is not exactly ``{idpToken, subject}``;
+            BAD_CREDENTIAL 401 for a token the pin refuses or that is no fresh password proof
+            for ``subject``; RATE_LIMITED 429 :data:`TOO_MANY_REFUSALS` once the window is full.
+    """
+    now = ctx.clock()
+    try:
+        token, subject = parse_password_proof_body(body)
+        identity = verify_idp_token(token, pin=ctx.idp_pin, keys=ctx.idp_keys(), now=now)
+        check_password_proof(identity, subject=subject, now=now)
+    except Refused as refusal:
+        LOGGER.warning("auth-service: refused a password proof: %s", refusal.detail)
+        if admit_refusal(now):
+            raise
+        raise Refused(RefusalCode.RATE_LIMITED, TOO_MANY_REFUSALS) from None
+    owner = derive_owner(ctx.owner_secret, ctx.idp_pin.issuer, identity.sub)
+    body_out = {"verified": True, "sub": identity.sub, "owner": owner, "authTime": identity.auth_time}
+    return body_out, 200, {"Cache-Control": "no-store"}
 
 
 async def refetch_for_unknown_idp_key(ctx: ExchangeContext, body: object) -> None:

@@ -7,6 +7,9 @@ Closed, exact-match route table (anything else is a JSON 404, a wrong method a J
 ``GET /jwks``      ``{"keys": [<public JWK>]}`` with ``Cache-Control: max-age=300``
 ``POST /exchange`` a bearer for an IdP token (human) or an actor token (agent)
 ``GET /metrics``   the lane's Prometheus text (:mod:`cotal_trio.lanes.metrics`), when given
+``POST /tool-result-human-proof/verify``
+                   host-only door: is ``{idpToken, subject}`` a fresh password proof of the
+                   host's session subject? (``faces.answer_password_proof``; decides only)
 =================  ==========================================================================
 
 ``GET /metrics`` needs **no capability**: a scraper on the host normally cannot read the 0600
@@ -20,7 +23,8 @@ browser may drive this face); ``Content-Type`` must start with ``application/jso
 the body is at most 65536 bytes (413); it must be JSON (400). Then the exchange itself
 (``faces.py``, shared with the public face). Every refusal from the body on counts against one
 shared refused-exchange window (spec "Listener policy": 30 per rolling 60 s); once it is full a
-refusal answers 429 instead of its reason, while a valid credential still mints.
+refusal answers 429 instead of its reason, while a valid credential still mints. The proof door
+takes the same pre-checks and counts its refusals in the same window.
 
 Per-app state is the two windows, held by the handlers' closure (no module state, no nursery).
 """
@@ -42,16 +46,18 @@ from cotal_trio.http.faces import (
     JWKS_MAX_AGE_S,
     ExchangeContext,
     answer_exchange,
-    refetch_for_unknown_idp_key,
+    answer_password_proof,
     check_transport,
     counted_exchange,
     info_routes,
     read_json_body,
+    refetch_for_unknown_idp_key,
 )
 
-__all__ = ["JWKS_MAX_AGE_S", "UNKNOWN_PATH", "build_loopback_app"]
+__all__ = ["JWKS_MAX_AGE_S", "PROOF_PATH", "UNKNOWN_PATH", "build_loopback_app"]
 
-UNKNOWN_PATH = "unknown path - /health, /jwks, /exchange, /metrics"
+PROOF_PATH = "/tool-result-human-proof/verify"
+UNKNOWN_PATH = f"unknown path - /health, /jwks, /exchange, /metrics, {PROOF_PATH}"
 BAD_CAPABILITY = "missing/invalid exchange capability - read it from the space's auth-service.json"
 TOO_MANY_BAD_CAPABILITIES = "too many invalid-capability attempts - wait a minute and retry"
 
@@ -93,6 +99,16 @@ class _LoopbackFace:
             await refetch_for_unknown_idp_key(self._ctx, body)
             return answer_exchange(self._ctx, body, admit_refusal=self._refusals.try_acquire, tally=tally)
 
+    async def password_proof(self) -> tuple[dict[str, Any], int, dict[str, str]]:
+        """``POST /tool-result-human-proof/verify``: ``200 {"verified": true, "sub", "owner",
+        "authTime"}``; refusals as ``/exchange`` (401 for a token that is no fresh password proof).
+        """
+        check_transport(request.headers)
+        self._check_capability(request.headers)
+        body = await read_json_body()
+        await refetch_for_unknown_idp_key(self._ctx, body)
+        return answer_password_proof(self._ctx, body, admit_refusal=self._refusals.try_acquire)
+
 
 def _metrics_route(exposition: Callable[[], tuple[bytes, str]]) -> Handler:
     async def scrape() -> tuple[bytes, int, dict[str, str]]:
@@ -117,7 +133,7 @@ def build_loopback_app(ctx: ExchangeContext, *, metrics: Callable[[], tuple[byte
     """
     app = QuartTrio("cotal_trio.http.loopback")
     face = _LoopbackFace(ctx)
-    routes = {**info_routes(ctx), "/exchange": {"POST": face.exchange}}
+    routes = {**info_routes(ctx), "/exchange": {"POST": face.exchange}, PROOF_PATH: {"POST": face.password_proof}}
     if metrics is not None:
         routes["/metrics"] = {"GET": _metrics_route(metrics)}
     install_edge(app, routes=routes, unknown_path=UNKNOWN_PATH)

@@ -11,7 +11,14 @@ import pytest
 from nacl.signing import SigningKey
 
 from cotal_trio.core.errors import CodecError, ConfigError, RefusalCode, Refused
-from cotal_trio.core.idp import IdpIdentity, IdpPin, parse_jwks, verify_idp_token
+from cotal_trio.core.idp import (
+    IdpIdentity,
+    IdpPin,
+    check_password_proof,
+    parse_jwks,
+    parse_password_proof_body,
+    verify_idp_token,
+)
 
 SEED = bytes([3] * 32)
 OTHER_SEED = bytes([4] * 32)
@@ -189,3 +196,57 @@ def test_pin_refuses(fields):
 
 def test_pin_without_jwks_uri():
     assert IdpPin(issuer="a", audience="b").jwks_uri is None
+
+
+# --- spec "Password proof" ----------------------------------------------------------------------
+
+
+def _proof(**claims) -> IdpIdentity:
+    return verify_idp_token(token(**claims), pin=PIN, keys=KEYS, now=NOW)
+
+
+def test_a_fresh_password_sign_in_of_the_subject_is_a_proof():
+    check_password_proof(_proof(auth_time=NOW - 300, amr=["pwd"]), subject="alice", now=NOW)
+    check_password_proof(_proof(auth_time=NOW, amr=["otp", "pwd"]), subject="alice", now=NOW)
+
+
+@pytest.mark.parametrize(
+    ("identity", "subject", "fragment"),
+    [
+        (_proof(auth_time=NOW - 10, amr=["pwd"]), "bob", "for another subject than the session's"),
+        (_proof(amr=["pwd"]), "alice", "carries no integer auth_time"),
+        (_proof(auth_time="recently", amr=["pwd"]), "alice", "carries no integer auth_time"),
+        (_proof(auth_time=float(NOW - 10), amr=["pwd"]), "alice", "carries no integer auth_time"),
+        (_proof(auth_time=True, amr=["pwd"]), "alice", "carries no integer auth_time"),
+        (_proof(auth_time=NOW + 1, amr=["pwd"]), "alice", "auth_time is in the future"),
+        (_proof(auth_time=NOW - 301, amr=["pwd"]), "alice", "password sign-in is 301 s old (at most 300 s)"),
+        (_proof(auth_time=NOW - 10), "alice", "amr does not contain pwd"),
+        (_proof(auth_time=NOW - 10, amr=["otp"]), "alice", "amr does not contain pwd"),
+        (_proof(auth_time=NOW - 10, amr="pwd"), "alice", "amr does not contain pwd"),
+        # a fresh iat is no password provenance
+        (_proof(iat=NOW, amr=["pwd"]), "alice", "carries no integer auth_time"),
+    ],
+)
+def test_what_is_no_password_proof(identity, subject, fragment):
+    with pytest.raises(Refused) as info:
+        check_password_proof(identity, subject=subject, now=NOW)
+    assert info.value.code is RefusalCode.BAD_CREDENTIAL
+    assert fragment in info.value.detail and " - " in info.value.detail
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (None, "must be a JSON object"),
+        ([], "must be a JSON object"),
+        ({"idpToken": "t"}, "subject must be a non-empty string"),
+        ({"idpToken": "t", "subject": ""}, "subject must be a non-empty string"),
+        ({"idpToken": 1, "subject": "alice"}, "idpToken must be a non-empty string"),
+        ({"idpToken": "t", "subject": "alice", "actor": "cli"}, "unknown field 'actor'"),
+    ],
+)
+def test_the_proof_body_is_closed(body, fragment):
+    with pytest.raises(Refused) as info:
+        parse_password_proof_body(body)
+    assert info.value.code is RefusalCode.BAD_REQUEST and fragment in info.value.detail
+    assert parse_password_proof_body({"idpToken": "t", "subject": "alice"}) == ("t", "alice")

@@ -133,7 +133,7 @@ async def test_jwks_publishes_the_issuer_key_with_a_cache_header(client):
 async def test_unknown_path_is_a_json_404(client, path):
     response = await client.get(path)
     assert response.status_code == 404
-    assert await response.get_json() == {"error": "unknown path - /health, /jwks, /exchange, /metrics"}
+    assert await response.get_json() == {"error": "unknown path - /health, /jwks, /exchange, /metrics, /tool-result-human-proof/verify"}
 
 
 @pytest.mark.parametrize(("method", "path"), [("GET", "/exchange"), ("POST", "/health"), ("OPTIONS", "/jwks")])
