@@ -3,8 +3,14 @@
 It starts no broker and pushes no account: the broker at ``--server`` must already trust the
 spaces (the operator pushes them; ``cotal up`` does for its root's space). ``--callout-only``
 runs replica lanes: the callout alone, no HTTP face and no ``auth-service.json``. The replica
-refuses the HTTP flags (the public-face flags, once they exist) and ``--service-endpoints``;
-``--auth-timeout`` applies to both modes.
+refuses the public-face flags and ``--service-endpoints``; ``--auth-timeout`` applies to both
+modes.
+
+``--exchange-public-port N`` (with ``--space``; a manifest sets ``exchangePublicPort`` and
+friends per entry) adds the space's public exchange face on 127.0.0.1:N, behind the operator's
+TLS-terminating reverse proxy; ``--exchange-public-url``, ``--exchange-trusted-proxy`` and
+``--advertised-server`` need it. The flags become the space's manifest-entry fields
+(:class:`~cotal_trio.lanes.hosting.ServiceConfig`), checked by the manifest's own rules.
 
 ``--service-endpoints`` (with ``--space``; a manifest sets ``serviceEndpoints`` per entry) opens
 the space's service-endpoint admission for good, and a callout-only replica then refuses the
@@ -41,12 +47,17 @@ async def auth_service(
     callout_only: Annotated[bool, Parameter(help="Replica: the callout only (no HTTP face, no auth-service.json).")] = False,
     auth_timeout: Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2); the callout deadline budget.")] = None,
     service_endpoints: Annotated[bool, Parameter(help="With --space: open the space's service-endpoint admission; nothing closes it, and callout-only replicas then refuse the space.")] = False,
+    exchange_public_port: Annotated[int | None, Parameter(help="With --space: serve the public exchange face on 127.0.0.1:N too (put a TLS reverse proxy in front).")] = None,
+    exchange_public_url: Annotated[str | None, Parameter(help="The https:// address clients reach the public face by (needs --exchange-public-port).")] = None,
+    exchange_trusted_proxy: Annotated[bool, Parameter(help="Attribute public-face peers by the last X-Forwarded-For hop (needs --exchange-public-port).")] = False,
+    advertised_server: Annotated[str | None, Parameter(help="The broker URL the public face advertises, nats/tls/ws/wss (needs --exchange-public-port; default --server).")] = None,
 ) -> int:
     """Run the auth service for one space or a manifest of spaces until Ctrl-C.
 
     With --spaces, a space that fails is retried every 5 s while the others keep serving;
-    with --space, a failure ends the process with exit 1. --service-endpoints is refused with
-    --callout-only and with --spaces (set the manifest entry's serviceEndpoints instead).
+    with --space, a failure ends the process with exit 1. --service-endpoints and the
+    public-face flags are refused with --callout-only and with --spaces (set the manifest
+    entry's fields instead).
     """
     if (space is None) == (spaces is None):
         raise ConfigError("pass exactly one of --space (one space) and --spaces (a manifest of spaces)")
@@ -55,6 +66,8 @@ async def auth_service(
     config = ServiceConfig(
         root=Where(root=root).paths(), server_url=_check_server(server), space=space, manifest=spaces,
         callout_only=callout_only, service_endpoints=service_endpoints, limits=_limits(auth_timeout),
+        exchange_public_port=exchange_public_port, exchange_public_url=exchange_public_url,
+        exchange_trusted_proxy=exchange_trusted_proxy, advertised_server=advertised_server,
     )
     tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
     async with trio.open_nursery() as nursery:
@@ -86,4 +99,7 @@ def _banner(info: ServiceInfo, config: ServiceConfig) -> None:
         )
         return
     face = f", exchange at {info.lane.url}" if info.lane is not None and info.lane.url else ""
+    if config.exchange_public_port is not None:
+        face += f", public face on 127.0.0.1:{config.exchange_public_port}"
+        face += f" ({config.exchange_public_url})" if config.exchange_public_url else ""
     print(f"✓ auth-service up{mode} - space {info.spaces[0]} on {config.server_url}{face}", flush=True)

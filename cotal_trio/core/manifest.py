@@ -35,6 +35,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 from cotal_trio.core.errors import ConfigError
@@ -52,6 +53,7 @@ __all__ = [
     "diff",
     "format_utc",
     "parse_manifest",
+    "public_face_problems",
     "render_applied",
     "render_manifest",
 ]
@@ -71,6 +73,9 @@ _ENTRY_KEYS = {
     "serviceEndpoints": "service_endpoints",
 }
 _FLAG_KEYS = ("exchangeTrustedProxy", "serviceEndpoints")
+# The public face's settings that need exchangePublicPort, and the names sentences give them.
+_NEEDS_PORT = ("exchangePublicUrl", "exchangeTrustedProxy", "advertisedServer")
+_MANIFEST_NAMES: Mapping[str, str] = MappingProxyType({key: key for key in ("exchangePublicPort", *_NEEDS_PORT)})
 _TOP_KEYS = ("version", "spaces")
 _EMPTY = 'the manifest is empty - write {"version": 2, "spaces": []} to serve nothing'
 _SHAPE = '{"version": 2, "spaces": [{"space": "<name>"}]}'
@@ -257,45 +262,76 @@ def _space_problems(space: object) -> list[str]:
     return [f"space {_show(space)} is not a space name - use 1 to 64 letters, digits, _ and -"]
 
 
-def _port_problems(port: object) -> list[str]:
+def _port_problems(port: object, name: str = "exchangePublicPort", verb: str = "write") -> list[str]:
     if port is None:
         return []
     if type(port) is not int:
-        return [f"exchangePublicPort {_show(port)} is not a whole number - write a port from 1 to 65535"]
+        return [f"{name} {_show(port)} is not a whole number - {verb} a port from 1 to 65535"]
     if not 1 <= port <= 65535:
-        return [f"exchangePublicPort {port} is outside 1-65535 - write a port from 1 to 65535"]
+        return [f"{name} {port} is outside 1-65535 - {verb} a port from 1 to 65535"]
     return []
 
 
-def _value_problems(fields: Mapping[str, object]) -> list[str]:
+def _address_problems(fields: Mapping[str, object], names: Mapping[str, str], verb: str) -> list[str]:
     problems = []
     url, server = fields["exchangePublicUrl"], fields["advertisedServer"]
     if url is not None and not _is_url(url, _PUBLIC_SCHEMES):
         problems.append(
-            f"exchangePublicUrl {_show(url)} is not an https:// URL with a host - "
-            'write the address clients reach, for example "https://auth.example"'
+            f"{names['exchangePublicUrl']} {_show(url)} is not an https:// URL with a host - "
+            f'{verb} the address clients reach, for example "https://auth.example"'
         )
     if server is not None and not _is_url(server, _SERVER_SCHEMES):
         problems.append(
-            f"advertisedServer {_show(server)} is not a nats://, tls://, ws:// or wss:// URL with a "
-            'host - write the broker address remote agents dial, for example "wss://nats.example"'
+            f"{names['advertisedServer']} {_show(server)} is not a nats://, tls://, ws:// or wss:// URL"
+            f' with a host - {verb} the broker address remote agents dial, for example "wss://nats.example"'
         )
-    for key in _FLAG_KEYS:
-        if type(fields[key]) is not bool:
-            problems.append(f"{key} {_show(fields[key])} is not true or false - write true or false")
     return problems
 
 
-def _needs_port_problems(fields: Mapping[str, object]) -> list[str]:
+def _flag_problems(fields: Mapping[str, object], keys: Iterable[str] = _FLAG_KEYS) -> list[str]:
+    return [
+        f"{key} {_show(fields[key])} is not true or false - write true or false"
+        for key in keys if type(fields[key]) is not bool
+    ]
+
+
+def _needs_port_problems(fields: Mapping[str, object], names: Mapping[str, str] = _MANIFEST_NAMES) -> list[str]:
     if fields["exchangePublicPort"] is not None:
         return []
-    dependents = [
-        key for key in ("exchangePublicUrl", "exchangeTrustedProxy", "advertisedServer")
-        if fields[key] not in (None, False)
-    ]
+    port = names["exchangePublicPort"]
     return [
-        f"{key} needs exchangePublicPort - add the public listener's port or remove {key}"
-        for key in dependents
+        f"{names[key]} needs {port} - add the public listener's port or remove {names[key]}"
+        for key in _NEEDS_PORT if fields[key] not in (None, False)
+    ]
+
+
+def public_face_problems(
+    *, port: object, url: object, trusted_proxy: object, advertised_server: object,
+    names: Mapping[str, str] = _MANIFEST_NAMES, verb: str = "write",
+) -> list[str]:
+    """Every broken rule of a public face's four settings, one sentence each naming its fix.
+
+    The one statement of what a valid public face is (a manifest entry and the CLI flags of
+    ``cotal up`` and ``cotal auth-service`` both use it): the port is a whole number from 1 to
+    65535; the public URL is ``https://`` with a host; the advertised server is a ``nats://``,
+    ``tls://``, ``ws://`` or ``wss://`` URL with a host; the other three need the port.
+
+    Args:
+        port, url, trusted_proxy, advertised_server: the values (``None``/``False``: absent).
+        names: how the sentences name the settings, by manifest key (``exchangePublicPort``,
+            ``exchangePublicUrl``, ``exchangeTrustedProxy``, ``advertisedServer``); a CLI
+            passes its flags. Default: the manifest keys.
+        verb: the fix's verb for a bad value (``"write"`` in a file, ``"pass"`` for a flag).
+    """
+    fields = {
+        "exchangePublicPort": port, "exchangePublicUrl": url,
+        "exchangeTrustedProxy": trusted_proxy, "advertisedServer": advertised_server,
+    }
+    return [
+        *_port_problems(port, names["exchangePublicPort"], verb),
+        *_address_problems(fields, names, verb),
+        *_flag_problems(fields, ("exchangeTrustedProxy",)),
+        *_needs_port_problems(fields, names),
     ]
 
 
@@ -304,7 +340,8 @@ def _entry_problems(fields: Mapping[str, object]) -> list[str]:
     return [
         *_space_problems(fields["space"]),
         *_port_problems(fields["exchangePublicPort"]),
-        *_value_problems(fields),
+        *_address_problems(fields, _MANIFEST_NAMES, "write"),
+        *_flag_problems(fields),
         *_needs_port_problems(fields),
     ]
 

@@ -7,6 +7,17 @@ It hosts every user-auth space listed in the root's own manifest, ``<root>/space
 ``cotal space add`` and ``cotal space remove`` take effect live (issue 3 item 1). Its own
 ``--space`` is added to that manifest at start.
 
+The public face (``--exchange-public-port`` and friends) lives in that same manifest: the flags
+are written into the own space's entry (``exchangePublicPort``, ``exchangePublicUrl``,
+``exchangeTrustedProxy``, ``advertisedServer``) before the host starts, and the host's lane
+factory gives the lane the face its entry names, as for any other hosted space. So the entry is
+the one source of truth: ``.applied``, the manifest's own rules (one port per space across the
+root) and a live edit of ``spaces.json`` all see the face ``cotal up`` serves, and there is no
+second, flag-only path into the lane that could disagree with the file. Like ``--port``, the
+face is recorded: a later ``cotal up`` without the flags keeps the entry's face; with any of
+them, the four flags replace it as a whole (remove the fields from ``spaces.json`` to drop it).
+A face whose lane cannot start (its port taken) is not recorded: the entry is put back.
+
 Order (DESIGN.md section 4, "Adding a space to a running broker"): lock the root (one
 ``cotal up`` per root), prepare it (keys are created once and never regenerated; the space is
 listed in ``spaces.json``), render the config, start the broker and record the policy it runs
@@ -20,6 +31,7 @@ broker vanish while it drains.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -33,9 +45,10 @@ from ..broker import provision
 from ..broker.accounts import open_system_connection, push_accounts
 from ..broker.config import write_config
 from ..broker.process import run_nats_server
-from ..broker.spaces import MODE_STATIC, hosted_entries, set_hosted, space_mode
+from ..broker.spaces import MODE_STATIC, hosted_entries, space_mode
 from ..core.admission import CalloutLimits
 from ..core.errors import ConfigError, Unavailable, leaves
+from ..core.manifest import SpaceEntry, render_manifest
 from ..devidp import DevIdpMaterial, build_dev_idp_app
 from ..http.serve import serve_app
 from ..natsio import open_loop
@@ -54,10 +67,11 @@ from ..state import (
     save_policy,
 )
 from .host import Host, HostConfig, run_host
-from .hosting import lane_factory
+from .hosting import check_public_flags, given_public_flags, lane_factory, public_fields
 from .idp_keys import fetch_jwks
 from .pins import dev_pin, ensure_dev_idp, oidc_pin
 from .plane import DEFAULT_LEASE, ClaimRefused
+from .space import PublicFace
 
 __all__ = ["DEFAULT_PORT", "UpConfig", "UpInfo", "prepare_root", "run_up"]
 
@@ -81,6 +95,13 @@ class UpConfig:
         nats_server: the nats-server executable; None finds it on PATH.
         idp_url: pin a real IdP at this base URL; None uses the pinned one or the dev IdP.
         http_port: the loopback exchange port; 0 picks a free one.
+        exchange_public_port, exchange_public_url, exchange_trusted_proxy, advertised_server:
+            the space's public face (``--exchange-public-port`` and friends); any of them set
+            replaces the public-face fields of the space's entry in ``spaces.json``, none keeps
+            them (module docstring).
+
+    Raises:
+        ConfigError: a public-face setting the manifest would refuse, named by its flag.
     """
 
     paths: RootPaths
@@ -90,6 +111,13 @@ class UpConfig:
     nats_server: str | None = None
     idp_url: str | None = None
     http_port: int = 0
+    exchange_public_port: int | None = None
+    exchange_public_url: str | None = None
+    exchange_trusted_proxy: bool = False
+    advertised_server: str | None = None
+
+    def __post_init__(self) -> None:
+        check_public_flags(public_fields(self))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +132,8 @@ class Prepared:
     pin: IdpPinRecord
     pin_is_new: bool
     dev_idp: DevIdpMaterial | None
+    entry: SpaceEntry
+    entry_before: SpaceEntry | None  # put back if the lane fails to start; None: flags changed nothing
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +149,7 @@ class UpInfo:
     dev_idp_url: str | None
     manifest: Path
     spaces: tuple[str, ...]
+    public: PublicFace | None = None
 
 
 def _policy(paths: RootPaths, config: UpConfig) -> tuple[BrokerPolicy, bool]:
@@ -198,7 +229,7 @@ def prepare_root(config: UpConfig, *, now: float) -> Prepared:
     iat = int(now)
     broker = provision.ensure_root(config.paths, iat=iat)
     material = provision.ensure_space(config.paths, broker, config.space, iat=iat)
-    _host_space(config.paths, config.space)
+    entry, entry_before = _host_space(config)
     _restore_sentinel(config.paths.space(config.space).sentinel_creds, material.sentinel_creds)
     _warn_loose_modes(config.paths, config.space)
     record = provision.load_space_accounts(config.paths, broker, config.space)
@@ -208,22 +239,65 @@ def prepare_root(config: UpConfig, *, now: float) -> Prepared:
     return Prepared(
         broker=broker, policy=policy, policy_changed=policy_changed,
         account_jwts=(record.data_jwt, record.auth_jwt), hosted_jwts=_hosted_jwts(config, broker),
-        pin=pin, pin_is_new=pin_is_new, dev_idp=dev,
+        pin=pin, pin_is_new=pin_is_new, dev_idp=dev, entry=entry, entry_before=entry_before,
     )
 
 
-def _host_space(paths: RootPaths, space: str) -> None:
-    """List ``space`` in ``<root>/spaces.json`` (the manifest ``cotal up`` hosts).
+def _host_space(config: UpConfig) -> tuple[SpaceEntry, SpaceEntry | None]:
+    """List the space in ``<root>/spaces.json`` (the manifest ``cotal up`` hosts), its entry
+    carrying the public-face flags when any is given (module docstring); an existing entry is
+    otherwise kept as it is.
+
+    Returns:
+        The space's entry now, and the entry to put back (:func:`_restore_entry`) if the lane
+        does not start: the one before the flags changed it, or ``None`` when they changed
+        nothing.
 
     Raises:
-        ConfigError: the space is a static-auth space, or ``spaces.json`` is refused.
+        ConfigError: the space is a static-auth space, ``spaces.json`` is refused, or another
+            space's entry has the flag's public port.
     """
+    paths, space = config.paths, config.space
     if space_mode(paths.space(space)) == MODE_STATIC:
         raise ConfigError(
             f"space {space} is a static-auth space, which has no auth service to run - "
             f"serve a user-auth space (--space), or make it one with `cotal space add {space}`"
         )
-    set_hosted(paths, space, True)
+    entries = hosted_entries(paths)
+    old = next((e for e in entries if e.space == space), None)
+    plain = old or SpaceEntry(space=space)
+    fields = public_fields(config)
+    new = dataclasses.replace(plain, **fields) if given_public_flags(fields) else plain
+    _refuse_shared_port(paths, entries, new)
+    if new != old:
+        _write_entry(paths, entries, new)
+    return new, (plain if new != plain else None)
+
+
+def _write_entry(paths: RootPaths, entries: list[SpaceEntry], entry: SpaceEntry) -> None:
+    """Rewrite ``spaces.json`` with ``entry`` in place of its space's (as ``cotal space add``)."""
+    atomic_write(paths.spaces_manifest, render_manifest([*(e for e in entries if e.space != entry.space), entry]))
+
+
+def _refuse_shared_port(paths: RootPaths, entries: list[SpaceEntry], new: SpaceEntry) -> None:
+    port = new.exchange_public_port
+    other = next((e.space for e in entries if e.space != new.space and e.exchange_public_port == port), None)
+    if port is not None and other is not None:
+        raise ConfigError(
+            f"--exchange-public-port {port} is space {other}'s public port in {paths.spaces_manifest}"
+            " - pass another port"
+        )
+
+
+def _restore_entry(paths: RootPaths, written: SpaceEntry, before: SpaceEntry) -> None:
+    """Put ``before`` back as the space's entry, if the entry is still the ``written`` one (a
+    face that never served is not recorded, as a busy ``--port`` is not)."""
+    try:
+        entries = hosted_entries(paths)
+    except ConfigError:
+        return
+    if written in entries:
+        _write_entry(paths, entries, before)
 
 
 def _hosted_jwts(config: UpConfig, broker: BrokerMaterial) -> dict[str, tuple[str, str]]:
@@ -329,12 +403,18 @@ async def _serve(
             dev_idp_url=dev_url,
         )
         host = await nursery.start(run_host, HostConfig(manifest=config.paths.spaces_manifest, start_lane=start_lane))
-        await _wait_serving(host, config.space, lease_s=DEFAULT_LEASE.lease_s)
+        try:
+            await _wait_serving(host, config.space, lease_s=DEFAULT_LEASE.lease_s)
+        except (ConfigError, Unavailable):
+            if prepared.entry_before is not None:
+                await trio.to_thread.run_sync(_restore_entry, config.paths, prepared.entry, prepared.entry_before)
+            raise
         service = read_json(config.paths.space(config.space).auth_service_json)
         task_status.started(UpInfo(
             root=config.paths.root, space=config.space, server_url=server_url, broker_pid=pid,
             exchange_url=str(service.get("url", "")), pin=prepared.pin, dev_idp_url=dev_url,
             manifest=config.paths.spaces_manifest, spaces=tuple(host.current_states()),
+            public=PublicFace.of(prepared.entry),
         ))
         await trio.sleep_forever()
     raise AssertionError("unreachable")  # pragma: no cover

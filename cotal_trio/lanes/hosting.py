@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import NoReturn
 
 import trio
@@ -34,7 +35,7 @@ from ..core.admission import CalloutLimits
 from ..core.errors import ConfigError
 from ..core.idp import parse_jwks
 from ..core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimits
-from ..core.manifest import SpaceEntry
+from ..core.manifest import SpaceEntry, public_face_problems
 from ..devidp import DevIdpMaterial, jwks
 from ..state import RootPaths, load_idp_pin, missing
 from .host import HostConfig, run_host
@@ -42,11 +43,77 @@ from .idp_keys import IdpKeyCache, open_pinned_keys
 from .plane import holder_id
 from .space import LaneConfig, LaneInfo, PublicFace, run_lane
 
-__all__ = ["ServiceConfig", "ServiceInfo", "lane_factory", "run_service"]
+__all__ = [
+    "PUBLIC_FLAGS", "ServiceConfig", "ServiceInfo", "check_public_flags", "given_public_flags", "lane_factory",
+    "public_fields", "run_service",
+]
 
 log = logging.getLogger("cotal.host")
 
 Startable = Callable[..., object]
+
+# The public-face flags of `cotal auth-service --space` and `cotal up`, by the manifest key they
+# set; each is the SpaceEntry field of the same meaning (core/manifest.py).
+PUBLIC_FLAGS: Mapping[str, str] = MappingProxyType({
+    "exchangePublicPort": "--exchange-public-port",
+    "exchangePublicUrl": "--exchange-public-url",
+    "exchangeTrustedProxy": "--exchange-trusted-proxy",
+    "advertisedServer": "--advertised-server",
+})
+_PUBLIC_FIELDS: Mapping[str, str] = MappingProxyType({
+    "exchangePublicPort": "exchange_public_port",
+    "exchangePublicUrl": "exchange_public_url",
+    "exchangeTrustedProxy": "exchange_trusted_proxy",
+    "advertisedServer": "advertised_server",
+})
+
+
+def public_fields(config: object) -> dict[str, object]:
+    """``config``'s public-face settings as :class:`SpaceEntry` keyword arguments.
+
+    ``config`` has the four attributes of that name (:class:`ServiceConfig`,
+    :class:`~cotal_trio.lanes.embedded.UpConfig`).
+    """
+    return {name: getattr(config, name) for name in _PUBLIC_FIELDS.values()}
+
+
+def given_public_flags(fields: Mapping[str, object]) -> list[str]:
+    """The public-face flags set in ``fields`` (:func:`public_fields`), in flag order."""
+    return [PUBLIC_FLAGS[key] for key, name in _PUBLIC_FIELDS.items() if fields[name] is not None and fields[name] is not False]
+
+
+def check_public_flags(fields: Mapping[str, object]) -> None:
+    """Refuse public-face flags a manifest entry would refuse (the manifest's own rules).
+
+    Raises:
+        ConfigError: the first broken rule, one sentence naming the flag and its fix.
+    """
+    problems = public_face_problems(
+        port=fields["exchange_public_port"], url=fields["exchange_public_url"],
+        trusted_proxy=fields["exchange_trusted_proxy"], advertised_server=fields["advertised_server"],
+        names=PUBLIC_FLAGS, verb="pass",
+    )
+    if problems:
+        raise ConfigError(problems[0])
+
+
+def _refuse_public_flags(config: ServiceConfig) -> None:
+    """The public-face flags need ``--space`` and a full service (checked in this order)."""
+    given = given_public_flags(public_fields(config))
+    if not given:
+        return
+    flags = " and ".join(given)
+    if config.callout_only:
+        raise ConfigError(
+            f"{flags}: a callout-only replica has no exchange, so it has no public face"
+            f" - drop --callout-only or {'that flag' if len(given) == 1 else 'those flags'}"
+        )
+    if config.manifest is not None:
+        keys = " and ".join(f'"{key}"' for key, flag in PUBLIC_FLAGS.items() if flag in given)
+        raise ConfigError(
+            f"{flags} appl{'ies' if len(given) == 1 else 'y'} to --space only - with --spaces,"
+            f" set {keys} on the space's manifest entry instead"
+        )
 
 
 def lane_factory(
@@ -146,15 +213,20 @@ class ServiceConfig:
         callout_only: replica lanes: no HTTP face, no ``auth-service.json``.
         service_endpoints: with ``space``, open its service-endpoint admission (nothing closes
             it); a manifest sets ``serviceEndpoints`` per entry instead.
+        exchange_public_port, exchange_public_url, exchange_trusted_proxy, advertised_server:
+            with ``space``, its public face (``--exchange-public-port`` and friends). They
+            become the fields of the space's :class:`SpaceEntry`, so the lane gets its face
+            exactly as a manifest entry gives it one; a manifest sets them per entry instead.
         limits: callout limits (the broker's auth timeout).
         connect_limits: the hosted composition's ``connectLimits`` (spec "Connect limits"); no
             flag sets them.
         clock: wall time, unix seconds.
 
     Raises:
-        ConfigError: neither or both of ``space`` and ``manifest``; ``service_endpoints`` with
-            ``callout_only`` or with ``manifest``; connect limits other than the defaults with
-            ``callout_only``.
+        ConfigError: neither or both of ``space`` and ``manifest``; ``service_endpoints`` or a
+            public-face setting with ``callout_only`` or with ``manifest``; connect limits other
+            than the defaults with ``callout_only``; a public-face setting the manifest would
+            refuse (:func:`check_public_flags`).
     """
 
     root: RootPaths
@@ -163,6 +235,10 @@ class ServiceConfig:
     manifest: Path | None = None
     callout_only: bool = False
     service_endpoints: bool = False
+    exchange_public_port: int | None = None
+    exchange_public_url: str | None = None
+    exchange_trusted_proxy: bool = False
+    advertised_server: str | None = None
     limits: CalloutLimits = field(default_factory=CalloutLimits)
     connect_limits: ConnectLimits = DEFAULT_LIMITS
     clock: Callable[[], float] = time.time
@@ -182,6 +258,8 @@ class ServiceConfig:
                 "--service-endpoints applies to --space only - with --spaces, set"
                 ' "serviceEndpoints": true on the space\'s manifest entry instead'
             )
+        _refuse_public_flags(self)
+        check_public_flags(public_fields(self))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,7 +298,7 @@ async def run_service(
     async with trio.open_nursery() as nursery:
         if config.manifest is None:
             assert config.space is not None  # __post_init__
-            entry = SpaceEntry(space=config.space, service_endpoints=config.service_endpoints)
+            entry = SpaceEntry(space=config.space, service_endpoints=config.service_endpoints, **public_fields(config))
             lane = await nursery.start(start_lane(entry))
             task_status.started(ServiceInfo(spaces=(config.space,), lane=lane))
         else:

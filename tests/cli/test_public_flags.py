@@ -1,0 +1,121 @@
+"""The public-face flags of ``cotal up`` and ``cotal auth-service`` (issue 5 item 1): the
+manifest's own rules, named by flag, one sentence, exit 1, nothing written; and how ``cotal
+up`` records them in its own space's entry of ``<root>/spaces.json``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from cotal_trio.broker.spaces import hosted_entries
+from cotal_trio.cli import main
+from cotal_trio.core.errors import ConfigError
+from cotal_trio.core.manifest import SpaceEntry, render_manifest
+from cotal_trio.lanes.embedded import UpConfig, prepare_root
+from cotal_trio.state import RootPaths
+
+NEEDS_PORT = "needs --exchange-public-port - add the public listener's port or remove"
+PORT_FIX = "- pass a port from 1 to 65535"
+URL_FIX = '- pass the address clients reach, for example "https://auth.example"'
+SERVER_FIX = '- pass the broker address remote agents dial, for example "wss://nats.example"'
+
+# Refused by both commands, with the same sentence (the manifest's rules, named by flag).
+BAD_FLAGS = [
+    (["--exchange-public-port", "0"], f"--exchange-public-port 0 is outside 1-65535 {PORT_FIX}"),
+    (["--exchange-public-port", "65536"], f"--exchange-public-port 65536 is outside 1-65535 {PORT_FIX}"),
+    (["--exchange-public-port", "7451", "--exchange-public-url", "http://auth.example"],
+     f'--exchange-public-url "http://auth.example" is not an https:// URL with a host {URL_FIX}'),
+    (["--exchange-public-port", "7451", "--exchange-public-url", "https://"],
+     f'--exchange-public-url "https://" is not an https:// URL with a host {URL_FIX}'),
+    (["--exchange-public-port", "7451", "--advertised-server", "http://nats.example"],
+     '--advertised-server "http://nats.example" is not a nats://, tls://, ws:// or wss:// URL with a host '
+     + SERVER_FIX),
+    (["--exchange-public-url", "https://auth.example"], f"--exchange-public-url {NEEDS_PORT} --exchange-public-url"),
+    (["--exchange-trusted-proxy"], f"--exchange-trusted-proxy {NEEDS_PORT} --exchange-trusted-proxy"),
+    (["--advertised-server", "wss://nats.example"], f"--advertised-server {NEEDS_PORT} --advertised-server"),
+]
+
+
+def _one_sentence(err: str, sentence: str) -> None:
+    assert err.strip().splitlines() == [f"cotal: {sentence}"], err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("flags", "sentence"), BAD_FLAGS)
+def test_up_refuses_a_bad_public_face_and_writes_nothing(tmp_path, capsys, flags, sentence):
+    root = tmp_path / "root"
+    assert main(["up", "--root", str(root), *flags]) == 1
+    _one_sentence(capsys.readouterr().err, sentence)
+    assert not root.exists()
+
+
+@pytest.mark.parametrize(("flags", "sentence"), BAD_FLAGS)
+def test_auth_service_refuses_a_bad_public_face(tmp_path, capsys, flags, sentence):
+    argv = ["auth-service", "--space", "a", "--server", "nats://127.0.0.1:4222", "--root", str(tmp_path / "root")]
+    assert main([*argv, *flags]) == 1
+    _one_sentence(capsys.readouterr().err, sentence)
+    assert not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize(("flags", "sentence"), [
+    (["--exchange-public-port", "7451"],
+     ("--exchange-public-port: a callout-only replica has no exchange, so it has no public face"
+      " - drop --callout-only or that flag")),
+    (["--exchange-public-url", "https://auth.example", "--exchange-trusted-proxy"],
+     ("--exchange-public-url and --exchange-trusted-proxy: a callout-only replica has no exchange,"
+      " so it has no public face - drop --callout-only or those flags")),
+])
+def test_a_replica_refuses_the_public_face(tmp_path, capsys, flags, sentence):
+    argv = ["auth-service", "--callout-only", "--space", "a", "--server", "nats://127.0.0.1:4222"]
+    assert main([*argv, "--root", str(tmp_path / "root"), *flags]) == 1
+    _one_sentence(capsys.readouterr().err, sentence)
+
+
+@pytest.mark.parametrize(("flags", "sentence"), [
+    (["--exchange-public-port", "7451"],
+     ('--exchange-public-port applies to --space only - with --spaces, set "exchangePublicPort" on the'
+      " space's manifest entry instead")),
+    (["--exchange-public-port", "7451", "--advertised-server", "wss://nats.example"],
+     ("--exchange-public-port and --advertised-server apply to --space only - with --spaces, set"
+      ' "exchangePublicPort" and "advertisedServer" on the space\'s manifest entry instead')),
+])
+def test_a_manifest_host_refuses_the_flags(tmp_path, capsys, flags, sentence):
+    manifest = tmp_path / "spaces.json"
+    manifest.write_bytes(render_manifest([]))
+    argv = ["auth-service", "--spaces", str(manifest), "--server", "nats://127.0.0.1:4222"]
+    assert main([*argv, "--root", str(tmp_path / "root"), *flags]) == 1
+    _one_sentence(capsys.readouterr().err, sentence)
+
+
+# --- cotal up: the flags live in its own space's manifest entry ------------------------------
+
+
+def _prepare(paths: RootPaths, **public) -> SpaceEntry:
+    prepare_root(UpConfig(paths=paths, space="alpha", **public), now=time.time())
+    return next(e for e in hosted_entries(paths) if e.space == "alpha")
+
+
+def test_up_records_the_face_in_its_entry_and_keeps_it_without_flags(tmp_path: Path):
+    paths = RootPaths(tmp_path / "root")
+    assert _prepare(paths) == SpaceEntry(space="alpha")
+    face = {"exchange_public_port": 7451, "exchange_public_url": "https://auth.example", "exchange_trusted_proxy": True}
+    assert _prepare(paths, **face) == SpaceEntry(space="alpha", **face)
+    assert _prepare(paths) == SpaceEntry(space="alpha", **face)  # recorded, like --port
+    # Any public flag replaces the face as a whole: the URL and the proxy flag are gone.
+    assert _prepare(paths, exchange_public_port=7452) == SpaceEntry(space="alpha", exchange_public_port=7452)
+
+
+def test_up_refuses_a_port_another_space_has(tmp_path: Path, capsys):
+    paths = RootPaths(tmp_path / "root")
+    paths.root.mkdir(mode=0o700)
+    paths.spaces_manifest.write_bytes(render_manifest([SpaceEntry(space="beta", exchange_public_port=7451)]))
+    before = paths.spaces_manifest.read_bytes()
+    with pytest.raises(ConfigError) as refused:
+        _prepare(paths, exchange_public_port=7451)
+    assert str(refused.value) == (
+        f"--exchange-public-port 7451 is space beta's public port in {paths.spaces_manifest} - pass another port"
+    )
+    assert paths.spaces_manifest.read_bytes() == before
