@@ -2,8 +2,9 @@
 
 ``run_lane`` is a startable (STYLE.md practice 7): ``await nursery.start(run_lane, config)``
 returns a :class:`LaneInfo` once the lane is ready, which is exactly when its readiness signal,
-the 0600 ``auth-service.json`` ``{ver, url, pid, cap}``, has been written: after the callout
-subscription is flushed and the listener is bound (spec "Exclusive ownership"; DESIGN.md 7).
+the 0600 ``auth-service.json`` ``{ver, url, pid, cap}`` (plus ``publicUrl`` with a public face),
+has been written: after the callout subscription is flushed and every listener is bound (spec
+"Exclusive ownership"; DESIGN.md 7).
 Cancelling the lane's scope tears down exactly this space: the subscription and connection
 close in natsio's shielded ``finally``, the listener closes, and the file is removed.
 
@@ -277,9 +278,12 @@ async def run_lane(
             await conn.subscribe(CALLOUT_SUBJECT, queue=CALLOUT_QUEUE_GROUP, on_message=responder.on_message)
             await conn.flush()
             try:
-                url = None if exchange is None else await _open_face(nursery, config, exchange, metrics)
+                # Every listener is bound before the readiness file is written: it is the signal
+                # (upstream-notes 4.1), and names the public face when there is one.
+                public_url = None
                 if exchange is not None and config.public is not None:
-                    await _open_public_face(nursery, config, config.public, exchange, material)
+                    public_url = await _open_public_face(nursery, config, config.public, exchange, material)
+                url = None if exchange is None else await _open_face(nursery, config, exchange, metrics, public_url)
                 task_status.started(LaneInfo(space=config.space, url=url))
                 await _until_lost(config.space, callout=conn, store=store_conn)
             finally:
@@ -385,19 +389,24 @@ def _remove_readiness(config: LaneConfig, capability: str) -> None:
         remove_quietly(config.paths.auth_service_json)
 
 
-async def _open_face(nursery: trio.Nursery, config: LaneConfig, ctx: ExchangeContext, metrics: LaneMetrics) -> str:
+async def _open_face(
+    nursery: trio.Nursery, config: LaneConfig, ctx: ExchangeContext, metrics: LaneMetrics, public_url: str | None,
+) -> str:
+    """Serve the loopback face, then write the readiness file ``{ver, url, pid, cap[, publicUrl]}``."""
     app = build_loopback_app(ctx, metrics=metrics.exposition)
     port = await nursery.start(functools.partial(serve_app, app, port=config.http_port))
     url = f"http://127.0.0.1:{port}"
-    record = {"ver": 1, "url": url, "pid": os.getpid(), "cap": ctx.capability}
+    record: dict[str, object] = {"ver": 1, "url": url, "pid": os.getpid(), "cap": ctx.capability}
+    if public_url is not None:
+        record["publicUrl"] = public_url
     write_json(config.paths.auth_service_json, record)
     return url
 
 
 async def _open_public_face(
     nursery: trio.Nursery, config: LaneConfig, face: PublicFace, ctx: ExchangeContext, material: SpaceMaterial,
-) -> None:
-    """Serve the public face on 127.0.0.1:``face.port`` in ``nursery`` (checkpoint).
+) -> str:
+    """Serve the public face on 127.0.0.1:``face.port`` in ``nursery`` (checkpoint); its URL.
 
     Raises:
         ConfigError: the space is pinned to the development IdP and no ``dev_idp_url`` is
@@ -411,10 +420,12 @@ async def _open_public_face(
             f"space {config.space} is pinned to the development IdP, which only `cotal up` serves -"
             " pin a real IdP before giving the space a public face, or drop exchangePublicPort"
         )
+    public_url = face.url or f"http://127.0.0.1:{face.port}"
     app = build_public_app(
-        ctx, public_url=face.url or f"http://127.0.0.1:{face.port}", advertised_server=face.advertised_server,
+        ctx, public_url=public_url, advertised_server=face.advertised_server,
         server_url=config.server_url, idp_url=idp_url, sentinel_creds=material.sentinel_creds,
         trusted_proxy=face.trusted_proxy,
     )
     await nursery.start(functools.partial(serve_app, app, port=face.port))
     log.info("space %s: public exchange face on 127.0.0.1:%d (%s)", config.space, face.port, face.url or "no public URL")
+    return public_url

@@ -142,6 +142,9 @@ async def test_auth_service_flags_serve_the_public_face(mesh: Mesh, nursery: tri
         try:
             banner = await trio.to_thread.run_sync(_wait_ready, proc)
             assert f"public face on 127.0.0.1:{port} ({PUBLIC_URL})" in banner
+            # The readiness file names the public face too (upstream-notes 4.1 shape).
+            ready = json.loads(mesh.paths.space("a").auth_service_json.read_text())
+            assert sorted(ready) == ["cap", "pid", "publicUrl", "url", "ver"] and ready["publicUrl"] == PUBLIC_URL
             base = f"http://127.0.0.1:{port}"
             assert await trio.to_thread.run_sync(_request, base + "/health") == (
                 200, {"ok": True, "issuer": "urn:cotal:auth:a"},
@@ -173,6 +176,7 @@ async def test_a_taken_public_port_is_named(mesh: Mesh, nursery: trio.Nursery):
         _, err = await trio.to_thread.run_sync(functools.partial(proc.communicate, timeout=30))
     assert proc.returncode == 1 and "Traceback" not in err
     assert f"cotal: port {port} on 127.0.0.1 is busy" in err.splitlines()[-1]
+    assert not mesh.paths.space("a").auth_service_json.exists()
 
 
 async def test_up_serves_the_face_its_flags_record(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str):
