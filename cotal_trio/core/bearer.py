@@ -149,7 +149,7 @@ def _check_grant_fields(value: BearerGrant | ValidatedBearer) -> None:
     check_lifecycle_uid(value.lifecycle_uid)
     if value.parent is not None:
         check_principal(value.parent)
-    if value.view is not None and value.view not in KNOWN_VIEWS:
+    if value.view is not None and not _is_known_view(value.view):
         raise Refused(RefusalCode.BAD_REQUEST, f"view {shown(value.view)} is not a known view")
     if value.credential_id is not None and not is_credential_id(value.credential_id):
         raise Refused(RefusalCode.BAD_REQUEST, "a credential id is dot-separated [A-Za-z0-9_-] segments, at most 256 chars")
@@ -305,6 +305,10 @@ def _scope_list(value: object, name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _is_known_view(value: object) -> bool:
+    return isinstance(value, str) and value in KNOWN_VIEWS
+
+
 def _optional(act: Mapping[str, Any], name: str, valid: Any) -> str | None:
     value = act.get(name)
     if value is not None and not valid(value):
@@ -329,7 +333,7 @@ def _check_act(claims: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "owner": act["owner"], "actor": act["actor"], "scope": scope, "lifecycle_uid": act["lifecycleUid"],
         "parent": _optional(act, "parent", is_principal),
-        "view": _optional(act, "view", KNOWN_VIEWS.__contains__),
+        "view": _optional(act, "view", _is_known_view),
         "credential_id": _optional(act, "credentialId", is_credential_id),
     }  # fmt: skip
 

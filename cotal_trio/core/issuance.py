@@ -96,7 +96,7 @@ class IssuanceRow:
         _require(is_actor(self.actor), "actor is not an actor name")
         _require(is_lifecycle_uid(self.lifecycle_uid), "lifecycleUid is malformed")
         _require(self.credential_id is None or is_credential_id(self.credential_id), "credentialId is malformed")
-        _require(self.view is None or self.view in KNOWN_VIEWS, "view is not a known view")
+        _require(self.view is None or (isinstance(self.view, str) and self.view in KNOWN_VIEWS), "view is not a known view")
         _require(_is_seconds(self.iat) and _is_seconds(self.exp), "iat and exp must be whole unix seconds")
         _require(self.exp > self.iat, "exp must be after iat")
 

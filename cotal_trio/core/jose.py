@@ -72,6 +72,11 @@ def b64url_encode(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
+def _is_eddsa(alg: object) -> bool:
+    """``alg`` names EdDSA; any JSON value may come in (a list or object is no alg, not a crash)."""
+    return isinstance(alg, str) and alg in EDDSA_ALGS
+
+
 def _b64url_decode(segment: str) -> bytes | None:
     """Strict unpadded base64url decode; ``None`` for any non-canonical or invalid text."""
     if _B64URL.fullmatch(segment) is None or len(segment) % 4 == 1:
@@ -147,7 +152,7 @@ def verify_key_from_jwk(jwk: object) -> VerifyKey:
         raise CodecError("only Ed25519 keys (kty OKP, crv Ed25519) are accepted - use an EdDSA key set")
     if "d" in jwk:
         raise CodecError("a public key set carries private key material (d) - publish public keys only")
-    if jwk.get("alg", "EdDSA") not in EDDSA_ALGS or jwk.get("use", "sig") != "sig":
+    if not _is_eddsa(jwk.get("alg", "EdDSA")) or jwk.get("use", "sig") != "sig":
         raise CodecError("an Ed25519 JWK must have alg EdDSA (or Ed25519) and use sig when it states them")
     return VerifyKey(_jwk_bytes(jwk, "x"))
 
@@ -356,7 +361,7 @@ def _check_header(header: dict[str, Any], keys: Mapping[str, VerifyKey], wording
         raise refuse_jws(wording, f"header carries key material ({', '.join(embedded)}); keys come only from the pinned key set")
     if "crit" in header:
         raise refuse_jws(wording, "header marks critical extensions (crit), which are not supported")
-    if header.get("alg") not in EDDSA_ALGS:
+    if not _is_eddsa(header.get("alg")):
         raise refuse_jws(wording, f"alg {shown(header.get('alg'))} is not accepted (EdDSA only)")
     kid = header.get("kid")
     verify_key = keys.get(kid) if isinstance(kid, str) else None

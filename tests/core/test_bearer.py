@@ -461,3 +461,10 @@ def test_verifier_does_not_trust_another_keys_token():
     other_keys = BearerVerifier(BearerKeySet.from_keys([OTHER]))
     with pytest.raises(Refused):
         other_keys.verify(_issued())
+
+
+@pytest.mark.parametrize("view", [["manager-caller"], {"v": 1}])
+def test_a_view_that_is_not_a_string_is_refused_not_a_crash(view):
+    # The same class of bug as the fuzzed unhashable alg: a list in a set membership test.
+    with pytest.raises(Refused, match="act.view is malformed"):
+        check_bearer_claims(claims({"view": view}), space=SPACE, now=NOW)

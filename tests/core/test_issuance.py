@@ -96,6 +96,7 @@ BAD_ROWS = {
     "bad lifecycle": (_obj(lifecycleUid="x"), "lifecycleUid is malformed"),
     "bad credential": (_obj(credentialId="!"), "credentialId is malformed"),
     "unknown view": (_obj(view="god"), "view is not a known view"),
+    "a list view": (_obj(view=["manager-caller"]), "view is not a known view"),  # was a TypeError
     "float iat": (_obj(iat=1.5), "iat and exp must be whole unix seconds"),
     "bool exp": (_obj(exp=True), "iat and exp must be whole unix seconds"),
     "exp before iat": (_obj(exp=NOW), "exp must be after iat"),

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 
 import pytest
 from nacl.signing import SigningKey
 
-from cotal_trio.core.errors import CodecError
+from cotal_trio.core.errors import CodecError, Refused
 from cotal_trio.core.jose import (
     BearerKeySet,
     IssuerKey,
     JwsWording,
     b64url_encode,
     header_kid,
+    parse_ed25519_jwks,
     sign_ed25519_jws,
     verify_ed25519_jws,
 )
@@ -146,3 +148,17 @@ def test_key_set_from_jwks_refuses(doc):
 def test_header_kid_reads_only_a_plain_string_kid(token, kid):
     # Used only to decide whether to re-read an IdP's JWKS; verification is verify_ed25519_jws.
     assert header_kid(token) == kid
+
+
+@pytest.mark.parametrize("alg", [["EdDSA"], {"a": 1}, 1, None])
+def test_an_alg_that_is_not_a_string_is_refused_not_a_crash(alg):
+    # Found by tests/http/test_fuzz_faces.py: a list alg raised TypeError (unhashable) -> 500.
+    header = b64url_encode(json.dumps({"alg": alg, "kid": KEY.kid}).encode())
+    with pytest.raises(Refused, match="is not accepted"):
+        verify_ed25519_jws(f"{header}.e30.AA", {KEY.kid: KEY.verify_key}, wording=JwsWording(what="token", fix="fix it", unknown_key="{kid}"))
+
+
+def test_a_jwks_key_whose_alg_is_not_a_string_is_refused():
+    jwk = {"kty": "OKP", "crv": "Ed25519", "x": KEY.x, "kid": "k", "alg": ["EdDSA"]}
+    with pytest.raises(CodecError):
+        parse_ed25519_jwks({"keys": [jwk]})
