@@ -40,8 +40,8 @@ _IDP_WORDING = JwsWording(
     what="IdP token",
     fix="sign in to the IdP again for a fresh token and retry",
     unknown_key=(
-        "IdP token key {kid} is not in the pinned JWKS - if the IdP rotated its keys, "
-        "refresh the pinned JWKS, then sign in again"
+        "IdP token key {kid} is not in the pinned JWKS (re-read at most every 30 s) - if the IdP "
+        "has just rotated its keys, sign in again in 30 s; otherwise the token is not from the pinned IdP"
     ),
 )
 

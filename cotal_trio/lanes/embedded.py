@@ -16,7 +16,8 @@ root) and a live edit of ``spaces.json`` all see the face ``cotal up`` serves, a
 second, flag-only path into the lane that could disagree with the file. Like ``--port``, the
 face is recorded: a later ``cotal up`` without the flags keeps the entry's face; with any of
 them, the four flags replace it as a whole (remove the fields from ``spaces.json`` to drop it).
-A face whose lane cannot start (its port taken) is not recorded: the entry is put back.
+A face that never served is not recorded: whatever stops ``cotal up`` before its space serves
+(a refused pin, the broker, the IdP, the lane's port taken, Ctrl-C), the entry is put back.
 
 Order (DESIGN.md section 4, "Adding a space to a running broker"): lock the root (one
 ``cotal up`` per root), prepare it (keys are created once and never regenerated; the space is
@@ -230,12 +231,17 @@ def prepare_root(config: UpConfig, *, now: float) -> Prepared:
     broker = provision.ensure_root(config.paths, iat=iat)
     material = provision.ensure_space(config.paths, broker, config.space, iat=iat)
     entry, entry_before = _host_space(config)
-    _restore_sentinel(config.paths.space(config.space).sentinel_creds, material.sentinel_creds)
-    _warn_loose_modes(config.paths, config.space)
-    record = provision.load_space_accounts(config.paths, broker, config.space)
-    policy, policy_changed = _policy(config.paths, config)
-    pin, dev, pin_is_new = _pin(config.paths, config)
-    write_config(config.paths, broker, port=policy.port, auth_timeout_s=policy.auth_timeout_s)
+    try:
+        _restore_sentinel(config.paths.space(config.space).sentinel_creds, material.sentinel_creds)
+        _warn_loose_modes(config.paths, config.space)
+        record = provision.load_space_accounts(config.paths, broker, config.space)
+        policy, policy_changed = _policy(config.paths, config)
+        pin, dev, pin_is_new = _pin(config.paths, config)
+        write_config(config.paths, broker, port=policy.port, auth_timeout_s=policy.auth_timeout_s)
+    except BaseException:
+        if entry_before is not None:  # refused before it served: the face is not recorded
+            _restore_entry(config.paths, entry, entry_before)
+        raise
     return Prepared(
         broker=broker, policy=policy, policy_changed=policy_changed,
         account_jwts=(record.data_jwt, record.auth_jwt), hosted_jwts=_hosted_jwts(config, broker),
@@ -392,9 +398,10 @@ async def _start_idp(nursery: trio.Nursery, config: UpConfig, prepared: Prepared
 
 async def _serve(
     config: UpConfig, prepared: Prepared, server_url: str, pid: int, limits: CalloutLimits,
-    task_status: trio.TaskStatus[UpInfo],
+    task_status: trio.TaskStatus[UpInfo], serving: trio.Event,
 ) -> NoReturn:
-    """The IdP face and a lane host on ``<root>/spaces.json``; ``started`` once our space serves."""
+    """The IdP face and a lane host on ``<root>/spaces.json``; ``started`` once our space
+    serves, when ``serving`` is set too."""
     async with trio.open_nursery() as nursery:
         dev_url = await _start_idp(nursery, config, prepared)
         start_lane = lane_factory(
@@ -403,12 +410,8 @@ async def _serve(
             dev_idp_url=dev_url,
         )
         host = await nursery.start(run_host, HostConfig(manifest=config.paths.spaces_manifest, start_lane=start_lane))
-        try:
-            await _wait_serving(host, config.space, lease_s=DEFAULT_LEASE.lease_s)
-        except (ConfigError, Unavailable):
-            if prepared.entry_before is not None:
-                await trio.to_thread.run_sync(_restore_entry, config.paths, prepared.entry, prepared.entry_before)
-            raise
+        await _wait_serving(host, config.space, lease_s=DEFAULT_LEASE.lease_s)
+        serving.set()
         service = read_json(config.paths.space(config.space).auth_service_json)
         task_status.started(UpInfo(
             root=config.paths.root, space=config.space, server_url=server_url, broker_pid=pid,
@@ -463,11 +466,18 @@ async def run_up(config: UpConfig, *, task_status: trio.TaskStatus[UpInfo] = tri
         prepared = await trio.to_thread.run_sync(functools.partial(prepare_root, config, now=time.time()))
         timeout_s = prepared.policy.auth_timeout_s
         limits = CalloutLimits(**({"auth_timeout_s": timeout_s} if timeout_s else {}))
-        stop_broker = trio.Event()
-        async with trio.open_nursery() as nursery:
-            server_url, pid = await nursery.start(_run_broker, config, prepared, stop_broker)
-            try:
-                await _serve(config, prepared, server_url, pid, limits, task_status)
-            finally:
-                stop_broker.set()
+        stop_broker, serving = trio.Event(), trio.Event()
+        try:
+            async with trio.open_nursery() as nursery:
+                server_url, pid = await nursery.start(_run_broker, config, prepared, stop_broker)
+                try:
+                    await _serve(config, prepared, server_url, pid, limits, task_status, serving)
+                finally:
+                    stop_broker.set()
+        except BaseException:
+            # Whatever ended it (broker, IdP, lane, Ctrl-C) before the space served: a face
+            # that never served is not recorded (module docstring), as a busy --port is not.
+            if not serving.is_set() and prepared.entry_before is not None:
+                _restore_entry(config.paths, prepared.entry, prepared.entry_before)
+            raise
     raise AssertionError("unreachable")  # pragma: no cover

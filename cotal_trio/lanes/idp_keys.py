@@ -10,6 +10,7 @@ made-up ``kid`` values costs the IdP one request every 30 s.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import urllib.error
@@ -52,7 +53,8 @@ async def fetch_jwks(uri: str) -> dict[str, VerifyKey]:
 
     Raises:
         ConfigError: the URI is not https/loopback.
-        Unavailable: the IdP did not answer, answered an error, or sent no usable Ed25519 key.
+        Unavailable: the IdP did not answer, answered an error or not HTTP, or sent no usable
+            Ed25519 key.
     """
     check_jwks_uri(uri)
     remaining = trio.current_effective_deadline() - trio.current_time()
@@ -62,8 +64,9 @@ async def fetch_jwks(uri: str) -> dict[str, VerifyKey]:
         if len(body) > MAX_JWKS_BYTES:
             raise Unavailable(f"the IdP JWKS at {uri} is larger than {MAX_JWKS_BYTES} bytes")
         return parse_jwks(json.loads(body))
-    except (OSError, urllib.error.URLError, ValueError, CodecError) as exc:
-        raise Unavailable(f"could not read the IdP JWKS at {uri}: {exc}") from exc
+    # http.client's own errors (a bad status line, a broken chunked body) are not OSErrors.
+    except (OSError, urllib.error.URLError, http.client.HTTPException, ValueError, CodecError) as exc:
+        raise Unavailable(f"could not read the IdP JWKS at {uri}: {str(exc) or type(exc).__name__}") from exc
 
 
 # An unknown kid re-reads the JWKS at most once per this many seconds, and a request waits at

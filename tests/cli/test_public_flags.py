@@ -15,7 +15,7 @@ from cotal_trio.cli import main
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.core.manifest import SpaceEntry, render_manifest
 from cotal_trio.lanes.embedded import UpConfig, prepare_root
-from cotal_trio.state import RootPaths
+from cotal_trio.state import IdpPinRecord, RootPaths, save_idp_pin
 
 NEEDS_PORT = "needs --exchange-public-port - add the public listener's port or remove"
 PORT_FIX = "- pass a port from 1 to 65535"
@@ -118,4 +118,30 @@ def test_up_refuses_a_port_another_space_has(tmp_path: Path, capsys):
     assert str(refused.value) == (
         f"--exchange-public-port 7451 is space beta's public port in {paths.spaces_manifest} - pass another port"
     )
+    assert paths.spaces_manifest.read_bytes() == before
+
+
+def test_a_refused_up_does_not_record_the_face(tmp_path: Path):
+    """A review finding: the face was written into the entry before the IdP pin was checked, so
+    a refused `cotal up` (here: a changed pin) left a face that never served recorded."""
+    paths = RootPaths(tmp_path / "root")
+    assert _prepare(paths) == SpaceEntry(space="alpha")
+    dev = IdpPinRecord(kind="dev", url="", issuer="urn:cotal:dev-idp:000000000000", audience="cotal-dev", jwks_uri="")
+    save_idp_pin(paths.space("alpha").idp_json, dev)  # pinned, as a first `cotal up` leaves it
+    before = paths.spaces_manifest.read_bytes()
+    face = {"exchange_public_port": 7451, "exchange_public_url": "https://auth.example"}
+    with pytest.raises(ConfigError, match="pin"):
+        _prepare(paths, idp_url="https://idp.example", **face)
+    assert paths.spaces_manifest.read_bytes() == before
+
+
+def test_an_up_whose_broker_cannot_start_does_not_record_the_face(tmp_path: Path, capsys):
+    """The same, when the failure comes after the root is prepared: no nats-server there."""
+    paths = RootPaths(tmp_path / "root")
+    assert _prepare(paths) == SpaceEntry(space="alpha")
+    before = paths.spaces_manifest.read_bytes()
+    argv = ["up", "--root", str(paths.root), "--space", "alpha", "--nats-server", str(tmp_path / "no-such-nats-server"),
+            "--exchange-public-port", "7451"]  # fmt: skip
+    assert main(argv) == 1
+    assert "Traceback" not in capsys.readouterr().err
     assert paths.spaces_manifest.read_bytes() == before

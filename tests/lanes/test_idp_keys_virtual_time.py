@@ -1,15 +1,18 @@
 """The pinned IdP's key cache re-reads its JWKS for an unknown ``kid`` (issue 5 item 6: "an
-unknown kid triggers at most one refetch per 30 s"), on virtual time with a fake fetch."""
+unknown kid triggers at most one refetch per 30 s"), on virtual time with a fake fetch; and a
+misbehaving IdP over real loopback sockets."""
 
 from __future__ import annotations
 
+import functools
 import logging
 
+import pytest
 import trio
 from nacl.signing import SigningKey
 
 from cotal_trio.core.errors import Unavailable
-from cotal_trio.lanes.idp_keys import REFETCH_COOLDOWN_S, REFETCH_WAIT_S, IdpKeyCache
+from cotal_trio.lanes.idp_keys import REFETCH_COOLDOWN_S, REFETCH_WAIT_S, IdpKeyCache, fetch_jwks
 
 URI = "https://idp.example/jwks"
 OLD, NEW = SigningKey(bytes([1] * 32)).verify_key, SigningKey(bytes([2] * 32)).verify_key
@@ -99,3 +102,27 @@ async def test_a_fixed_key_set_never_reads(autojump_clock):
     cache = IdpKeyCache({"old": OLD}, fetch=jwks)
     await cache.refetch("new")
     assert jwks.reads == [] and sorted(cache.keys()) == ["old"]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"garbage\r\n\r\n",  # not an HTTP status line: http.client.BadStatusLine
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # broken chunked body
+    ],
+    ids=["bad status line", "broken chunked body"],
+)
+async def test_a_misbehaving_idp_is_unavailable_not_a_crash(nursery, answer):
+    """A review finding: http.client's own errors (not OSError) escaped fetch_jwks, so a refetch
+    for an unknown kid answered 500 and a failed 5-minute refresh ended the lane."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        async with stream:
+            await stream.receive_some(65536)
+            await stream.send_all(answer)
+
+    with trio.fail_after(30):
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        with pytest.raises(Unavailable, match=f"could not read the IdP JWKS at http://127.0.0.1:{port}/jwks"):
+            await fetch_jwks(f"http://127.0.0.1:{port}/jwks")
