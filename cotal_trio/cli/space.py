@@ -59,7 +59,7 @@ async def add(
     static: Annotated[bool, Parameter(negative="", help="A static-auth space: no lane, kept out of spaces.json.")] = False,
     root: Root = None,
     server: Server = None,
-    idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at <url>/jwks). Default: the root's development IdP. A pin never changes.")] = None,
+    idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at URL/jwks). Default: the root's development IdP. A pin never changes.")] = None,
 ) -> None:
     """Provision a space, pin its IdP, push its accounts to the running broker, and host it.
 
@@ -159,8 +159,8 @@ async def deprovision(
 def _inventory_table(paths: RootPaths, inventory: SecretInventory) -> str:
     """Header, one tab-separated row per key, then the root-level keys the space shares."""
     lines = [
-        (f"space {inventory.space}: {len(inventory.keys)} secret keys in {inventory.segment}"
-         " (dry run: no secret read, nothing deleted)"),
+        (f"space {inventory.space}: {sum(key.exists for key in inventory.keys)} secret keys on disk,"
+         f" {len(inventory.keys)} places in {inventory.segment} (dry run: no secret read, nothing deleted)"),
         "kind\tfile\tfield\tmode\tpublic key",
         *(_inventory_row(paths, key) for key in inventory.keys),
         "shared by every space of the root (not this space's to delete):",

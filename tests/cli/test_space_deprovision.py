@@ -45,7 +45,8 @@ def test_dry_run_prints_the_inventory(root: Root, capsys):
     code, out, err = root.run(capsys, "space", "deprovision", SPACE, "--dry-run")
     assert (code, err) == (0, "")
     assert out.splitlines() == [
-        f"space default: 8 secret keys in {root.paths.root / SEGMENT} (dry run: no secret read, nothing deleted)",
+        (f"space default: 7 secret keys on disk, 8 places in {root.paths.root / SEGMENT}"
+         " (dry run: no secret read, nothing deleted)"),
         "kind\tfile\tfield\tmode\tpublic key",
         f"auth-account-signing-key\t{SEGMENT}/callout.json\tauth.signingSeed\t0600\t{pub['auth-account-signing-key']}",
         (f"data-account-callout-signing-key\t{SEGMENT}/callout.json\tdata.calloutSigningSeed\t0600\t"
