@@ -289,7 +289,8 @@ class CalloutResponder:
         self._lead, self._lead_at = min(KEEPER_MAX_LEAD_S, max(lag, decayed)), now
 
     def _expire(self, pending: _Pending) -> None:
-        """The deadline passed with no answer: send the timeout denial now (sync)."""
+        """The deadline has come (less the keeper's lead) with no answer: send the timeout
+        denial now and stop the request's worker, if it has one (sync)."""
         pending.answered = True
         if pending.started:  # its worker stops at its next step and sends nothing
             if pending.scope is not None:
