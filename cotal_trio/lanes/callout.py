@@ -63,7 +63,7 @@ CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 CALLOUT_QUEUE_GROUP = "cotal-auth-callout"
 # Requests queued between the nats-py callback and the workers; beyond this a burst is shed at
 # once rather than queued where it could never meet its deadline.
-CHANNEL_CAPACITY = 1024
+QUEUE_CAPACITY = 1024
 # The deadline keeper wakes this much early at most (seconds): its own recent scheduling lag,
 # so that on a busy thread the timeout denial still leaves by the deadline, not after it. The
 # lag it remembers halves every KEEPER_LEAD_HALF_LIFE_S seconds.
@@ -211,7 +211,7 @@ class CalloutResponder:
         (the queue is not draining in time), or when the queue is full.
         """
         received = trio.current_time()
-        if len(self._queue) >= CHANNEL_CAPACITY or should_shed(self._oldest_waited(received), self._limits):
+        if len(self._queue) >= QUEUE_CAPACITY or should_shed(self._oldest_waited(received), self._limits):
             self._shed(msg)
             return
         pending = _Pending(msg, received, received + self._limits.budget_s)

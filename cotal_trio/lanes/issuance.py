@@ -4,8 +4,8 @@ The row and its rules are :mod:`cotal_trio.core.issuance`; this module does the 
 small port (:class:`RowStore`: the space's auth bucket ``cotal_auth_<space>``), so the callout's
 virtual-time tests run on an in-memory bucket.
 
-Per request (:func:`open_issuance`, entered by the callout responder around the request's
-deadline scope):
+Per request (an :class:`Issuance`, made by the callout responder before the request's deadline
+scope):
 
 1. :meth:`Issuance.write` creates ``natkey.<user nkey>`` create-only, with a per-message TTL that
    ends ``EXPIRY_TOLERANCE_S`` after the JWT's ``exp``. The bucket always allows such TTLs: the
@@ -15,9 +15,9 @@ deadline scope):
    responder answers both with a signed denial.
 2. The responder then checks authority again and answers, and calls :meth:`Issuance.keep` only
    when that answer is a mint.
-3. Leaving :func:`open_issuance` with a row sent but not kept (the deadline cancelled the
-   request during the write or after it, the re-check denied, a bug) withdraws it, shielded and
-   bounded by ``WITHDRAW_S``, after the request's answer has been published: issue 4 item 1, "a
+3. A row sent but not kept (the deadline cancelled the request during the write or after it,
+   the re-check denied, a bug) is withdrawn by :meth:`Issuance.settle`, shielded and bounded by
+   ``WITHDRAW_S``, in a task of the responder's after the request's answer has been published: issue 4 item 1, "a
    request whose issuance row was not written by the deadline leaves no row behind", while the
    denial still goes out at the deadline. A create that was cancelled may still land, so the
    withdrawal first writes a delete marker that expects the key to hold no message. A stream
@@ -42,8 +42,8 @@ fix.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NoReturn, Protocol
 
@@ -87,7 +87,6 @@ __all__ = [
     "RowExpiries",
     "RowStore",
     "issuance_store",
-    "open_issuance",
     "prune_rows",
     "replica_permissions",
     "run_issuance_sweep",
@@ -253,8 +252,8 @@ class Issuance:
     async def write(self, user_nkey: str, row: IssuanceRow, *, now: float) -> None:
         """Trio: create ``natkey.<user_nkey>`` holding ``row``, create-only (a checkpoint).
 
-        Call it at most once. Cancellation: the row may still land; :meth:`settle` (which
-        :func:`open_issuance` calls on exit) withdraws it unless :meth:`keep` is called.
+        Call it at most once. Cancellation: the row may still land; :meth:`settle` withdraws it
+        unless :meth:`keep` is called.
 
         Args:
             user_nkey: the broker's user key for this connect.
@@ -315,21 +314,6 @@ class Issuance:
                 "space %s: issuance row %s not withdrawn within %g s; it expires on its TTL",
                 self._space, sent.key, WITHDRAW_S,
             )
-
-
-@asynccontextmanager
-async def open_issuance(store: RowStore, space: str) -> AsyncIterator[Issuance]:
-    """Trio-flavoured async context manager: one request's :class:`Issuance`.
-
-    On exit, however the body ends (answered, denied, cancelled, failed), a row that was sent
-    and not kept is withdrawn (module docstring, step 3). The withdrawal is shielded and bounded;
-    a store failure there is logged, not raised, so the body's own exception propagates.
-    """
-    issuance = Issuance(store, space)
-    try:
-        yield issuance
-    finally:
-        await issuance.settle()
 
 
 async def _withdraw(store: RowStore, sent: _Sent) -> None:

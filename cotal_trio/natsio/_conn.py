@@ -37,7 +37,7 @@ from cotal_trio.core.creds import parse_creds
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.nkeys import KeyPair
 
-from ._loop import current_loop, run_aio
+from ._loop import DEFAULT_CAP_S, current_loop, run_aio
 
 __all__ = ["Connection", "Message", "NoResponders", "Subscription", "open_connection"]
 
@@ -58,8 +58,6 @@ CLOSE_S = 5.0
 _NOT_CONFIRMED = "the broker did not confirm CONNECT (closed, or a slow auth callout)"
 # A subscription's callbacks run for about this long before letting other trio tasks run. Seconds.
 CALLBACK_SLICE_S = 0.002
-# Bound on one request when the caller set no tighter deadline. Seconds.
-REQUEST_CAP_S = 10.0
 # The status header nats-py puts on a broker status message; 503 is "no responders".
 _STATUS, _NO_RESPONDERS = "Status", "503"
 # nats-py errors that mean our own call was malformed (a bug here), not a broker failure.
@@ -270,7 +268,7 @@ class Connection:
         and a cancelled request leaves nothing to wait for (its late reply is dropped).
 
         Bounded by the caller's deadline (then ``Cancelled``, as any trio wait), or by
-        ``REQUEST_CAP_S`` (10 s) when the caller sets none (then ``Unavailable``).
+        ``DEFAULT_CAP_S`` (10 s) when the caller sets none (then ``Unavailable``).
 
         Raises:
             NoResponders: nothing subscribes to ``subject`` (the broker's 503 status).
@@ -287,12 +285,12 @@ class Connection:
                 self._publish_now(subject, payload, headers, prefix + token)
             except (nats.errors.Error, OSError) as exc:
                 raise _translate(what, exc) from exc
-            with trio.move_on_after(REQUEST_CAP_S) as cap:
+            with trio.move_on_after(DEFAULT_CAP_S) as cap:
                 await slot.arrived.wait()
         finally:
             del self._replies[token]
         if cap.cancelled_caught:
-            raise Unavailable(f"{what}: no answer within {REQUEST_CAP_S:g} s")
+            raise Unavailable(f"{what}: no answer within {DEFAULT_CAP_S:g} s")
         if slot.msg is None:
             raise Unavailable(f"{what}: the connection closed")
         if slot.msg.headers and slot.msg.headers.get(_STATUS) == _NO_RESPONDERS:

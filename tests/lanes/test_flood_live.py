@@ -70,6 +70,7 @@ from cotal_trio.natsio import open_connection, open_loop
 from cotal_trio.state import read_json
 
 from .conftest import SPACE, Stack, client
+from .test_issuance_live import stall
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -158,20 +159,9 @@ class Lines:
 # -- the stall ------------------------------------------------------------------------------------
 
 
-def stall(path: Path) -> bytes:
-    """Replace the row file at ``path`` by a FIFO: opening it blocks until a writer opens it.
-
-    Returns the row's bytes, for :func:`unstall`. (test_issuance_live's ``stall``.)
-    """
-    data = path.read_bytes()
-    fifo = path.with_name(path.name + ".fifo")
-    os.mkfifo(fifo, 0o600)
-    os.replace(fifo, path)
-    return data
-
-
 def unstall(path: Path, data: bytes) -> None:
-    """Put the row file back, then end every read blocked on the FIFO with end of file.
+    """Undo :func:`~tests.lanes.test_issuance_live.stall`: put the row file back, then end every
+    read blocked on the FIFO with end of file.
 
     Unlike test_issuance_live's ``release`` (one reader, handed the row), many reads block on
     each FIFO here, so none is handed the row: opening a writer first wakes the reads blocked in

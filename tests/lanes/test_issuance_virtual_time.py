@@ -34,9 +34,9 @@ from cotal_trio.lanes.issuance import (
     PRUNE_READS_PER_S,
     WITHDRAW_S,
     BucketMissing,
+    Issuance,
     IssuanceFailed,
     RowExpiries,
-    open_issuance,
     prune_rows,
     run_issuance_sweep,
 )
@@ -213,9 +213,12 @@ async def test_the_fake_orders_writes_but_not_reads(autojump_clock):
 async def test_a_kept_row_stays_with_its_ttl(autojump_clock):
     with trio.fail_after(CEILING_S):
         bucket = FakeBucket()
-        async with open_issuance(bucket, SPACE) as issuance:
+        issuance = Issuance(bucket, SPACE)
+        try:
             await issuance.write(USER, _row(exp=NOW + 600), now=NOW + 0.25)
             issuance.keep()
+        finally:
+            await issuance.settle()  # as the callout does after its answer
         assert bucket.live() == {KEY: render_row(_row(exp=NOW + 600))}
         assert bucket._messages[KEY].ttl_s == 605  # exp + 5 s, counted from NOW + 0.25, whole seconds
 
@@ -226,9 +229,12 @@ async def test_a_row_not_kept_is_withdrawn_after_the_body(autojump_clock):
     with trio.fail_after(CEILING_S):
         bucket = FakeBucket()
         with pytest.raises(Refused):
-            async with open_issuance(bucket, SPACE) as issuance:
+            issuance = Issuance(bucket, SPACE)
+            try:
                 await issuance.write(USER, _row(), now=NOW)
                 raise Refused(RefusalCode.NOT_GRANTED, "revoked meanwhile")
+            finally:
+                await issuance.settle()  # as the callout does after its answer
         assert bucket.live() == {}
         assert [event[1:] for event in bucket.events] == [
             ("create", KEY, "stored"), ("delete", KEY, "refused at 0"), ("delete", KEY, "marker at 1"),
@@ -244,10 +250,13 @@ async def test_a_create_cancelled_in_flight_is_fenced_or_withdrawn(autojump_cloc
     at 0.5, found nothing, and left the row."""
     with trio.fail_after(CEILING_S):
         bucket = FakeBucket(latency_s={"create": 1.0})
-        async with open_issuance(bucket, SPACE) as issuance:
+        issuance = Issuance(bucket, SPACE)
+        try:
             with trio.move_on_after(0.5):
                 await issuance.write(USER, _row(), now=NOW)
             assert trio.current_time() == 0.5
+        finally:
+            await issuance.settle()  # as the callout does after its answer
         assert trio.current_time() == 1.0  # the withdrawal waited for the create to land
         assert bucket.live() == {}
         assert [event[:2] + event[3:] for event in bucket.events] == [
@@ -260,8 +269,11 @@ async def test_someone_elses_row_is_a_denial_and_is_left_alone(autojump_clock):
         bucket = FakeBucket()
         bucket.put(KEY, b"another request's row")
         with pytest.raises(Refused) as refused:
-            async with open_issuance(bucket, SPACE) as issuance:
+            issuance = Issuance(bucket, SPACE)
+            try:
                 await issuance.write(USER, _row(), now=NOW)
+            finally:
+                await issuance.settle()  # as the callout does after its answer
         assert refused.value.code is RefusalCode.BAD_REQUEST
         assert refused.value.detail == (
             f"issuance row natkey.{USER} already exists - the broker delivered this connect twice;"
@@ -287,8 +299,11 @@ async def test_a_failed_write_is_issuance_failed_with_the_fix(autojump_clock, ca
     with trio.fail_after(CEILING_S):
         bucket = FakeBucket(fail=error)
         with pytest.raises(IssuanceFailed) as failed:
-            async with open_issuance(bucket, SPACE) as issuance:
+            issuance = Issuance(bucket, SPACE)
+            try:
                 await issuance.write(USER, _row(), now=NOW)
+            finally:
+                await issuance.settle()  # as the callout does after its answer
     assert str(failed.value) == reason
     # A store that is down cannot be asked to withdraw either: one warning, no exception.
     warnings = [r.getMessage() for r in caplog.records if r.name == "cotal.issuance"]
@@ -303,8 +318,11 @@ async def test_a_withdrawal_is_bounded_and_shielded(autojump_clock, caplog):
     with trio.fail_after(CEILING_S):
         bucket = FakeBucket(latency_s={"create": 100.0, "delete": 100.0})
         with trio.move_on_after(1.0) as lane:
-            async with open_issuance(bucket, SPACE) as issuance:
+            issuance = Issuance(bucket, SPACE)
+            try:
                 await issuance.write(USER, _row(), now=NOW)
+            finally:
+                await issuance.settle()  # as the callout does after its answer
         assert lane.cancelled_caught and trio.current_time() == 1.0 + WITHDRAW_S
     assert [r.getMessage() for r in caplog.records if r.name == "cotal.issuance"] == [
         f"space alpha: issuance row {KEY} not withdrawn within 2 s; it expires on its TTL"

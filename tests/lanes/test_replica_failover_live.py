@@ -310,13 +310,19 @@ async def next_renewal(conn: Connection, after: KvEntry) -> tuple[PlaneRow, KvEn
         await trio.sleep(0.02)
 
 
+async def serving_with_a_client(mesh: Mesh, nursery: trio.Nursery, tmp_path: Path) -> tuple[Host, Path, str]:
+    """A full lane host serving SPACE, and a bearer of alice's ``cli`` it has admitted once."""
+    host, manifest = await start_full_lane_host(mesh, nursery, tmp_path / "host")
+    mesh.grant(SPACE, "alice", "cli")
+    bearer = await mesh.bearer(SPACE, "alice", "cli")
+    await mesh.admitted(SPACE, bearer)
+    return host, manifest, bearer
+
+
 async def test_a_holder_that_cannot_renew_fences_before_its_lease_runs_out(broker: Broker, nursery: trio.Nursery, tmp_path: Path):
     mesh = broker.mesh
     with trio.fail_after(40):
-        host, manifest = await start_full_lane_host(mesh, nursery, tmp_path / "host")
-        mesh.grant(SPACE, "alice", "cli")
-        bearer = await mesh.bearer(SPACE, "alice", "cli")
-        await mesh.admitted(SPACE, bearer)
+        host, manifest, bearer = await serving_with_a_client(mesh, nursery, tmp_path)
         wall_minus_trio = time.time() - trio.current_time()
         async with plane_store(mesh) as conn:
             acquired, entry = await plane_entry(conn)
@@ -361,10 +367,7 @@ async def test_a_holder_that_cannot_renew_fences_before_its_lease_runs_out(broke
 async def test_a_holder_whose_row_is_taken_fences_at_its_next_renewal(broker: Broker, nursery: trio.Nursery, tmp_path: Path):
     mesh = broker.mesh
     with trio.fail_after(40):
-        host, manifest = await start_full_lane_host(mesh, nursery, tmp_path / "host")
-        mesh.grant(SPACE, "alice", "cli")
-        bearer = await mesh.bearer(SPACE, "alice", "cli")
-        await mesh.admitted(SPACE, bearer)
+        host, manifest, bearer = await serving_with_a_client(mesh, nursery, tmp_path)
 
         async with plane_store(mesh, write=True) as conn:
             # Another holder writes its row over the holder's latest renewal (compare-and-set on

@@ -46,7 +46,7 @@ from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.issuance import IssuanceRow, exists_reason, render_row, store_missing_reason, write_failed_reason
 from cotal_trio.core.limits import ConnectLimiter, ConnectLimits
 from cotal_trio.core.nkeys import KeyPair, Prefix
-from cotal_trio.lanes.callout import CALLOUT_SUBJECT, CHANNEL_CAPACITY, CalloutResponder
+from cotal_trio.lanes.callout import CALLOUT_SUBJECT, QUEUE_CAPACITY, CalloutResponder
 from cotal_trio.lanes.issuance import BucketMissing, RowExpiries, prune_rows
 from cotal_trio.natsio import Message
 from tests.core.test_callout import (
@@ -466,26 +466,26 @@ async def test_a_request_is_shed_at_once_while_the_oldest_waited_past_half_the_b
 
 
 async def test_a_full_channel_sheds(nursery, autojump_clock, caplog):
-    """CHANNEL_CAPACITY requests queued at t=0 fill the channel: the next one is shed although
+    """QUEUE_CAPACITY requests queued at t=0 fill the queue: the next one is shed although
     nobody has waited at all, and every queued one is still answered once workers run (one
     actor's connect limits raised to match, so every queued one is minted)."""
     with trio.fail_after(CEILING_S):
-        roomy = ConnectLimits(actor_per_minute=CHANNEL_CAPACITY, owner_per_minute=CHANNEL_CAPACITY)
+        roomy = ConnectLimits(actor_per_minute=QUEUE_CAPACITY, owner_per_minute=QUEUE_CAPACITY)
         lane = Lane(autojump_clock, connect_limits=ConnectLimiter(roomy))
-        for cid in range(1000, 1000 + CHANNEL_CAPACITY):  # one user key each, as the broker makes them
+        for cid in range(1000, 1000 + QUEUE_CAPACITY):  # one user key each, as the broker makes them
             lane.responder.on_message(_message(cid))
         assert lane.published == []
         lane.responder.on_message(_message(2))
         assert lane.answers() == [("_INBOX.r.2", TIMEOUT_REASON, 0.0)]
         [shed] = _lines(caplog)
-        assert (shed["cid"], shed["outcome"], shed["waited_ms"], shed["ahead"]) == (2, "shed", 0, CHANNEL_CAPACITY)
-        assert lane.responder.statistics().waiting == CHANNEL_CAPACITY
+        assert (shed["cid"], shed["outcome"], shed["waited_ms"], shed["ahead"]) == (2, "shed", 0, QUEUE_CAPACITY)
+        assert lane.responder.statistics().waiting == QUEUE_CAPACITY
         await nursery.start(lane.responder.run)
-        await lane.wait_published(CHANNEL_CAPACITY + 1)
+        await lane.wait_published(QUEUE_CAPACITY + 1)
         assert trio.current_time() == 0.0
     assert {answer for _, answer, _ in lane.answers()[1:]} == {"jwt"}
     stats = lane.responder.statistics()
-    assert stats.answered == {"minted": CHANNEL_CAPACITY, "denied": 0, "timeout": 0, "shed": 1}
+    assert stats.answered == {"minted": QUEUE_CAPACITY, "denied": 0, "timeout": 0, "shed": 1}
     assert (stats.waiting, stats.in_flight, stats.dropped) == (0, 0, 0)
 
 
