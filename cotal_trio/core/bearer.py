@@ -5,7 +5,12 @@ A bearer is a compact JWS (RFC 7515) signed with Ed25519 by the space's issuer k
 
 * header ``{"alg": "EdDSA", "kid": <RFC 7638 thumbprint>, "typ": "JWT"}``;
 * claims ``{scope, ver: 1, act: {owner, actor, scope?, parent?, lifecycleUid, view?,
-  credentialId?}, sub: owner, iss: "urn:cotal:auth:<space>", aud: <space>, iat, nbf, exp}``.
+  managerInstanceId?, session?, transferWriter?, credentialId?}, sub: owner,
+  iss: "urn:cotal:auth:<space>", aud: <space>, iat, nbf, exp}``.
+
+A view's binding (``managerInstanceId``, ``session``, ``transferWriter``) is present iff the bearer
+names its view (``core/views.py``), checked at issue and at validation; ``exp - iat`` is capped by
+:func:`~cotal_trio.core.views.view_ttl_cap` (300 s for ``transfer-writer``, else 900 s).
 
 Validation is split so connect limits can charge an actor whose signature verified even when
 the bearer is expired: :func:`verify_bearer_signature` (the key and header rules, then the
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +55,15 @@ from cotal_trio.core.jose import (
     sign_ed25519_jws,
     verify_ed25519_jws,
 )
+from cotal_trio.core.views import (
+    MAX_TOKEN_TTL_S,
+    VIEWS,
+    SessionBinding,
+    TransferTarget,
+    binding_mismatch,
+    is_view,
+    view_ttl_cap,
+)
 
 __all__ = [
     "BEARER_VER",
@@ -67,30 +81,22 @@ __all__ = [
     "BearerVerifier",
 ]
 
-# Longest bearer lifetime the issuer signs and the validator accepts (upstream MAX_TOKEN_TTL_SEC).
-MAX_TOKEN_TTL_S = 900
 # Tolerance for clock differences between the issuing and the validating host (DESIGN 6 step 3).
 CLOCK_SKEW_S = 5
+# The header typ a bearer carries; a JWS of another type signed by the issuer key (a consent,
+# typ cotal-consent+jwt) is never taken for a bearer (RFC 8725 section 3.11).
+BEARER_TYP = frozenset({"JWT"})
 # The claims version this code writes and accepts (upstream USER_TOKEN_VER).
 BEARER_VER = 1
-# Views a bearer may name (upstream-notes 3.4); this service does not mint any of them yet.
-KNOWN_VIEWS = frozenset(
-    {
-        "admin",
-        "purger",
-        "channel-purger",
-        "channel-writer",
-        "deployer",
-        "manager-service",
-        "manager-caller",
-        "session-caller",
-        "transfer-writer",
-    }
-)
+# Views a bearer may name (upstream-notes 3.4): the table of core/views.py.
+KNOWN_VIEWS = frozenset(VIEWS)
 
 _CREDENTIAL_ID = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 _MAX_CREDENTIAL_ID_CHARS = 256
-_ACT_KEYS = frozenset({"owner", "actor", "scope", "parent", "lifecycleUid", "view", "credentialId"})
+_ACT_KEYS = frozenset(
+    {"owner", "actor", "scope", "parent", "lifecycleUid", "view", "managerInstanceId", "session", "transferWriter",
+     "credentialId"}
+)  # fmt: skip
 
 
 def space_issuer(space: str) -> str:
@@ -120,11 +126,16 @@ class BearerGrant:
         scope: scope tokens (may be empty).
         lifecycle_uid: the row's lifecycle UID; bearers are lifecycle-bound.
         parent: ``<owner>.<actor>`` of the spawner, or ``None``.
-        view: one of :data:`KNOWN_VIEWS`, or ``None`` (views are not minted yet).
+        view: one of :data:`KNOWN_VIEWS`, or ``None``.
         credential_id: the root credential id, or ``None``.
+        manager_instance_id: the manager instance (lifecycle token) of a ``manager-caller``
+            bearer; ``None`` for every other view.
+        session: the chat session of a ``session-caller`` bearer; ``None`` otherwise.
+        transfer_writer: the transcript object of a ``transfer-writer`` bearer; ``None`` otherwise.
 
     Raises:
-        Refused: BAD_REQUEST when a field breaks its grammar (see ``core/identity.py``).
+        Refused: BAD_REQUEST when a field breaks its grammar (see ``core/identity.py``) or a
+            binding does not pair with the view (:func:`~cotal_trio.core.views.binding_mismatch`).
     """
 
     owner: str
@@ -134,6 +145,9 @@ class BearerGrant:
     parent: str | None = None
     view: str | None = None
     credential_id: str | None = None
+    manager_instance_id: str | None = None
+    session: SessionBinding | None = None
+    transfer_writer: TransferTarget | None = None
 
     def __post_init__(self) -> None:
         _check_grant_fields(self)
@@ -149,10 +163,26 @@ def _check_grant_fields(value: BearerGrant | ValidatedBearer) -> None:
     check_lifecycle_uid(value.lifecycle_uid)
     if value.parent is not None:
         check_principal(value.parent)
-    if value.view is not None and not _is_known_view(value.view):
+    if value.view is not None and not is_view(value.view):
         raise Refused(RefusalCode.BAD_REQUEST, f"view {shown(value.view)} is not a known view")
     if value.credential_id is not None and not is_credential_id(value.credential_id):
         raise Refused(RefusalCode.BAD_REQUEST, "a credential id is dot-separated [A-Za-z0-9_-] segments, at most 256 chars")
+    _check_bindings(value)
+
+
+def _check_bindings(value: BearerGrant | ValidatedBearer) -> None:
+    if value.manager_instance_id is not None and not is_lifecycle_uid(value.manager_instance_id):
+        raise Refused(RefusalCode.BAD_REQUEST, "a manager instance id is 26 to 32 characters of a-z and 0-9")
+    if value.session is not None and not isinstance(value.session, SessionBinding):
+        raise Refused(RefusalCode.BAD_REQUEST, "session must be a SessionBinding")
+    if value.transfer_writer is not None and not isinstance(value.transfer_writer, TransferTarget):
+        raise Refused(RefusalCode.BAD_REQUEST, "transfer_writer must be a TransferTarget")
+    problem = binding_mismatch(
+        value.view, manager_instance_id=value.manager_instance_id, session=value.session,
+        transfer_writer=value.transfer_writer,
+    )  # fmt: skip
+    if problem is not None:
+        raise Refused(RefusalCode.BAD_REQUEST, f"a bearer's {problem}")
 
 
 def _act_claim(grant: BearerGrant) -> dict[str, Any]:
@@ -164,6 +194,12 @@ def _act_claim(grant: BearerGrant) -> dict[str, Any]:
     act["lifecycleUid"] = grant.lifecycle_uid
     if grant.view is not None:
         act["view"] = grant.view
+    if grant.manager_instance_id is not None:
+        act["managerInstanceId"] = grant.manager_instance_id
+    if grant.session is not None:
+        act["session"] = grant.session.to_claim()
+    if grant.transfer_writer is not None:
+        act["transferWriter"] = grant.transfer_writer.to_claim()
     if grant.credential_id is not None:
         act["credentialId"] = grant.credential_id
     return act
@@ -177,18 +213,22 @@ def issue_bearer(grant: BearerGrant, *, key: IssuerKey, space: str, now: int, tt
         key: the space's active issuer key; its ``kid`` goes in the header.
         space: the space name (``aud``; ``iss`` is :func:`space_issuer`).
         now: unix seconds, integer; becomes ``iat`` and ``nbf``.
-        ttl_s: lifetime in seconds, 1 to :data:`MAX_TOKEN_TTL_S`.
+        ttl_s: lifetime in seconds, 1 to the view's cap (:func:`~cotal_trio.core.views.view_ttl_cap`:
+            300 for ``transfer-writer``, else :data:`MAX_TOKEN_TTL_S`).
 
     Returns:
         ``(token, exp)`` with ``exp = now + ttl_s`` (unix seconds).
 
     Raises:
-        ConfigError: ``ttl_s`` or ``now`` is not a positive integer, or ``ttl_s`` exceeds 900
-            (a caller bug: callers cap the lifetime first).
+        ConfigError: ``ttl_s`` or ``now`` is not a positive integer, or ``ttl_s`` exceeds 900 or
+            the view's cap (a caller bug: callers cap the lifetime first).
         Refused: BAD_REQUEST when ``space`` breaks the space grammar.
     """
     if type(ttl_s) is not int or not 0 < ttl_s <= MAX_TOKEN_TTL_S:
         raise ConfigError(f"a bearer lifetime must be 1 to {MAX_TOKEN_TTL_S} seconds, got {ttl_s!r}")
+    cap = view_ttl_cap(grant.view)
+    if ttl_s > cap:
+        raise ConfigError(f"a {grant.view} bearer lifetime must be 1 to {cap} seconds, got {ttl_s!r}")
     if type(now) is not int or now <= 0:
         raise ConfigError(f"issue_bearer needs now as positive integer unix seconds, got {now!r}")
     check_space(space)
@@ -211,7 +251,7 @@ class ValidatedBearer:
     ``scope`` is ``act.scope`` in token order (empty when absent).
 
     Raises:
-        Refused: BAD_REQUEST when a field breaks its grammar.
+        Refused: BAD_REQUEST when a field breaks its grammar or a binding does not pair.
     """
 
     owner: str
@@ -223,6 +263,9 @@ class ValidatedBearer:
     credential_id: str | None
     iat: int
     exp: int
+    manager_instance_id: str | None = None
+    session: SessionBinding | None = None
+    transfer_writer: TransferTarget | None = None
 
     def __post_init__(self) -> None:
         _check_grant_fields(self)
@@ -263,7 +306,7 @@ def verify_bearer_signature(token: object, keys: Mapping[str, VerifyKey]) -> dic
     Raises:
         Refused: BAD_CREDENTIAL on any rule of :func:`~cotal_trio.core.jose.verify_ed25519_jws`.
     """
-    return verify_ed25519_jws(token, keys, wording=_BEARER_WORDING)
+    return verify_ed25519_jws(token, keys, wording=_BEARER_WORDING, typ=BEARER_TYP)
 
 
 def _int_claim(claims: Mapping[str, Any], name: str) -> int:
@@ -284,7 +327,7 @@ def _check_issuer_and_audience(claims: Mapping[str, Any], space: str) -> None:
         raise _bad(f"version {shown(ver)} is not understood (ver 1 only)")
 
 
-def _check_times(claims: Mapping[str, Any], now: float) -> tuple[int, int]:
+def _check_times(claims: Mapping[str, Any], now: float, view: str | None) -> tuple[int, int]:
     exp, iat, nbf = (_int_claim(claims, name) for name in ("exp", "iat", "nbf"))
     if now >= exp + CLOCK_SKEW_S:
         raise Refused(RefusalCode.BAD_CREDENTIAL, "bearer expired - exchange a fresh one")
@@ -294,8 +337,9 @@ def _check_times(claims: Mapping[str, Any], now: float) -> tuple[int, int]:
             "bearer is not valid yet (issued in the future) - check the clocks of this host "
             "and of the auth service host, then exchange a fresh bearer",
         )
-    if not 0 < exp - iat <= MAX_TOKEN_TTL_S:
-        raise _bad(f"lifetime exp - iat must be 1 to {MAX_TOKEN_TTL_S} seconds")
+    cap = view_ttl_cap(view)
+    if not 0 < exp - iat <= cap:
+        raise _bad(f"lifetime exp - iat must be 1 to {cap} seconds" + (f" for view {view}" if cap < MAX_TOKEN_TTL_S else ""))
     return iat, exp
 
 
@@ -305,8 +349,39 @@ def _scope_list(value: object, name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _is_known_view(value: object) -> bool:
-    return isinstance(value, str) and value in KNOWN_VIEWS
+def _claimed_view(claims: Mapping[str, Any]) -> str | None:
+    """``act.view`` when it is a known view, else ``None`` (:func:`_check_act` refuses the rest)."""
+    act = claims.get("act")
+    view = act.get("view") if isinstance(act, dict) else None
+    return view if is_view(view) else None
+
+
+def _binding(act: Mapping[str, Any], name: str, parse: Callable[[object], Any]) -> Any:
+    """Parse the act member ``name`` with ``parse`` when present (``null`` is malformed too)."""
+    if name not in act:
+        return None
+    try:
+        return parse(act[name])
+    except Refused:
+        raise _bad(f"act.{name} is malformed") from None
+
+
+def _instance_id(value: object) -> str:
+    if not is_lifecycle_uid(value):
+        raise Refused(RefusalCode.BAD_REQUEST, "not a lifecycle token")
+    return value  # type: ignore[return-value]
+
+
+def _check_act_bindings(act: Mapping[str, Any], view: str | None) -> dict[str, Any]:
+    bindings = {
+        "manager_instance_id": _binding(act, "managerInstanceId", _instance_id),
+        "session": _binding(act, "session", SessionBinding.from_claim),
+        "transfer_writer": _binding(act, "transferWriter", TransferTarget.from_claim),
+    }
+    problem = binding_mismatch(view, **bindings)
+    if problem is not None:
+        raise _bad(f"act.{problem}")
+    return bindings
 
 
 def _optional(act: Mapping[str, Any], name: str, valid: Any) -> str | None:
@@ -319,7 +394,10 @@ def _optional(act: Mapping[str, Any], name: str, valid: Any) -> str | None:
 def _check_act(claims: Mapping[str, Any]) -> dict[str, Any]:
     act = claims.get("act")
     if not isinstance(act, dict) or not act.keys() <= _ACT_KEYS:
-        raise _bad("act must be an object with only owner, actor, scope, parent, lifecycleUid, view, credentialId")
+        raise _bad(
+            "act must be an object with only owner, actor, scope, parent, lifecycleUid, view, "
+            "managerInstanceId, session, transferWriter, credentialId"
+        )
     if not is_owner(claims.get("sub")) or act.get("owner") != claims["sub"]:
         raise _bad("sub must be a derived owner (u_ + 26 base32 chars) equal to act.owner")
     if not is_actor(act.get("actor")):
@@ -330,11 +408,11 @@ def _check_act(claims: Mapping[str, Any]) -> dict[str, Any]:
     top = _scope_list(claims.get("scope"), "scope")
     if top and set(top) != set(scope):
         raise _bad("scope and act.scope disagree")
+    view = _optional(act, "view", is_view)
     return {
         "owner": act["owner"], "actor": act["actor"], "scope": scope, "lifecycle_uid": act["lifecycleUid"],
-        "parent": _optional(act, "parent", is_principal),
-        "view": _optional(act, "view", _is_known_view),
-        "credential_id": _optional(act, "credentialId", is_credential_id),
+        "parent": _optional(act, "parent", is_principal), "view": view,
+        "credential_id": _optional(act, "credentialId", is_credential_id), **_check_act_bindings(act, view),
     }  # fmt: skip
 
 
@@ -344,10 +422,14 @@ def check_bearer_claims(claims: Mapping[str, Any], *, space: str, now: float) ->
     Rules: ``iss == urn:cotal:auth:<space>``; ``aud == space`` or ``[space]``; ``ver == 1``;
     integer ``exp``, ``iat``, ``nbf``; with skew :data:`CLOCK_SKEW_S`, expired when
     ``now >= exp + 5`` and not yet valid when ``nbf`` or ``iat`` exceeds ``now + 5``;
-    ``0 < exp - iat <= 900``; ``sub`` a derived owner equal to ``act.owner``; ``act`` an object
-    with only known keys, an actor name, a lifecycle UID (required), optional ``scope`` list of
-    scope tokens, ``parent`` ``<u_…>.<actor>``, ``view`` a known view, ``credentialId``; a
-    top-level ``scope`` list that, when non-empty, equals ``act.scope`` as a set.
+    ``0 < exp - iat <= cap`` with the cap of ``act.view`` (:func:`~cotal_trio.core.views.view_ttl_cap`:
+    300 for ``transfer-writer``, else 900); ``sub`` a derived owner equal to ``act.owner``;
+    ``act`` an object with only known keys, an actor name, a lifecycle UID (required), optional
+    ``scope`` list of scope tokens, ``parent`` ``<u_…>.<actor>``, ``view`` a known view,
+    ``credentialId``; ``managerInstanceId`` (a lifecycle token), ``session``
+    (``{endpoint, sessionId, epoch, exp}``) and ``transferWriter`` (``{instanceId, hex}``) each
+    present iff ``view`` is its view (``manager-caller``, ``session-caller``, ``transfer-writer``);
+    a top-level ``scope`` list that, when non-empty, equals ``act.scope`` as a set.
 
     Args:
         claims: the output of :func:`verify_bearer_signature`.
@@ -359,7 +441,7 @@ def check_bearer_claims(claims: Mapping[str, Any], *, space: str, now: float) ->
             not-yet-valid bearers get distinct sentences.
     """
     _check_issuer_and_audience(claims, space)
-    iat, exp = _check_times(claims, now)
+    iat, exp = _check_times(claims, now, _claimed_view(claims))
     return ValidatedBearer(iat=iat, exp=exp, **_check_act(claims))
 
 

@@ -8,7 +8,8 @@ them, with the wall time read once per request and passed in:
 2. :func:`check_bearer` - the bearer in ``connect_opts.auth_token``.
 3. (lane) connect limits (:func:`cotal_trio.core.limits.check_connect`, which runs step 2 with
    them), then a fresh ledger read of the principal's rows.
-4. :func:`decide_connect` - ledger match and the profile's permissions.
+4. :func:`decide_connect` - ledger match, the view's scope (when the bearer names a view) and the
+   profile's permissions (the view's, else the agent's).
 5. :func:`mint_user_jwt` and :func:`encode_response` - the user JWT and the sealed response.
 
 Steps 2 and 4 raise :class:`~cotal_trio.core.errors.Refused`; the lane answers those with
@@ -26,7 +27,8 @@ from .errors import AuthServiceError, CodecError, RefusalCode, Refused
 from .identity import check_inbox_nonce, principal
 from .ledger import LedgerRow, authorize_connect
 from .nkeys import KeyPair
-from .profiles import Permissions, agent_permissions
+from .profiles import Permissions, agent_permissions, view_permissions
+from .views import check_view_scope
 from .xkeys import XKeyPair
 
 __all__ = [
@@ -159,33 +161,50 @@ def decide_connect(
 ) -> ConnectGrant:
     """Match the bearer against the fresh ledger rows and build the grant (steps 5 and 7).
 
+    A bearer naming a view must still hold the view's required ledger scope on the fresh row
+    (:func:`~cotal_trio.core.views.check_view_scope`) and is minted the view's profile
+    (:func:`~cotal_trio.core.profiles.view_permissions`); a bearer without a view gets the agent
+    profile from the row's channel ACLs. Whether the manager instance or chat session a view
+    binds is still live is the lane's check, before this one.
+
     Args:
         rows: ``(interactive, managed)`` rows of the bearer's principal, read just now.
         now: wall time, unix seconds.
 
     Raises:
         Refused: the bearer's ``exp`` has passed (its 5 s skew still lets it verify, but the
-            minted user would expire on arrival), the ledger refuses the bearer, or the
-            connect ``name`` is not an inbox nonce.
+            minted user would expire on arrival), the ledger refuses the bearer, the row or the
+            bearer lacks the view's scope (NOT_GRANTED), or the connect ``name`` is not an inbox
+            nonce.
     """
     if bearer.exp <= now:
         raise Refused(RefusalCode.BAD_CREDENTIAL, "bearer expired - exchange a fresh one")
     row = authorize_connect(bearer, *rows)
+    if bearer.view is not None:
+        check_view_scope(bearer.view, row_scope=row.scope, bearer_scope=bearer.scope)
     nonce = request.connect_name
     if nonce is None:
         raise Refused(
             RefusalCode.BAD_REQUEST,
             "the connect has no name - set the connection name to the client's inbox nonce",
         )
-    permissions = agent_permissions(
-        space=space,
-        owner=bearer.owner,
-        actor=bearer.actor,
-        allow_publish=row.allow_publish,
-        allow_subscribe=row.allow_subscribe,
-        inbox_nonce=check_inbox_nonce(nonce),
-    )
+    permissions = _permissions(bearer, row, space=space, inbox_nonce=check_inbox_nonce(nonce))
     return ConnectGrant(owner=bearer.owner, actor=bearer.actor, permissions=permissions, exp=bearer.exp)
+
+
+def _permissions(bearer: ValidatedBearer, row: LedgerRow, *, space: str, inbox_nonce: str) -> Permissions:
+    """The view's profile for a view bearer, else the agent profile of the row's channel ACLs."""
+    if bearer.view is None:
+        return agent_permissions(
+            space=space, owner=bearer.owner, actor=bearer.actor, allow_publish=row.allow_publish,
+            allow_subscribe=row.allow_subscribe, inbox_nonce=inbox_nonce,
+        )  # fmt: skip
+    return view_permissions(
+        bearer.view, space=space, owner=bearer.owner, actor=bearer.actor, scope=bearer.scope,
+        inbox_nonce=inbox_nonce, manager_instance_id=bearer.manager_instance_id,
+        session_id=None if bearer.session is None else bearer.session.session_id,
+        transfer_writer=bearer.transfer_writer,
+    )  # fmt: skip
 
 
 def mint_user_jwt(

@@ -19,6 +19,7 @@ STYLE.md practice 17-18. Mapping to a wire answer happens once, at the edge:
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
 __all__ = [
     "AuthServiceError",
@@ -58,6 +59,10 @@ class RefusalCode(enum.StrEnum):
     BAD_CAPABILITY = "bad-capability"
     BAD_CREDENTIAL = "bad-credential"
     NOT_GRANTED = "not-granted"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not-found"
+    CONFLICT = "conflict"
+    PRECONDITION_FAILED = "precondition-failed"
     RATE_LIMITED = "rate-limited"
 
 
@@ -68,12 +73,15 @@ class Refused(AuthServiceError):
         code: the :class:`RefusalCode` (selects the HTTP status at the edge).
         detail: a sentence that names the fix; safe to show to the caller (no secrets, no
             internal exception text).
+        fields: extra members of the JSON error body beside ``error`` (a host door's
+            ``outcome``); JSON values, never secrets. Empty for most refusals.
     """
 
-    def __init__(self, code: RefusalCode, detail: str) -> None:
+    def __init__(self, code: RefusalCode, detail: str, *, fields: Mapping[str, object] | None = None) -> None:
         super().__init__(detail)
         self.code = code
         self.detail = detail
+        self.fields = dict(fields or {})
 
     def reason(self) -> str:
         """The denial reason string for a signed callout denial (the detail sentence)."""

@@ -2,13 +2,20 @@
 
 ``POST /exchange`` takes one of two bodies:
 
-* human arm: ``{"idpToken": "<EdDSA IdP JWT>", "actor": "cli", "ttlSec"?: 600}``;
-* agent arm: ``{"owner": "u_…", "actor": "alpha", "actorToken": "<secret>", "ttlSec"?: 300}``.
+* human arm: ``{"idpToken": "<EdDSA IdP JWT>", "actor": "cli", "ttlSec"?: 600, "view"?: "<view>",
+  "managerInstanceId"?: "<instance id>", "transferWriter"?: {"instanceId", "hex"}}``;
+* agent arm: ``{"owner": "u_…", "actor": "alpha", "actorToken": "<secret>", "ttlSec"?: 300,
+  "view"?: "manager-caller", "managerInstanceId"?: "<instance id>"}``.
 
-``view`` is part of both shapes, but this auth service offers no view yet, so any view is
-refused with a sentence. Bearer lifetimes: a human bearer lives ``min(ttlSec or 900, 900,
-idp_exp - now)`` (spec "Bridge contract" step 1: it never outlives its proof); an agent bearer
-``min(ttlSec or 300, 300)``.
+``managerInstanceId`` (optional, pins the manager instance) goes only with view
+``manager-caller``; ``transferWriter`` goes only with view ``transfer-writer``, which needs it
+(upstream-notes 3.2, 3.5). Parsing checks the shape only: whether this face and arm may mint the
+view is :func:`cotal_trio.core.views.check_exchange_view`, before any ledger read, and whether the
+ledger row grants it is :func:`cotal_trio.core.views.check_view_scope` (:func:`grant_from_row`
+runs it). Bearer lifetimes: a human bearer lives ``min(ttlSec or 900, cap, idp_exp - now)`` (spec
+"Bridge contract" step 1: it never outlives its proof); an agent bearer ``min(ttlSec or 300,
+300, cap)``, where ``cap`` is :func:`cotal_trio.core.views.view_ttl_cap` of the view (300 s for
+``transfer-writer``, else 900 s).
 
 Pure and synchronous: the HTTP layer parses JSON and passes the object in; time comes in as
 ``now`` (unix seconds).
@@ -16,14 +23,14 @@ Pure and synchronous: the HTTP layer parses JSON and passes the object in; time 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from cotal_trio.core.bearer import MAX_TOKEN_TTL_S, BearerGrant
+from cotal_trio.core.bearer import BearerGrant
 from cotal_trio.core.errors import RefusalCode, Refused
-from cotal_trio.core.identity import check_actor, check_owner
+from cotal_trio.core.identity import check_actor, check_owner, is_lifecycle_uid
 from cotal_trio.core.ledger import LedgerRow
+from cotal_trio.core.views import SessionBinding, TransferTarget, check_view, check_view_scope, view_ttl_cap
 
 __all__ = [
     "AGENT_BEARER_TTL_S",
@@ -41,12 +48,16 @@ HUMAN_TTL_DEFAULT_S = 900
 # Default and cap of an agent bearer (upstream AGENT_BEARER_TTL_SEC).
 AGENT_BEARER_TTL_S = 300
 
-_HUMAN_KEYS = frozenset({"idpToken", "actor", "ttlSec", "view"})
-_AGENT_KEYS = frozenset({"owner", "actor", "actorToken", "ttlSec", "view"})
+_HUMAN_KEYS = frozenset({"idpToken", "actor", "ttlSec", "view", "managerInstanceId", "transferWriter"})
+_AGENT_KEYS = frozenset({"owner", "actor", "actorToken", "ttlSec", "view", "managerInstanceId"})
 _BOTH_ARMS = "exchange takes idpToken (human) OR owner+actorToken (agent), never both"
 _HUMAN_SHAPE = "human exchange needs { idpToken: string, actor: string, ttlSec?: number }"
 _TTL_SENTENCE = "ttlSec must be a positive whole number of seconds - omit it for the default"
 _AGENT_SHAPE = "agent exchange needs { owner: string, actor: string, actorToken: string, ttlSec?: number }"
+_INSTANCE_SENTENCE = (
+    "managerInstanceId must be a manager instance id (26 to 32 characters of a-z and 0-9) - "
+    "copy it from `cotal manager list`"
+)
 
 
 def _bad_request(sentence: str) -> Refused:
@@ -58,10 +69,28 @@ def _check_ttl(ttl_s: object) -> None:
         raise _bad_request(_TTL_SENTENCE)
 
 
-def _check_view(view: object) -> None:
+def _check_view_fields(
+    view: object, manager_instance_id: object, transfer_writer: object = None, *, human: bool = True
+) -> None:
+    """The view's body fields pair up (400 otherwise). The agent arm takes no ``transferWriter``
+    and is refused every view but manager-caller by ``check_exchange_view`` with its own sentence,
+    so a transfer-writer view's missing target is named on the human arm only."""
     if view is not None:
-        shown = json.dumps(view[:64] if isinstance(view, str) else repr(view))
-        raise _bad_request(f"view {shown} is not offered by this auth service - exchange without a view")
+        check_view(view)
+    if manager_instance_id is not None and view != "manager-caller":
+        raise _bad_request(
+            'managerInstanceId goes only with view manager-caller - add "view": "manager-caller" or drop managerInstanceId'
+        )
+    if manager_instance_id is not None and not is_lifecycle_uid(manager_instance_id):
+        raise _bad_request(_INSTANCE_SENTENCE)
+    if transfer_writer is not None and view != "transfer-writer":
+        raise _bad_request(
+            'transferWriter goes only with view transfer-writer - add "view": "transfer-writer" or drop transferWriter'
+        )
+    if human and view == "transfer-writer" and not isinstance(transfer_writer, TransferTarget):
+        raise _bad_request(
+            'view transfer-writer needs transferWriter {"instanceId", "hex"} - name the one transcript object to write'
+        )
 
 
 def _check_secret(value: object, sentence: str) -> None:
@@ -77,22 +106,28 @@ class HumanExchange:
         id_token: the IdP JWT (not verified yet; hidden from ``repr``).
         actor: the requested actor.
         ttl_s: requested lifetime in seconds, or ``None`` for the default.
-        view: always ``None`` for now.
+        view: the requested view (one of ``core.views.VIEWS``), or ``None``.
+        manager_instance_id: the pinned manager instance (lifecycle token); only with view
+            ``manager-caller``, where ``None`` means "select the caller's one live instance".
+        transfer_writer: the transcript object; present iff view is ``transfer-writer``.
 
     Raises:
-        Refused: BAD_REQUEST for an empty token, a bad actor, a non-positive ``ttl_s`` or any view.
+        Refused: BAD_REQUEST for an empty token, a bad actor, a non-positive ``ttl_s``, an
+            unknown view, or a binding without its view (or ``transfer-writer`` without its).
     """
 
     id_token: str = field(repr=False)
     actor: str
     ttl_s: int | None = None
     view: str | None = None
+    manager_instance_id: str | None = None
+    transfer_writer: TransferTarget | None = None
 
     def __post_init__(self) -> None:
         _check_secret(self.id_token, _HUMAN_SHAPE)
         check_actor(self.actor)
         _check_ttl(self.ttl_s)
-        _check_view(self.view)
+        _check_view_fields(self.view, self.manager_instance_id, self.transfer_writer)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,11 +139,13 @@ class AgentExchange:
         actor: the agent's actor.
         actor_token: the agent's secret (hidden from ``repr``).
         ttl_s: requested lifetime in seconds, or ``None`` for the default.
-        view: always ``None`` for now.
+        view: the requested view, or ``None`` (the agent arm mints ``manager-caller`` only:
+            ``core.views.check_exchange_view`` refuses the rest).
+        manager_instance_id: the pinned manager instance; only with view ``manager-caller``.
 
     Raises:
-        Refused: BAD_REQUEST for an empty token, a bad owner or actor, a non-positive ``ttl_s``
-            or any view.
+        Refused: BAD_REQUEST for an empty token, a bad owner or actor, a non-positive ``ttl_s``,
+            an unknown view, or ``manager_instance_id`` without view ``manager-caller``.
     """
 
     owner: str
@@ -116,13 +153,14 @@ class AgentExchange:
     actor_token: str = field(repr=False)
     ttl_s: int | None = None
     view: str | None = None
+    manager_instance_id: str | None = None
 
     def __post_init__(self) -> None:
         _check_secret(self.actor_token, _AGENT_SHAPE)
         check_owner(self.owner)
         check_actor(self.actor)
         _check_ttl(self.ttl_s)
-        _check_view(self.view)
+        _check_view_fields(self.view, self.manager_instance_id, human=False)
 
 
 def _check_common(obj: dict[str, Any], allowed: frozenset[str], arm: str) -> None:
@@ -136,13 +174,19 @@ def _check_common(obj: dict[str, Any], allowed: frozenset[str], arm: str) -> Non
     _check_ttl(obj.get("ttlSec"))
     if "view" in obj and not isinstance(obj["view"], str):
         raise _bad_request("view must be a string")
+    if "managerInstanceId" in obj and not isinstance(obj["managerInstanceId"], str):
+        raise _bad_request(_INSTANCE_SENTENCE)
 
 
 def _parse_human(obj: dict[str, Any]) -> HumanExchange:
     _check_common(obj, _HUMAN_KEYS, "a human")
     if not isinstance(obj.get("actor"), str):
         raise _bad_request(_HUMAN_SHAPE)
-    return HumanExchange(id_token=obj["idpToken"], actor=obj["actor"], ttl_s=obj.get("ttlSec"), view=obj.get("view"))
+    target = TransferTarget.from_claim(obj["transferWriter"]) if "transferWriter" in obj else None
+    return HumanExchange(
+        id_token=obj["idpToken"], actor=obj["actor"], ttl_s=obj.get("ttlSec"), view=obj.get("view"),
+        manager_instance_id=obj.get("managerInstanceId"), transfer_writer=target,
+    )  # fmt: skip
 
 
 def _parse_agent(obj: dict[str, Any]) -> AgentExchange:
@@ -151,7 +195,7 @@ def _parse_agent(obj: dict[str, Any]) -> AgentExchange:
         raise _bad_request(_AGENT_SHAPE)
     return AgentExchange(
         owner=obj["owner"], actor=obj["actor"], actor_token=obj["actorToken"],
-        ttl_s=obj.get("ttlSec"), view=obj.get("view"),
+        ttl_s=obj.get("ttlSec"), view=obj.get("view"), manager_instance_id=obj.get("managerInstanceId"),
     )  # fmt: skip
 
 
@@ -171,7 +215,11 @@ def parse_exchange_body(obj: object) -> HumanExchange | AgentExchange:
         Refused: BAD_REQUEST when ``obj`` is not an object; when it has both ``idpToken`` and
             ``actorToken``; neither arm; an arm's required fields missing or not strings (the
             upstream shape sentences); unknown keys (the sentence lists the allowed ones);
-            ``ttlSec`` not a positive integer; ``view`` not a string, or any view at all.
+            ``ttlSec`` not a positive integer; ``view`` not a string or not a known view;
+            ``managerInstanceId`` not an instance id or without view ``manager-caller``;
+            ``transferWriter`` not ``{instanceId, hex}``, without view ``transfer-writer``, or
+            missing with it. Whether the face and arm may mint the view is decided afterwards
+            by :func:`cotal_trio.core.views.check_exchange_view`.
     """
     if not isinstance(obj, dict):
         raise _bad_request(
@@ -187,35 +235,65 @@ def parse_exchange_body(obj: object) -> HumanExchange | AgentExchange:
     raise _bad_request(f"{_BOTH_ARMS} - the body has neither")
 
 
-def human_bearer_ttl(requested: int | None, idp_exp: int, now: int) -> int:
-    """Lifetime of a human bearer: ``min(requested or 900, 900, idp_exp - now)`` seconds.
+def human_bearer_ttl(requested: int | None, idp_exp: int, now: int, *, view: str | None = None) -> int:
+    """Lifetime of a human bearer: ``min(requested or 900, cap, idp_exp - now)`` seconds, where
+    ``cap`` is :func:`~cotal_trio.core.views.view_ttl_cap` of ``view`` (300 for
+    ``transfer-writer``, else 900).
 
     The bearer never outlives the IdP proof (spec "Bridge contract" step 1): ``now`` is read
     when the bearer is signed, so time spent before signing shortens the bearer.
 
     Raises:
         Refused: BAD_CREDENTIAL when the proof has expired (``idp_exp - now <= 0``).
+        ConfigError: ``view`` is not a known view (parse the body first).
     """
     remaining = idp_exp - now
     if remaining <= 0:
         raise Refused(RefusalCode.BAD_CREDENTIAL, "IdP token expired - sign in to the IdP again for a fresh token and retry")
-    return min(requested or HUMAN_TTL_DEFAULT_S, MAX_TOKEN_TTL_S, remaining)
+    return min(requested or HUMAN_TTL_DEFAULT_S, view_ttl_cap(view), remaining)
 
 
-def agent_bearer_ttl(requested: int | None) -> int:
-    """Lifetime of an agent bearer: ``min(requested or 300, 300)`` seconds."""
-    return min(requested or AGENT_BEARER_TTL_S, AGENT_BEARER_TTL_S)
+def agent_bearer_ttl(requested: int | None, *, view: str | None = None) -> int:
+    """Lifetime of an agent bearer: ``min(requested or 300, 300, view_ttl_cap(view))`` seconds.
+
+    Raises:
+        ConfigError: ``view`` is not a known view (parse the body first).
+    """
+    return min(requested or AGENT_BEARER_TTL_S, AGENT_BEARER_TTL_S, view_ttl_cap(view))
 
 
-def grant_from_row(row: LedgerRow, *, credential_id: str | None = None) -> BearerGrant:
+def grant_from_row(
+    row: LedgerRow,
+    *,
+    credential_id: str | None = None,
+    view: str | None = None,
+    manager_instance_id: str | None = None,
+    session: SessionBinding | None = None,
+    transfer_writer: TransferTarget | None = None,
+) -> BearerGrant:
     """The bearer grant of an authorized ledger row: its owner, actor, scope, lifecycle UID and
-    parent (spec "Bridge contract" step 3: the ledger is the only source of scope and parent).
+    parent (spec "Bridge contract" step 3: the ledger is the only source of scope and parent),
+    plus the view and its binding when one is minted.
 
     Args:
-        row: the row returned by an ``authorize_*_exchange`` decision.
+        row: the row returned by an ``authorize_*_exchange`` decision (fresh: the view's scope
+            is checked against it).
         credential_id: the root credential id to bind, when the credential ledger is in use.
+        view: the view to mint, or ``None`` (then every binding must be ``None`` too).
+        manager_instance_id: the selected live manager instance; required iff view is
+            ``manager-caller``.
+        session: the chat session; required iff view is ``session-caller``.
+        transfer_writer: the transcript object; required iff view is ``transfer-writer``.
+
+    Raises:
+        Refused: NOT_GRANTED when the row lacks the view's required scope
+            (:func:`~cotal_trio.core.views.check_view_scope`, naming ``cotal actor grant``);
+            BAD_REQUEST for an unknown view or a binding that does not pair with it.
     """
+    if view is not None:
+        check_view_scope(view, row_scope=row.scope, bearer_scope=row.scope)
     return BearerGrant(
         owner=row.owner, actor=row.actor, scope=row.scope, lifecycle_uid=row.lifecycle_uid,
-        parent=row.parent, credential_id=credential_id,
+        parent=row.parent, credential_id=credential_id, view=view, manager_instance_id=manager_instance_id,
+        session=session, transfer_writer=transfer_writer,
     )  # fmt: skip

@@ -28,16 +28,15 @@ Pure and synchronous: the lane (:mod:`cotal_trio.lanes.issuance`) does the I/O.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from .bearer import CLOCK_SKEW_S, KNOWN_VIEWS, ValidatedBearer, is_credential_id
 from .callout import ConnectGrant
 from .errors import CodecError
 from .identity import is_actor, is_lifecycle_uid, is_owner, is_space
 from .nkeys import Prefix, is_public_key
+from .rowcodec import decode_row, encode_row
 
 __all__ = [
     "EXPIRY_TOLERANCE_S",
@@ -148,7 +147,7 @@ def render_row(row: IssuanceRow) -> bytes:
         "lifecycleUid": row.lifecycle_uid, "credentialId": row.credential_id, "view": row.view,
         "iat": row.iat, "exp": row.exp,
     }
-    return json.dumps(obj, separators=(",", ":")).encode()
+    return encode_row(obj)
 
 
 def parse_row(data: bytes) -> IssuanceRow:
@@ -158,12 +157,7 @@ def parse_row(data: bytes) -> IssuanceRow:
         CodecError: not UTF-8 JSON, not an object with exactly the version-1 keys, or a field
             breaking its grammar.
     """
-    try:
-        obj: Any = json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise CodecError("issuance row: it is not UTF-8 JSON") from None
-    _require(isinstance(obj, dict) and sorted(obj) == sorted(_KEYS), f"keys must be exactly {', '.join(_KEYS)}")
-    _require(type(obj["ver"]) is int and obj["ver"] == ROW_VERSION, f"ver {obj['ver']!r} is not understood")
+    obj = decode_row(data, what="issuance row", keys=_KEYS, version=ROW_VERSION)
     return IssuanceRow(
         space=obj["space"], owner=obj["owner"], actor=obj["actor"], lifecycle_uid=obj["lifecycleUid"],
         credential_id=obj["credentialId"], view=obj["view"], iat=obj["iat"], exp=obj["exp"],

@@ -355,7 +355,11 @@ def _split_compact(token: object, wording: JwsWording) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2]
 
 
-def _check_header(header: dict[str, Any], keys: Mapping[str, VerifyKey], wording: JwsWording) -> VerifyKey:
+def _check_header(
+    header: dict[str, Any], keys: Mapping[str, VerifyKey], wording: JwsWording, typ: frozenset[str] | None
+) -> VerifyKey:
+    if typ is not None and "typ" in header and not (isinstance(header["typ"], str) and header["typ"] in typ):
+        raise refuse_jws(wording, f"header typ {shown(header['typ'])} is not this token's type (RFC 8725 3.11)")
     embedded = [name for name in EMBEDDED_KEY_HEADERS if name in header]
     if embedded:
         raise refuse_jws(wording, f"header carries key material ({', '.join(embedded)}); keys come only from the pinned key set")
@@ -370,7 +374,9 @@ def _check_header(header: dict[str, Any], keys: Mapping[str, VerifyKey], wording
     return verify_key
 
 
-def verify_ed25519_jws(token: object, keys: Mapping[str, VerifyKey], *, wording: JwsWording) -> dict[str, Any]:
+def verify_ed25519_jws(
+    token: object, keys: Mapping[str, VerifyKey], *, wording: JwsWording, typ: frozenset[str] | None = None
+) -> dict[str, Any]:
     """Verify a compact Ed25519 JWS against pinned keys and return its JSON-object payload.
 
     Rules (spec "Bridge contract" step 1; upstream-notes 3.3): three strict base64url parts;
@@ -383,6 +389,9 @@ def verify_ed25519_jws(token: object, keys: Mapping[str, VerifyKey], *, wording:
         token: the compact JWS as received (any type; non-strings are refused).
         keys: ``{kid: VerifyKey}``, e.g. a :class:`BearerKeySet`.
         wording: how the refusal sentences name the token and its fix.
+        typ: the header ``typ`` values this kind of token may carry (absent is fine), so a
+            token of another kind signed by the same key (a consent) is not taken for it;
+            None: any.
 
     Returns:
         The payload object (claims not yet checked).
@@ -395,7 +404,7 @@ def verify_ed25519_jws(token: object, keys: Mapping[str, VerifyKey], *, wording:
     header = _json_object(header_raw) if header_raw is not None else None
     if header is None:
         raise refuse_jws(wording, "header is not a base64url JSON object")
-    verify_key = _check_header(header, keys, wording)
+    verify_key = _check_header(header, keys, wording, typ)
     signature = _b64url_decode(signature_b64)
     try:
         if signature is None or len(signature) != _SIGNATURE_BYTES:

@@ -6,11 +6,12 @@ paragraphs; upstream-notes 5.1). The manifest, version 2, is exactly::
     {"version": 2,
      "spaces": [{"space": "alpha", "exchangePublicPort": 7451,
                  "exchangePublicUrl": "https://auth.example", "exchangeTrustedProxy": true,
-                 "advertisedServer": "wss://nats.example", "serviceEndpoints": false}]}
+                 "advertisedServer": "wss://nats.example", "serviceEndpoints": false,
+                 "toolResultConsent": false}]}
 
 Only ``space`` is required. ``exchangePublicPort``, ``exchangePublicUrl`` and
-``advertisedServer`` may be absent or ``null``; ``exchangeTrustedProxy`` and
-``serviceEndpoints`` are ``true`` or ``false`` and absent means ``false``. A callout-only host
+``advertisedServer`` may be absent or ``null``; ``exchangeTrustedProxy``, ``serviceEndpoints``
+and ``toolResultConsent`` are ``true`` or ``false`` and absent means ``false``. A callout-only host
 reads only ``space`` from each entry. An empty ``spaces`` list is a host serving nothing.
 
 A manifest with any problem is refused whole (:class:`ManifestRefused` lists every problem, one
@@ -71,15 +72,16 @@ _ENTRY_KEYS = {
     "exchangeTrustedProxy": "exchange_trusted_proxy",
     "advertisedServer": "advertised_server",
     "serviceEndpoints": "service_endpoints",
+    "toolResultConsent": "tool_result_consent",
 }
-_FLAG_KEYS = ("exchangeTrustedProxy", "serviceEndpoints")
+_FLAG_KEYS = ("exchangeTrustedProxy", "serviceEndpoints", "toolResultConsent")
 # The public face's settings that need exchangePublicPort, and the names sentences give them.
 _NEEDS_PORT = ("exchangePublicUrl", "exchangeTrustedProxy", "advertisedServer")
 _MANIFEST_NAMES: Mapping[str, str] = MappingProxyType({key: key for key in ("exchangePublicPort", *_NEEDS_PORT)})
 _TOP_KEYS = ("version", "spaces")
 _EMPTY = 'the manifest is empty - write {"version": 2, "spaces": []} to serve nothing'
 _SHAPE = '{"version": 2, "spaces": [{"space": "<name>"}]}'
-_ENTRY_TAKES = "an entry takes " + ", ".join(list(_ENTRY_KEYS)[:-1]) + " and serviceEndpoints"
+_ENTRY_TAKES = "an entry takes " + ", ".join(list(_ENTRY_KEYS)[:-1]) + " and toolResultConsent"
 _SHOWN_CHARS = 64
 _MISSING: Any = object()
 
@@ -130,6 +132,8 @@ class SpaceEntry:
         advertised_server: the ``nats://``, ``tls://``, ``ws://`` or ``wss://`` broker address
             the public face advertises, or ``None``; needs ``exchange_public_port``.
         service_endpoints: open the space's service-endpoint admission (nothing closes it).
+        tool_result_consent: serve the opt-in host-only door ``POST /tool-result-consent/issue``
+            on the space's loopback face (spec "Host-only routes"; docs/host-doors.md).
 
     Raises:
         ManifestRefused: a field breaks its rule; one sentence per broken rule.
@@ -141,6 +145,7 @@ class SpaceEntry:
     exchange_trusted_proxy: bool = False
     advertised_server: str | None = None
     service_endpoints: bool = False
+    tool_result_consent: bool = False
 
     def __post_init__(self) -> None:
         fields = {key: getattr(self, name) for key, name in _ENTRY_KEYS.items()}

@@ -143,6 +143,14 @@ class WindowLru:
         window = self._windows.get(key)
         return 0 if window is None else window.count(now)
 
+    def is_full(self, key: Hashable, now: float) -> bool:
+        """True when an event of ``key`` at ``now`` would be refused (False for an unknown key).
+
+        A query like :meth:`count`: it records nothing and leaves the LRU order alone.
+        """
+        window = self._windows.get(key)
+        return window is not None and window.is_full(now)
+
     def __contains__(self, key: object) -> bool:
         return key in self._windows
 

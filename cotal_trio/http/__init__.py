@@ -7,7 +7,7 @@ any exception into a JSON answer. The request hygiene both faces share is in ``f
 """
 
 from cotal_trio.http.errors import REFUSAL_STATUS, Rejected, answer_error, install_edge
-from cotal_trio.http.faces import ExchangeContext, Minted, mint_exchange
+from cotal_trio.http.faces import ExchangeContext, Minted
 from cotal_trio.http.loopback import build_loopback_app
 from cotal_trio.http.public import AUTH_PROVIDER, build_public_app, mesh_document
 from cotal_trio.http.serve import serve_app
@@ -23,6 +23,5 @@ __all__ = [
     "build_public_app",
     "install_edge",
     "mesh_document",
-    "mint_exchange",
     "serve_app",
 ]

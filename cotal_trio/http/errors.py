@@ -67,6 +67,10 @@ REFUSAL_STATUS: Mapping[RefusalCode, int] = MappingProxyType(
         RefusalCode.BAD_CAPABILITY: 401,
         RefusalCode.BAD_CREDENTIAL: 401,
         RefusalCode.NOT_GRANTED: 401,
+        RefusalCode.FORBIDDEN: 403,
+        RefusalCode.NOT_FOUND: 404,
+        RefusalCode.CONFLICT: 409,
+        RefusalCode.PRECONDITION_FAILED: 412,
         RefusalCode.RATE_LIMITED: 429,
     }
 )
@@ -89,13 +93,18 @@ class Rejected(Exception):
         status: the HTTP status to answer.
         sentence: the ``error`` sentence; it names the fix and is safe to show.
         headers: extra response headers (``Allow`` on a 405).
+        fields: extra members of the JSON error body beside ``error`` (a host door's ``outcome``).
     """
 
-    def __init__(self, status: int, sentence: str, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, sentence: str, headers: Mapping[str, str] | None = None, *,
+        fields: Mapping[str, object] | None = None,
+    ) -> None:
         super().__init__(sentence)
         self.status = status
         self.sentence = sentence
         self.headers = dict(headers or {})
+        self.fields = dict(fields or {})
 
 
 def error_body(sentence: str) -> dict[str, str]:
@@ -116,9 +125,9 @@ def answer_error(error: Exception, *, unknown_path: str) -> tuple[dict[str, obje
     if isinstance(error, RateLimited):  # spec "Connect limits": the typed 429
         return error.body(), REFUSAL_STATUS[error.code], {"Retry-After": str(error.retry_after_s)}
     if isinstance(error, Refused):
-        return error_body(error.detail), REFUSAL_STATUS[error.code], {}
+        return {**error.fields, **error_body(error.detail)}, REFUSAL_STATUS[error.code], {}
     if isinstance(error, Rejected):
-        return error_body(error.sentence), error.status, error.headers
+        return {**error.fields, **error_body(error.sentence)}, error.status, error.headers
     if isinstance(error, NotFound):
         return error_body(unknown_path), 404, {}
     if isinstance(error, MethodNotAllowed):

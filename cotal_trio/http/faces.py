@@ -1,16 +1,19 @@
 """What an HTTP face needs to mint a bearer, the exchange itself, and the code both faces share.
 
-:class:`ExchangeContext` holds the ports one space's face uses. :func:`mint_exchange` runs one
-``POST /exchange`` body through the pure core (upstream-notes 3.5; spec "Bridge contract"):
+:class:`ExchangeContext` holds the ports one space's face uses. :func:`authenticate` verifies
+a parsed credential and its ledger grant, :func:`mint_for` signs the bearer (upstream-notes 3.5;
+spec "Bridge contract"):
 
-* **human arm** ``{idpToken, actor, ttlSec?}``: verify the IdP token against the pinned key set,
-  derive the owner from the pinned issuer and ``sub``, read the principal's interactive row,
-  authorize, cap the lifetime by the proof's ``exp``, issue;
-* **agent arm** ``{owner, actor, actorToken, ttlSec?}``: read the principal's managed row,
-  check the secret and the spawner envelope, cap the lifetime at 300 s, issue.
+* **human arm** ``{idpToken, actor, ttlSec?, view?, managerInstanceId?, transferWriter?}``: the
+  :class:`~cotal_trio.core.bridge.IdpBridge` verifies the IdP token against the pinned key set,
+  derives the owner and asks its ``authorize_actor`` hook (stock: the interactive row); the
+  bearer is capped by the proof's ``exp`` read at signing;
+* **agent arm** ``{owner, actor, actorToken, ttlSec?, view?, managerInstanceId?}``: the
+  principal's managed row, the secret and the spawner envelope; the lifetime is at most 300 s.
 
-Both are synchronous: the ports are sync (the ledger read is a fresh small file read), and the
-clock is read once by the caller.
+Both are synchronous (the ledger read is a fresh small file read). A ``manager-caller`` view
+adds the one asynchronous step, the manager selection in the records store
+(:func:`select_manager_for`), so :func:`answer_exchange` is a trio function.
 
 The loopback and the public face (``loopback.py``, ``public.py``) share the rest of the route
 through the helpers below, so the two cannot drift apart (DESIGN 7; spec "Proxy attribution"):
@@ -28,21 +31,31 @@ import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from nacl.signing import VerifyKey
 from quart import request
 from werkzeug.datastructures import Headers
 from werkzeug.exceptions import HTTPException
 
-from cotal_trio.core.bearer import issue_bearer, space_issuer
+from cotal_trio.core.bearer import BearerGrant, issue_bearer, space_issuer
+from cotal_trio.core.bridge import (
+    Authenticated,
+    AuthorizeActor,
+    ConnectCredentialRequest,
+    IdpBridge,
+    MintConnectCredential,
+    Minted,
+    bounded_lifetime,
+    ledger_authorizer,
+    no_root_credential,
+)
 from cotal_trio.core.errors import CodecError, ConfigError, RateLimited, RefusalCode, Refused, Unavailable
 from cotal_trio.core.exchange import (
     AgentExchange,
     HumanExchange,
     agent_bearer_ttl,
     grant_from_row,
-    human_bearer_ttl,
     parse_exchange_body,
 )
 from cotal_trio.core.identity import MIN_OWNER_SECRET_BYTES, check_space, derive_owner
@@ -53,13 +66,24 @@ from cotal_trio.core.ledger import (
     LedgerRow,
     ReadRows,
     authorize_agent_exchange,
-    authorize_human_exchange,
 )
 from cotal_trio.core.limits import Limited
+from cotal_trio.core.managers import SHED_PINNED, SHED_UNPINNED, ManagerInstance, SelectionRefused, select_manager
+from cotal_trio.core.sessions import ChatSession
+from cotal_trio.core.views import SessionBinding, TransferTarget, check_exchange_view, check_view_scope, view_ttl_cap
+from cotal_trio.core.windows import WindowLru
 from cotal_trio.http.errors import BODY_TOO_LARGE, LOGGER, MAX_BODY_BYTES, REFUSAL_STATUS, Handler, Rejected
 from cotal_trio.state import row_lookup
 
 __all__ = [
+    "MANAGER_CALLER",
+    "NO_VIEW",
+    "SESSION_CALLER",
+    "Caller",
+    "RecordsPort",
+    "Uncounted",
+    "ViewGrant",
+    "authenticate",
     "JWKS_MAX_AGE_S",
     "NO_ARM",
     "ExchangeContext",
@@ -71,7 +95,8 @@ __all__ = [
     "counted_exchange",
     "exchange_arm",
     "info_routes",
-    "mint_exchange",
+    "mint_for",
+    "select_manager_for",
     "read_json_body",
     "refetch_for_unknown_idp_key",
 ]
@@ -86,6 +111,24 @@ NOT_JSON = "request body is not valid JSON"
 TOO_MANY_REFUSALS = "too many refused exchanges - wait a minute and retry"
 # The arm of an exchange answered before its body named one (transport, capability, body shape).
 NO_ARM = "none"
+
+
+class RecordsPort(Protocol):
+    """The records and sessions stores a face reads and writes (``lanes.records.RecordsStore``;
+    docs/managers-and-sessions.md). Every method is trio-flavoured and raises Unavailable when
+    the store does not answer."""
+
+    async def get_manager(self, owner: str, instance_id: str) -> ManagerInstance | None: ...
+    async def list_managers(self, owner: str | None = None) -> list[ManagerInstance]: ...
+    async def register_manager(self, instance: ManagerInstance) -> int: ...
+    async def retire_manager(self, owner: str, instance_id: str) -> bool: ...
+    async def open_session(self, row: ChatSession, *, now: float) -> int: ...
+    async def get_session(self, session_id: str) -> ChatSession | None: ...
+    async def retire_session(self, session_id: str) -> bool: ...
+
+
+MANAGER_CALLER = "manager-caller"
+SESSION_CALLER = "session-caller"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,6 +155,16 @@ class ExchangeContext:
         refetch_idp_keys: optional; ``await refetch_idp_keys(kid)`` re-reads the pinned JWKS
             when an IdP token names a ``kid`` that :attr:`idp_keys` lacks, at most once per 30 s
             (:meth:`~cotal_trio.lanes.idp_keys.IdpKeyCache.refetch`). None: the key set is fixed.
+        authorize_actor: the bridge's actor hook (spec "Bridge contract" step 3), for a hosted
+            composition; None: the stock one, the fresh interactive row of :attr:`read_ledger`
+            (:func:`~cotal_trio.core.bridge.ledger_authorizer`).
+        mint_connect_credential: the bridge's root-credential hook; None: the stock one, no
+            credential id (:func:`~cotal_trio.core.bridge.no_root_credential`).
+        records: the records and sessions stores (:class:`RecordsPort`) the manager-caller
+            view, ``/manager-instances``, ``/manager-service-authority`` and the chat-session
+            routes use; None: those answer that this service keeps no registry.
+        bridge: the :class:`~cotal_trio.core.bridge.IdpBridge` the human arm runs, built from the
+            fields above with both hooks set.
 
     Raises:
         ConfigError: the capability is not 64 lowercase hex, the owner secret is shorter than
@@ -129,6 +182,10 @@ class ExchangeContext:
     metrics: Callable[[str, int], None] | None = None
     peek_limits: Callable[[str, str], Limited | None] | None = None
     refetch_idp_keys: Callable[[str], Awaitable[None]] | None = None
+    authorize_actor: AuthorizeActor | None = None
+    mint_connect_credential: MintConnectCredential | None = None
+    records: RecordsPort | None = None
+    bridge: IdpBridge = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.capability, str) or _CAPABILITY.fullmatch(self.capability) is None:
@@ -139,6 +196,13 @@ class ExchangeContext:
             check_space(self.space)
         except Refused:
             raise ConfigError(f"{self.space!r} is not a space name (1 to 64 letters, digits, _ and -)") from None
+        bridge = IdpBridge(
+            space=self.space, idp_pin=self.idp_pin, idp_keys=self.idp_keys, owner_secret=self.owner_secret,
+            issuer_key=self.issuer_key,
+            authorize_actor=self.authorize_actor or ledger_authorizer(self.read_ledger),
+            mint_connect_credential=self.mint_connect_credential or no_root_credential, clock=self.clock,
+        )  # fmt: skip
+        object.__setattr__(self, "bridge", bridge)
 
     def count(self, arm: str, status: int) -> None:
         """Report one exchange answer to :attr:`metrics`, if set."""
@@ -156,83 +220,176 @@ class ExchangeContext:
             raise limited.error()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Minted:
-    """A successful exchange: the ``200`` body ``{"token", "owner", "exp"}``.
-
-    Attributes:
-        token: the Cotal bearer (compact JWS).
-        owner: the bearer's owner ``u_…``.
-        exp: the bearer's expiry, unix seconds.
-    """
-
-    token: str
-    owner: str
-    exp: int
-
-    def body(self) -> dict[str, object]:
-        """The JSON response body."""
-        return {"token": self.token, "owner": self.owner, "exp": self.exp}
-
-
 def exchange_arm(request: HumanExchange | AgentExchange) -> str:
     """``"agent"`` or ``"human"``: which arm a parsed request takes (for the refusal log line)."""
     return "agent" if isinstance(request, AgentExchange) else "human"
 
 
-def _issue(ctx: ExchangeContext, row: LedgerRow, *, now: int, ttl_s: int) -> Minted:
-    ctx.check_limits(row.owner, row.actor)  # the credential is good: only now say "limited"
-    token, exp = issue_bearer(grant_from_row(row), key=ctx.issuer_key, space=ctx.space, now=now, ttl_s=ttl_s)
-    return Minted(token=token, owner=row.owner, exp=exp)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Caller:
+    """A caller whose credential and ledger grant verified (either arm).
+
+    Attributes:
+        arm: ``"human"`` or ``"agent"``.
+        row: the authorized ledger row (interactive for a human, managed for an agent).
+        auth: the bridge's result for a human (its proof bounds the bearer); None for an agent.
+    """
+
+    arm: str
+    row: LedgerRow
+    auth: Authenticated | None = None
+
+    @property
+    def owner(self) -> str:
+        """The caller's owner ``u_…``."""
+        return self.row.owner
+
+    @property
+    def principal(self) -> str:
+        """The selection-window principal (spec "Proxy attribution"): the derived owner for a
+        human, ``owner.actor`` for a managed agent."""
+        return self.row.owner if self.arm == "human" else self.row.principal
 
 
-def _mint_human(ctx: ExchangeContext, request: HumanExchange, now: float) -> Minted:
-    identity = verify_idp_token(request.id_token, pin=ctx.idp_pin, keys=ctx.idp_keys(), now=now)
-    owner = derive_owner(ctx.owner_secret, ctx.idp_pin.issuer, identity.sub)
-    interactive, _managed = ctx.read_ledger(owner, request.actor)
-    row = authorize_human_exchange(owner, request.actor, interactive)
-    signed_at = int(ctx.clock())  # spec "Bridge contract" step 1: the proof's exp, read at signing
-    ttl_s = human_bearer_ttl(request.ttl_s, identity.exp, signed_at)
-    return _issue(ctx, row, now=signed_at, ttl_s=ttl_s)
+def authenticate(ctx: ExchangeContext, request: HumanExchange | AgentExchange, *, now: float) -> Caller:
+    """Verify a parsed credential and its ledger grant, without minting (upstream-notes 3.5).
 
-
-def _mint_agent(ctx: ExchangeContext, request: AgentExchange, now: float) -> Minted:
-    _interactive, managed = ctx.read_ledger(request.owner, request.actor)
-    lookup = row_lookup(ctx.read_ledger)
-    row = authorize_agent_exchange(request.owner, request.actor, request.actor_token, managed, lookup)
-    return _issue(ctx, row, now=int(ctx.clock()), ttl_s=agent_bearer_ttl(request.ttl_s))
-
-
-def mint_exchange(ctx: ExchangeContext, request: HumanExchange | AgentExchange, *, now: float) -> Minted:
-    """Run one parsed exchange through its arm (upstream-notes 3.5; spec "Bridge contract").
-
-    Args:
-        ctx: the face's ports.
-        request: the body parsed by ``core.exchange.parse_exchange_body``.
-        now: wall time, unix seconds, the IdP token is checked at (read by the caller). The
-            bearer is dated ``ctx.clock()`` read again just before it is signed, and a human
-            bearer's lifetime ends no later than the proof's ``exp`` at that moment.
-
-    Returns:
-        The :class:`Minted` bearer.
+    Human arm: the bridge's steps 1-2 and ``authorize_actor``; agent arm: the managed row, the
+    secret's hash and the spawner envelope.
 
     Raises:
-        Refused: the caller's fault: BAD_CREDENTIAL for a bad IdP token, NOT_GRANTED for a
-            missing grant, a corrupt ledger row (named on the human arm) or a wrong agent
-            secret (one shared sentence for every agent-arm failure).
-        RateLimited: the credential is good but the actor or its owner is out of connects
-            (``ctx.peek_limits``), so a bearer would be refused at connect.
-        Exception: anything else a port raises (an I/O error) propagates; the edge answers
-            it with a generic 500.
+        Refused: BAD_CREDENTIAL for a bad IdP token; NOT_GRANTED for a missing grant, a corrupt
+            ledger row (named on the human arm) or any agent-arm failure (one shared sentence).
+        Exception: a port's I/O error propagates (the edge answers 500).
     """
     try:
         if isinstance(request, AgentExchange):
-            return _mint_agent(ctx, request, now)
-        return _mint_human(ctx, request, now)
+            _interactive, managed = ctx.read_ledger(request.owner, request.actor)
+            row = authorize_agent_exchange(
+                request.owner, request.actor, request.actor_token, managed, row_lookup(ctx.read_ledger)
+            )
+            return Caller(arm="agent", row=row)
+        auth = ctx.bridge.authenticate(request.id_token, request.actor, now=now)
+        return Caller(arm="human", row=auth.row, auth=auth)
     except CodecError as corrupt:  # a corrupt ledger row is a refusal, never a 500 (1.3)
         if isinstance(request, AgentExchange):  # one sentence for every agent-arm failure
             raise Refused(RefusalCode.NOT_GRANTED, AGENT_EXCHANGE_REFUSAL) from None
         raise Refused(RefusalCode.NOT_GRANTED, str(corrupt)) from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ViewGrant:
+    """The view a bearer is minted with and its binding (spec "Listener policy"); all None: none."""
+
+    view: str | None = None
+    manager_instance_id: str | None = None
+    session: SessionBinding | None = None
+    transfer_writer: TransferTarget | None = None
+
+
+NO_VIEW = ViewGrant()
+SESSION_EXPIRED = "the chat session has expired - open a new one with POST /chat-session/open"
+
+
+def mint_for(
+    ctx: ExchangeContext, caller: Caller, *, ttl_s: int | None, view: ViewGrant = NO_VIEW,
+    extra: Mapping[str, object] | None = None,
+) -> Minted:
+    """Sign the caller's bearer, dated by the clock read just before signing.
+
+    The lifetime: a human's ``min(ttl_s or 900, 900, proof exp - now)``, an agent's
+    ``min(ttl_s or 300, 300)``, both within the view's cap (300 s for ``transfer-writer``) and,
+    for a ``session-caller`` view, ending by the session's ``exp``.
+
+    Raises:
+        RateLimited: the actor or its owner is out of connects (``ctx.peek_limits``).
+        Refused: NOT_GRANTED when the row lacks the view's scope or the session has expired;
+            BAD_CREDENTIAL when the proof expired before signing.
+    """
+    row = caller.row
+    ctx.check_limits(row.owner, row.actor)  # the credential is good: only now say "limited"
+    not_after = None if view.session is None else view.session.exp
+
+    def grant(authorized: LedgerRow, credential_id: str | None) -> BearerGrant:
+        return grant_from_row(
+            authorized, credential_id=credential_id, view=view.view, manager_instance_id=view.manager_instance_id,
+            session=view.session, transfer_writer=view.transfer_writer,
+        )  # fmt: skip
+
+    cap_s = view_ttl_cap(view.view)
+    if caller.auth is not None:
+        return ctx.bridge.issue(
+            caller.auth, ttl_s=ttl_s, grant=grant, cap_s=cap_s, not_after=not_after, expired=SESSION_EXPIRED,
+            extra=extra,
+        )  # fmt: skip
+    credential_id = ctx.bridge.mint_connect_credential(  # the agent arm's "root credential ensure" (3.5)
+        ConnectCredentialRequest(owner=row.owner, actor=row.actor, lifecycle_uid=row.lifecycle_uid)
+    )
+    bearer_grant = grant(row, credential_id)
+    signed_at = int(ctx.clock())
+    lifetime = bounded_lifetime(
+        agent_bearer_ttl(ttl_s, view=view.view), signed_at, cap_s=cap_s, not_after=not_after, expired=SESSION_EXPIRED
+    )
+    token, exp = issue_bearer(bearer_grant, key=ctx.issuer_key, space=ctx.space, now=signed_at, ttl_s=lifetime)
+    return Minted(token=token, owner=row.owner, exp=exp, extra=dict(extra or {}))
+
+
+class Uncounted(Exception):
+    """A refusal answered with its own reason (or its own 429) that spends no face budget
+    (spec "Proxy attribution": manager selection has per-principal windows of its own)."""
+
+    def __init__(self, refusal: Refused) -> None:
+        super().__init__(refusal.detail)
+        self.refusal = refusal
+
+
+PINNED, UNPINNED = "pinned", "unpinned"
+
+
+async def select_manager_for(
+    ctx: ExchangeContext, caller: Caller, pinned: str | None, *, face: str, windows: WindowLru | None, now: float
+) -> ManagerInstance:
+    """Trio: the live manager instance a ``manager-caller`` bearer is bound to (spec "Proxy
+    attribution"; upstream-notes 3.4).
+
+    On the public face (``windows`` given) the principal's class window (``pinned`` when
+    ``managerInstanceId`` was named, else ``unpinned``) is checked first: while it is full, the
+    class is shed with its 429 remedy, even for a request that would have succeeded; a
+    selection failure is recorded in it. On the loopback face an unpinned failure (no live
+    manager, or several) keeps its reason without spending the shared budget; a pinned one
+    counts as any refusal.
+
+    Raises:
+        Uncounted: the shed 429, or a selection refusal that spends no face budget.
+        SelectionRefused: a loopback pinned selection failure (counted by the caller).
+        Refused: NOT_GRANTED when this auth service has no manager registry.
+        Unavailable: the records store did not answer.
+    """
+    if ctx.records is None:
+        raise Refused(RefusalCode.NOT_GRANTED, NO_MANAGER_REGISTRY)
+    key = (caller.principal, PINNED if pinned else UNPINNED)
+    if windows is not None and windows.is_full(key, now):
+        raise Uncounted(Refused(RefusalCode.RATE_LIMITED, SHED_PINNED if pinned else SHED_UNPINNED))
+    if pinned is not None:
+        found = await ctx.records.get_manager(caller.owner, pinned)
+        instances = [] if found is None else [found]
+    else:
+        instances = await ctx.records.list_managers(caller.owner)
+    try:
+        return select_manager(instances, owner=caller.owner, pinned=pinned)
+    except SelectionRefused as refusal:
+        if windows is not None:
+            windows.try_acquire(key, now)
+            raise Uncounted(refusal) from None
+        if not refusal.pinned:
+            raise Uncounted(refusal) from None
+        raise
+
+
+NO_MANAGER_REGISTRY = (
+    "this auth service keeps no manager registry (a callout replica or a hosted composition without one) - "
+    "exchange view manager-caller at the space's full auth service"
+)
 
 
 # --- what both faces share (DESIGN 7; upstream-notes 3.5) ----------------------------------------
@@ -370,37 +527,45 @@ async def refetch_for_unknown_idp_key(ctx: ExchangeContext, body: object) -> Non
         await ctx.refetch_idp_keys(kid)
 
 
-def answer_exchange(
-    ctx: ExchangeContext, body: object, *, admit_refusal: Callable[[float], bool], peer: str | None = None,
-    tally: ExchangeTally | None = None,
+async def answer_exchange(
+    ctx: ExchangeContext, body: object, *, face: str, admit_refusal: Callable[[float], bool], peer: str | None = None,
+    tally: ExchangeTally | None = None, selection_windows: WindowLru | None = None,
 ) -> tuple[dict[str, Any], int, dict[str, str]]:
-    """Answer one ``POST /exchange`` body: parse it, mint, or refuse within the face's budget.
+    """Trio: answer one ``POST /exchange`` body: parse it, mint, or refuse within the face's budget.
+
+    Order (upstream-notes 3.5, 3.4): parse; the view against the face and arm (400, before any
+    ledger read); the credential and its ledger grant; the view's required scope; for
+    ``manager-caller`` the manager selection (:func:`select_manager_for`); connect limits; sign.
 
     Reads ``ctx.clock()`` after the body arrived, to check the IdP token and date refusals,
-    and again just before signing (waiting shortens the bearer, never extends it). A refusal (a body that is not a JSON object, a bad field, a refused
-    credential) is logged at warning on ``cotal.http`` and offered to ``admit_refusal``; while
-    the budget admits it the caller sees its reason, once it is full a 429. A valid credential
-    mints whatever the budget says (spec "Proxy attribution": successes are never throttled).
+    and again just before signing (waiting shortens the bearer, never extends it). A refusal (a
+    body that is not a JSON object, a bad field, a refused credential) is logged at warning on
+    ``cotal.http`` and offered to ``admit_refusal``; while the budget admits it the caller sees
+    its reason, once it is full a 429. A valid credential mints whatever the budget says (spec
+    "Proxy attribution": successes are never throttled).
 
     Args:
         ctx: the face's ports.
         body: the decoded JSON body (any JSON value).
+        face: ``"public"`` or ``"loopback"`` (which views it mints).
         admit_refusal: the face's budget: called with the wall time (unix seconds) once per
             refusal; returns ``True`` while the refusal fits (``SlidingWindow.try_acquire``).
         peer: the source a public face attributes the request to; named in the log line.
         tally: the request's :func:`counted_exchange` tally; its ``arm`` is set once the body
             names one.
+        selection_windows: the public face's per-principal ``manager-caller`` selection
+            windows (a 1024-key LRU); None on the loopback face.
 
     Returns:
-        ``({"token", "owner", "exp"}, 200, {"Cache-Control": "no-store"})`` (``exp`` unix s).
+        ``({"token", "owner", "exp"[, "managerInstanceId"]}, 200, {"Cache-Control": "no-store"})``
+        (``exp`` unix s).
 
     Raises:
         Refused: BAD_REQUEST 400, BAD_CREDENTIAL/NOT_GRANTED 401, or RATE_LIMITED 429
-            :data:`TOO_MANY_REFUSALS` once the budget is full.
+            :data:`TOO_MANY_REFUSALS` once the budget is full, or a selection class's 429.
         RateLimited: 429 with the typed body and ``Retry-After`` while the actor or its owner
             is out of connects; logged at info, not offered to ``admit_refusal``.
-        Exception: what :func:`mint_exchange` lets through (a port's I/O error; the edge
-            answers a generic 500).
+        Exception: a port's I/O error (the edge answers a generic 500, or 503 for Unavailable).
     """
     now = ctx.clock()
     arm = "human"
@@ -409,14 +574,32 @@ def answer_exchange(
         arm = exchange_arm(parsed)
         if tally is not None:
             tally.arm = arm
-        minted = mint_exchange(ctx, parsed, now=now)
+        check_exchange_view(parsed.view, face=face, arm=arm)
+        caller = authenticate(ctx, parsed, now=now)
+        view = ViewGrant(view=parsed.view, transfer_writer=getattr(parsed, "transfer_writer", None))
+        extra: dict[str, object] = {}
+        if parsed.view is not None:
+            check_view_scope(parsed.view, row_scope=caller.row.scope, bearer_scope=caller.row.scope)
+        if parsed.view == MANAGER_CALLER:
+            instance = await select_manager_for(
+                ctx, caller, parsed.manager_instance_id, face=face, windows=selection_windows, now=now
+            )
+            view = ViewGrant(view=MANAGER_CALLER, manager_instance_id=instance.instance_id)
+            extra["managerInstanceId"] = instance.instance_id
+        minted = mint_for(ctx, caller, ttl_s=parsed.ttl_s, view=view, extra=extra)
     except RateLimited as limited:  # not a refused exchange: no budget spent (spec "Connect limits")
         LOGGER.info("auth-service: rate-limited %s exchange: %s", arm, limited.detail)
         raise
+    except Uncounted as uncounted:
+        LOGGER.warning("auth-service: refused a manager selection%s: %s", _source(peer), uncounted.refusal.detail)
+        raise uncounted.refusal from None
     except Refused as refusal:
-        source = "" if peer is None else f" from {peer}"
-        raise _throttled(ctx, refusal, arm=arm, source=source, admitted=admit_refusal(now)) from None
+        raise _throttled(ctx, refusal, arm=arm, source=_source(peer), admitted=admit_refusal(now)) from None
     return minted.body(), 200, {"Cache-Control": "no-store"}
+
+
+def _source(peer: str | None) -> str:
+    return "" if peer is None else f" from {peer}"
 
 
 @dataclass(slots=True)

@@ -10,6 +10,13 @@ Closed, exact-match route table (anything else is a JSON 404, a wrong method a J
 ``POST /tool-result-human-proof/verify``
                    host-only door: is ``{idpToken, subject}`` a fresh password proof of the
                    host's session subject? (``faces.answer_password_proof``; decides only)
+``POST /manager-service-authority``
+                   register or retire a manager instance (``mesh_routes.py``)
+the other doors    ``/interactive-lifecycle/retire``, ``/managed-lifecycle/activate``,
+                   ``/managed-lifecycle/retire`` (``lifecycle_doors.py``),
+                   ``/manager-service-authority/verify-enrollment`` and the opt-in
+                   ``/tool-result-consent/issue`` (``manager_doors.py``), given by the lane
+                   through ``doors``; contracts in ``docs/host-doors.md``
 =================  ==========================================================================
 
 ``GET /metrics`` needs **no capability**: a scraper on the host normally cannot read the 0600
@@ -32,7 +39,7 @@ Per-app state is the two windows, held by the handlers' closure (no module state
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from quart import request
@@ -53,11 +60,12 @@ from cotal_trio.http.faces import (
     read_json_body,
     refetch_for_unknown_idp_key,
 )
+from cotal_trio.http.mesh_routes import MANAGER_AUTHORITY_PATH, answer_mesh_route
 
 __all__ = ["JWKS_MAX_AGE_S", "PROOF_PATH", "UNKNOWN_PATH", "build_loopback_app"]
 
 PROOF_PATH = "/tool-result-human-proof/verify"
-UNKNOWN_PATH = f"unknown path - /health, /jwks, /exchange, /metrics, {PROOF_PATH}"
+UNKNOWN_PATH = f"unknown path - /health, /jwks, /exchange, /metrics, {MANAGER_AUTHORITY_PATH}, and the host-only doors (docs/host-doors.md)"
 BAD_CAPABILITY = "missing/invalid exchange capability - read it from the space's auth-service.json"
 TOO_MANY_BAD_CAPABILITIES = "too many invalid-capability attempts - wait a minute and retry"
 
@@ -97,7 +105,26 @@ class _LoopbackFace:
             self._check_capability(request.headers)
             body = await read_json_body()
             await refetch_for_unknown_idp_key(self._ctx, body)
-            return answer_exchange(self._ctx, body, admit_refusal=self._refusals.try_acquire, tally=tally)
+            return await answer_exchange(
+                self._ctx, body, face="loopback", admit_refusal=self._refusals.try_acquire, tally=tally
+            )
+
+    async def guard(self) -> object:
+        """A host-only door's pre-checks: transport, capability, then the decoded JSON body."""
+        check_transport(request.headers)
+        self._check_capability(request.headers)
+        body = await read_json_body()
+        await refetch_for_unknown_idp_key(self._ctx, body)
+        return body
+
+    def admit_refusal(self, now: float) -> bool:
+        """The shared refused-request window (doors count their refusals in it too)."""
+        return self._refusals.try_acquire(now)
+
+    async def manager_authority(self) -> tuple[dict[str, Any], int, dict[str, str]]:
+        """``POST /manager-service-authority`` (capability-gated; :mod:`~cotal_trio.http.mesh_routes`)."""
+        body = await self.guard()
+        return await answer_mesh_route(self._ctx, MANAGER_AUTHORITY_PATH, body, admit_refusal=self._refusals.try_acquire)
 
     async def password_proof(self) -> tuple[dict[str, Any], int, dict[str, str]]:
         """``POST /tool-result-human-proof/verify``: ``200 {"verified": true, "sub", "owner",
@@ -118,7 +145,15 @@ def _metrics_route(exposition: Callable[[], tuple[bytes, str]]) -> Handler:
     return scrape
 
 
-def build_loopback_app(ctx: ExchangeContext, *, metrics: Callable[[], tuple[bytes, str]] | None = None) -> QuartTrio:
+DoorTable = Callable[[Callable[[], Awaitable[object]], Callable[[float], bool]], Mapping[str, Mapping[str, Handler]]]
+"""``doors(guard, admit_refusal) -> {path: {method: handler}}``: a set of host-only doors
+(``http/lifecycle_doors.py``, ``http/manager_doors.py``) given the face's guard (transport,
+capability, then the JSON body) and its shared refused-request window."""
+
+
+def build_loopback_app(
+    ctx: ExchangeContext, *, metrics: Callable[[], tuple[bytes, str]] | None = None, doors: Sequence[DoorTable] = ()
+) -> QuartTrio:
     """Build the loopback face for one space (DESIGN 7; upstream-notes 4.1).
 
     Args:
@@ -126,6 +161,8 @@ def build_loopback_app(ctx: ExchangeContext, *, metrics: Callable[[], tuple[byte
         metrics: ``() -> (body, Content-Type)``, the lane's exposition
             (``LaneMetrics.exposition``; sync), served as ``GET /metrics``; without it that
             path is a 404.
+        doors: host-only door tables (:data:`DoorTable`), each given the face's guard and
+            its shared window; a door path is served only when a table names it.
 
     Returns:
         A quart-trio app; serve it with :func:`cotal_trio.http.serve.serve_app`. Each call
@@ -133,7 +170,12 @@ def build_loopback_app(ctx: ExchangeContext, *, metrics: Callable[[], tuple[byte
     """
     app = QuartTrio("cotal_trio.http.loopback")
     face = _LoopbackFace(ctx)
-    routes = {**info_routes(ctx), "/exchange": {"POST": face.exchange}, PROOF_PATH: {"POST": face.password_proof}}
+    routes: dict[str, Mapping[str, Handler]] = {
+        **info_routes(ctx), "/exchange": {"POST": face.exchange}, PROOF_PATH: {"POST": face.password_proof},
+        MANAGER_AUTHORITY_PATH: {"POST": face.manager_authority},
+    }  # fmt: skip
+    for table in doors:
+        routes.update(table(face.guard, face.admit_refusal))
     if metrics is not None:
         routes["/metrics"] = {"GET": _metrics_route(metrics)}
     install_edge(app, routes=routes, unknown_path=UNKNOWN_PATH)

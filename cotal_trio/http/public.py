@@ -12,13 +12,21 @@ Closed, exact-match route table (anything else is a JSON 404, a wrong method a J
 ``GET /jwks``                      ``{"keys": [<public JWK>]}`` with ``Cache-Control: max-age=300``
 ``POST /exchange``                 a bearer for an IdP token (human) or an actor token (agent)
 ``GET /.well-known/cotal-mesh``    the bootstrap document (:func:`mesh_document`)
+``POST /manager-service-authority``  register or retire a remote manager instance (human, scope
+                                   ``supervise``; :mod:`~cotal_trio.http.mesh_routes`)
+``POST /manager-instances``        the caller's live manager instances
+``POST /chat-session/open``,       a chat session of the caller, its ``session-caller``
+``/chat-session/bearer``,          bearer, and its retirement
+``/chat-session/retire``
 =================================  ==============================================================
 
-Not yet served (spec "Listener policy"; issue 5 item 5), so 404 for now:
-``POST /manager-service-authority``, ``POST /manager-instances``, ``/chat-session/open``,
-``/chat-session/bearer``, ``/chat-session/retire``, and with service endpoints
-``/service-endpoint-authority`` and ``/service-endpoint-host``. The loopback face's host-only
-doors are never served here.
+Views: this face mints ``channel-writer``, ``channel-purger``, ``transfer-writer`` (all gated on
+ledger scope ``admin``), ``manager-caller`` and, through ``/chat-session/bearer``,
+``session-caller``; the loopback-only views are refused with a 400 naming the loopback face
+(:func:`~cotal_trio.core.views.check_exchange_view`). A ``manager-caller`` selection has its own
+per-principal windows (:func:`~cotal_trio.http.faces.select_manager_for`). Not served here (404):
+``/service-endpoint-authority`` and ``/service-endpoint-host`` (this service hosts no service
+endpoints on this face), and every host-only door of the loopback face.
 
 ``POST /exchange`` pre-checks, in order, shared with the loopback face (``faces.py``): an
 ``Origin`` header is 403; ``Content-Type`` must start with ``application/json`` (415); the body
@@ -45,11 +53,17 @@ from quart_trio import QuartTrio
 from cotal_trio.core.creds import parse_creds
 from cotal_trio.core.errors import CodecError, ConfigError
 from cotal_trio.core.windows import WindowLru
-from cotal_trio.http.errors import install_edge
+from cotal_trio.http.errors import Handler, install_edge
 from cotal_trio.http.faces import (
-    ExchangeContext, answer_exchange, check_transport, counted_exchange, info_routes, read_json_body,
+    ExchangeContext,
+    answer_exchange,
+    check_transport,
+    counted_exchange,
+    info_routes,
+    read_json_body,
     refetch_for_unknown_idp_key,
 )
+from cotal_trio.http.mesh_routes import MESH_PATHS, answer_mesh_route
 
 __all__ = ["AUTH_PROVIDER", "MESH_DOCUMENT_PATH", "UNKNOWN_PATH", "build_public_app", "mesh_document", "peer_key"]
 
@@ -58,7 +72,7 @@ __all__ = ["AUTH_PROVIDER", "MESH_DOCUMENT_PATH", "UNKNOWN_PATH", "build_public_
 # entry the document creates resolves to nothing; both read this one constant.
 AUTH_PROVIDER = "cotal"
 MESH_DOCUMENT_PATH = "/.well-known/cotal-mesh"
-UNKNOWN_PATH = f"unknown path - /health, /jwks, /exchange, {MESH_DOCUMENT_PATH}"
+UNKNOWN_PATH = f"unknown path - /health, /jwks, /exchange, {', '.join(MESH_PATHS)}, {MESH_DOCUMENT_PATH}"
 # The bucket of a request whose socket address is unknown (an ASGI scope without `client`).
 UNKNOWN_PEER = "unknown"
 _WEB_SCHEMES = ("https", "http")
@@ -173,6 +187,9 @@ class _PublicFace:
         self._ctx = ctx
         self._trusted_proxy = trusted_proxy
         self._refusals = WindowLru()
+        # manager-caller selection windows, keyed (principal, "pinned" | "unpinned") (spec
+        # "Proxy attribution": 30/min per class, one 1024-key LRU)
+        self._selection = WindowLru()
 
     def _peer(self) -> str:
         forwarded = request.headers.getlist("X-Forwarded-For") if self._trusted_proxy else []
@@ -190,7 +207,24 @@ class _PublicFace:
             await refetch_for_unknown_idp_key(self._ctx, body)
             peer = self._peer()
             admit = functools.partial(self._refusals.try_acquire, peer)
-            return answer_exchange(self._ctx, body, admit_refusal=admit, peer=peer, tally=tally)
+            return await answer_exchange(
+                self._ctx, body, face="public", admit_refusal=admit, peer=peer, tally=tally,
+                selection_windows=self._selection,
+            )  # fmt: skip
+
+    def mesh_route(self, path: str) -> Handler:
+        """The handler of one credential route of :data:`~cotal_trio.http.mesh_routes.MESH_PATHS`:
+        the same pre-checks as ``/exchange``, refusals counted in the same peer bucket."""
+
+        async def handle() -> tuple[dict[str, Any], int, dict[str, str]]:
+            check_transport(request.headers)
+            body = await read_json_body()
+            await refetch_for_unknown_idp_key(self._ctx, body)
+            peer = self._peer()
+            admit = functools.partial(self._refusals.try_acquire, peer)
+            return await answer_mesh_route(self._ctx, path, body, admit_refusal=admit, peer=peer)
+
+        return handle
 
 
 def build_public_app(
@@ -240,6 +274,10 @@ def build_public_app(
 
     app = QuartTrio("cotal_trio.http.public")
     face = _PublicFace(ctx, trusted_proxy=trusted_proxy)
-    routes = {**info_routes(ctx), "/exchange": {"POST": face.exchange}, MESH_DOCUMENT_PATH: {"GET": well_known}}
+    routes: dict[str, dict[str, Handler]] = {
+        **info_routes(ctx), "/exchange": {"POST": face.exchange}, MESH_DOCUMENT_PATH: {"GET": well_known},
+    }  # fmt: skip
+    for path in MESH_PATHS:
+        routes[path] = {"POST": face.mesh_route(path)}
     install_edge(app, routes=routes, unknown_path=UNKNOWN_PATH)
     return app

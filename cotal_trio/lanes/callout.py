@@ -47,7 +47,7 @@ from ..core.callout import (
     open_request,
 )
 from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line, format_dropped_line, is_slow
-from ..core.errors import CodecError, RateLimited, Refused
+from ..core.errors import CodecError, RateLimited, RefusalCode, Refused
 from ..core.issuance import issuance_row
 from ..core.ledger import LedgerRow, ReadRows
 from ..core.limits import ConnectLimiter, check_connect
@@ -80,6 +80,15 @@ ReadLedger = Callable[[str, str], Awaitable[tuple[LedgerRow | None, LedgerRow | 
 
 Fresh per call; raises as :data:`~cotal_trio.core.ledger.ReadRows` (CodecError for a corrupt row).
 """
+ConfirmView = Callable[[ValidatedBearer, float], Awaitable[None]]
+"""``await confirm_view(bearer, now)``: the record a view bearer is bound to is still live (its
+manager instance, its chat session); raises Refused NOT_GRANTED naming the fix, Unavailable when
+the store does not answer (``lanes.views.confirm_view``)."""
+
+# Views whose bearer names a record the callout confirms at connect (spec "Listener policy").
+RECORD_BOUND_VIEWS = frozenset({"manager-caller", "session-caller"})
+NO_CONFIRM = "connect to a member of the space's callout queue that reads its records store"
+
 RecallLedger = Callable[[str, str], tuple[LedgerRow | None, LedgerRow | None] | None]
 """Sync, no I/O: ``recall(owner, actor) -> (interactive, managed)`` as last read, or None
 (:meth:`~cotal_trio.state.LedgerReader.recall`). Possibly stale; see :class:`CalloutResponder`."""
@@ -168,6 +177,11 @@ class CalloutResponder:
             read again for real. This leaves one thread hop per mint instead of two.
         row_expiries: where each minted connect's issuance row is noted, so the lane's prune
             sweep need not read it (:class:`~cotal_trio.lanes.issuance.RowExpiries`), or None.
+        confirm_view: :data:`ConfirmView`, awaited for a bearer whose view is bound to a
+            record (``manager-caller``: its manager instance; ``session-caller``: its chat
+            session) after the issuance row is written, beside the ledger's re-read (inside
+            ``ledger_ms``), so a retirement that lands before the row denies the connect;
+            None: such bearers are denied (nothing could confirm the record is still live).
     """
 
     def __init__(
@@ -184,8 +198,10 @@ class CalloutResponder:
         on_answer: Callable[[CalloutRecord], None] | None = None,
         recall_ledger: RecallLedger | None = None,
         row_expiries: RowExpiries | None = None,
+        confirm_view: ConfirmView | None = None,
     ) -> None:
         self._keys, self._verifier, self._read_ledger = keys, verifier, read_ledger
+        self._confirm_view = confirm_view
         self._recall_ledger, self._row_expiries = recall_ledger, row_expiries
         self._limits, self._clock, self._publish = limits, clock, publish
         self._store = store
@@ -430,6 +446,12 @@ class CalloutResponder:
             user_jwt = mint_user_jwt(request, grant, keys=self._keys, now=int(now))
             return encode_response(request, keys=self._keys, now=int(now), jwt=user_jwt)
 
+    async def _confirm(self, bearer: ValidatedBearer, now: float) -> None:
+        """A record-bound view's record is still live (spec "Listener policy"), else Refused."""
+        if self._confirm_view is None:
+            raise Refused(RefusalCode.NOT_GRANTED, f"this callout cannot confirm a {bearer.view} bearer - {NO_CONFIRM}")
+        await self._confirm_view(bearer, now)
+
     def _recalled_grant(
         self, request: AuthorizationRequest, bearer: ValidatedBearer, record: CalloutRecord, now: float
     ) -> ConnectGrant | None:
@@ -450,7 +472,8 @@ class CalloutResponder:
         """Step 6: write the issuance row, then re-read the ledger and decide again.
 
         A revoke or re-grant that landed since the first read (or since the remembered rows
-        were read) denies here. Returns the grant the user JWT is minted from (the row's ``iat``
+        were read) denies here, as does the retirement of a view bearer's manager instance or
+        chat session (:data:`ConfirmView`). Returns the grant the user JWT is minted from (the row's ``iat``
         is the mint's, ``int(now)``; its ``exp`` the bearer's, as in both grants).
 
         Raises:
@@ -461,6 +484,8 @@ class CalloutResponder:
         space = self._keys.space
         await issuance.write(request.user_nkey, issuance_row(bearer, grant, space=space, iat=int(now)), now=now)
         rows = await self._read_ledger(bearer.owner, bearer.actor)
+        if bearer.view in RECORD_BOUND_VIEWS:  # after the row, like the ledger: a retirement since bites
+            await self._confirm(bearer, now)
         return decide_connect(request, bearer, rows, space=space, now=now)
 
     def _admit(self, request: AuthorizationRequest, record: CalloutRecord, now: float) -> ValidatedBearer:

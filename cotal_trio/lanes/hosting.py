@@ -124,8 +124,8 @@ def lane_factory(
 ) -> Callable[[SpaceEntry], Startable]:
     """The host's ``start_lane``: ``entry -> startable`` serving ``entry.space`` from ``root``.
 
-    The entry's ``serviceEndpoints`` and public-face fields (``exchangePublicPort`` and
-    friends) go to the lane (:class:`~cotal_trio.lanes.space.LaneConfig`).
+    The entry's ``serviceEndpoints``, ``toolResultConsent`` (full lanes) and public-face fields
+    (``exchangePublicPort`` and friends) go to the lane (:class:`~cotal_trio.lanes.space.LaneConfig`).
     ``http_ports`` fixes the loopback exchange port of the spaces it names (``cotal up
     --http-port`` for its own space); every other full lane binds a free port and records it
     in its ``auth-service.json``. A space must be pinned (``cotal up --space`` and ``cotal space
@@ -146,6 +146,7 @@ def lane_factory(
             http_port=(http_ports or {}).get(entry.space, 0), service_endpoints=entry.service_endpoints,
             public=PublicFace.of(entry), dev_idp_url=dev_idp_url, connect_limits=connect_limits,
             holder=holders.setdefault(entry.space, holder_id()),
+            tool_result_consent=entry.tool_result_consent and not callout_only,
         )
         return functools.partial(_run_space, config, root=root)
     return start_lane

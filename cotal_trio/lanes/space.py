@@ -29,6 +29,7 @@ the responder and both exchange faces feed it, and the loopback face serves it a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -50,8 +51,13 @@ from ..core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimiter, Connec
 from ..core.manifest import SpaceEntry
 from ..core.plane import Lease, plane_bucket
 from ..http.client import pid_alive
+from ..http.errors import Handler
 from ..http.faces import ExchangeContext
-from ..http.loopback import build_loopback_app
+from ..http.lifecycle_doors import LifecycleDoors
+from ..http.lifecycle_doors import routes as lifecycle_routes
+from ..http.loopback import DoorTable, build_loopback_app
+from ..http.manager_doors import ManagerDoors
+from ..http.manager_doors import routes as manager_routes
 from ..http.public import build_public_app
 from ..http.serve import serve_app
 from ..natsio import Connection, open_connection, open_loop
@@ -73,11 +79,20 @@ from .callout import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder, rea
 from .issuance import RowExpiries, issuance_store, replica_permissions, run_issuance_sweep
 from .metrics import LaneMetrics
 from .plane import DEFAULT_LEASE, hold_plane, holder_id
+from .records import (
+    Permissions,
+    RecordsStore,
+    ensure_records_stores,
+    merge_permissions,
+    records_permissions,
+    replica_read_permissions,
+)
 from .service_endpoints import (
     open_admission,
     open_store_user,
     refuse_if_admitted,
 )
+from .views import view_confirmer
 
 __all__ = ["LaneConfig", "LaneInfo", "PublicFace", "run_lane"]
 
@@ -144,6 +159,8 @@ class LaneConfig:
         holder: the plane claim holder id (full lanes). A host passes the same id to every
             start of one space's lane, so a restart takes back the claim its stopped earlier
             start could not release (broker gone); None: a fresh id per start.
+        tool_result_consent: serve the opt-in host-only door ``POST /tool-result-consent/issue``
+            (full lanes; the manifest entry's ``toolResultConsent``).
 
     Raises:
         ConfigError: ``service_endpoints``, a public face or connect limits other than the
@@ -166,6 +183,7 @@ class LaneConfig:
     public: PublicFace | None = None
     dev_idp_url: str | None = None
     holder: str | None = None
+    tool_result_consent: bool = False
 
     def __post_init__(self) -> None:
         if self.callout_only and self.public is not None:
@@ -253,6 +271,9 @@ async def run_lane(
     ledger, row_expiries = LedgerReader(config.paths), RowExpiries()
     connect = open_connection(config.server_url, creds=creds, name=name, reconnect=config.reconnect)
     async with open_loop(), connect as conn, _open_store(config, material) as store_conn:
+        records = RecordsStore(store_conn, config.space)
+        if exchange is not None:
+            exchange = dataclasses.replace(exchange, records=records)
         responder = CalloutResponder(
             keys=keys,
             verifier=verifier,
@@ -265,6 +286,7 @@ async def run_lane(
             store=issuance_store(store_conn, config.space),
             connect_limits=limiter,
             on_answer=metrics.callout_answered,
+            confirm_view=view_confirmer(records),
         )
         metrics.watch(responder.statistics, limits=limiter.statistics)
         async with trio.open_nursery() as nursery:
@@ -283,7 +305,10 @@ async def run_lane(
                 public_url = None
                 if exchange is not None and config.public is not None:
                     public_url = await _open_public_face(nursery, config, config.public, exchange, material)
-                url = None if exchange is None else await _open_face(nursery, config, exchange, metrics, public_url)
+                url = None
+                if exchange is not None:
+                    doors = _door_tables(config, exchange, material, records, store_conn)
+                    url = await _open_face(nursery, config, exchange, metrics, public_url, doors)
                 task_status.started(LaneInfo(space=config.space, url=url))
                 await _until_lost(config.space, callout=conn, store=store_conn)
             finally:
@@ -291,11 +316,38 @@ async def run_lane(
                     _remove_readiness(config, exchange.capability)
 
 
-def _store_permissions(space: str) -> dict[str, dict[str, list[str]]]:
-    return {
-        "pub": {"allow": ["$JS.API.>", f"$KV.{plane_bucket(space)}.>"]},
-        "sub": {"allow": ["_INBOX.>"]},
-    }
+def _store_permissions(space: str) -> Permissions:
+    """A full lane's store user: the JetStream API, the space's auth bucket, and the records
+    and sessions stores (``lanes.records``)."""
+    own = {"pub": {"allow": ["$JS.API.>", f"$KV.{plane_bucket(space)}.>"]}, "sub": {"allow": ["_INBOX.>"]}}
+    return merge_permissions(own, records_permissions(space))
+
+
+Guard = Callable[[], Awaitable[object]]
+Admit = Callable[[float], bool]
+
+
+def _door_tables(
+    config: LaneConfig, ctx: ExchangeContext, material: SpaceMaterial, records: RecordsStore, store_conn: Connection
+) -> tuple[DoorTable, ...]:
+    """The loopback face's host-only doors (spec "Host-only routes"; docs/host-doors.md)."""
+    lifecycle = LifecycleDoors(
+        space=config.space, data_account=material.data_account, read_ledger=ctx.read_ledger, paths=config.paths,
+        records=records, issuance=issuance_store(store_conn, config.space), clock=config.clock,
+    )  # fmt: skip
+    managers = ManagerDoors(
+        space=config.space, read_ledger=ctx.read_ledger, records=records, issuer_key=ctx.issuer_key,
+        idp_pin=ctx.idp_pin, idp_keys=ctx.idp_keys, owner_secret=ctx.owner_secret, clock=config.clock,
+        tool_result_consent=config.tool_result_consent, refetch_idp_keys=ctx.refetch_idp_keys,
+    )  # fmt: skip
+
+    def lifecycle_doors(guard: Guard, admit: Admit) -> Mapping[str, Mapping[str, Handler]]:
+        return lifecycle_routes(lifecycle, guard=guard, admit_refusal=admit)
+
+    def manager_doors(guard: Guard, admit: Admit) -> Mapping[str, Mapping[str, Handler]]:
+        return manager_routes(dataclasses.replace(managers, admit_refusal=admit), guard=guard)
+
+    return lifecycle_doors, manager_doors
 
 
 def _open_store(config: LaneConfig, material: SpaceMaterial) -> contextlib.AbstractAsyncContextManager[Connection]:
@@ -306,7 +358,10 @@ def _open_store(config: LaneConfig, material: SpaceMaterial) -> contextlib.Abstr
     ``open_loop()``.
     """
     space = config.space
-    permissions = replica_permissions(space) if config.callout_only else _store_permissions(space)
+    if config.callout_only:  # issuance rows, and reads of the records a view bearer is bound to
+        permissions = merge_permissions(replica_permissions(space), replica_read_permissions(space))
+    else:
+        permissions = _store_permissions(space)
     return open_store_user(
         material, config.server_url, name=f"cotal:auth-store:{space}", permissions=permissions,
         iat=int(config.clock()), reconnect=config.reconnect,
@@ -332,6 +387,7 @@ async def _hold_space(
     nursery.start_soon(
         functools.partial(run_issuance_sweep, store, space=config.space, clock=config.clock, expiries=row_expiries)
     )
+    await ensure_records_stores(store_conn, config.space)
     if config.service_endpoints:
         admission = await open_admission(store_conn, config.space, holder=holder, now=config.clock())
         log.info("space %s: service-endpoint admission open (since %s)", config.space, admission.opened_at)
@@ -391,9 +447,10 @@ def _remove_readiness(config: LaneConfig, capability: str) -> None:
 
 async def _open_face(
     nursery: trio.Nursery, config: LaneConfig, ctx: ExchangeContext, metrics: LaneMetrics, public_url: str | None,
+    doors: tuple[DoorTable, ...],
 ) -> str:
     """Serve the loopback face, then write the readiness file ``{ver, url, pid, cap[, publicUrl]}``."""
-    app = build_loopback_app(ctx, metrics=metrics.exposition)
+    app = build_loopback_app(ctx, metrics=metrics.exposition, doors=doors)
     port = await nursery.start(functools.partial(serve_app, app, port=config.http_port))
     url = f"http://127.0.0.1:{port}"
     record: dict[str, object] = {"ver": 1, "url": url, "pid": os.getpid(), "cap": ctx.capability}

@@ -237,3 +237,30 @@ def test_after_sigkill_a_new_up_takes_over_the_claim(tmp_path):
     code, err = _stop(second)
     assert code == 0
     assert "plane claim generation 2 held by" in err
+
+
+def test_user_auth_is_the_mode_and_no_user_auth_is_refused(tmp_path):
+    root = tmp_path / "root"
+    static = _start(root, "--no-user-auth", "--port", str(free_port()))
+    _, err = static.communicate(timeout=30)
+    assert static.returncode == 1
+    assert err.strip() == (
+        "cotal: cotal up serves user-auth spaces only - drop --no-user-auth; a static space is "
+        "provisioned with `cotal space add NAME --static` and needs no auth service"
+    )
+    assert not root.exists()
+
+
+def test_user_auth_refuses_to_change_the_idp_pin(tmp_path):
+    # spec "Bridge contract" step 2: the pinned issuer keys every owner id.
+    root = tmp_path / "root"
+    first = _start(root, "--user-auth", "--port", str(free_port()))
+    _wait_ready(first)
+    _stop(first)
+    pin = (_space_dir(root) / "idp.json").read_bytes()
+    second = _start(root, "--user-auth", "--idp", "https://idp.example")
+    _, err = second.communicate(timeout=30)
+    assert second.returncode == 1 and "Traceback" not in err
+    assert "cotal: space default is pinned to IdP urn:cotal:dev-idp:" in err
+    assert "changing the pin re-keys every owner - keep the pinned IdP, or use a new space (--space)" in err
+    assert (_space_dir(root) / "idp.json").read_bytes() == pin

@@ -14,6 +14,7 @@ from nacl.signing import SigningKey
 
 from cotal_trio.core.bearer import (
     CLOCK_SKEW_S,
+    KNOWN_VIEWS,
     MAX_TOKEN_TTL_S,
     BearerGrant,
     BearerVerifier,
@@ -26,6 +27,7 @@ from cotal_trio.core.bearer import (
 )
 from cotal_trio.core.errors import ConfigError, RefusalCode, Refused
 from cotal_trio.core.jose import BearerKeySet, IssuerKey
+from cotal_trio.core.views import VIEWS, SessionBinding, TransferTarget
 
 SEED = bytes(range(32))
 KEY = IssuerKey.generate(SEED)
@@ -231,6 +233,9 @@ SIGNATURE_REFUSALS = [
     (sign(header(x5u="https://evil.example/cert"), claims()), "key material (x5u)"),
     (sign(header(x5c=["MIIB"]), claims()), "key material (x5c)"),
     (sign(header(crit=["exp"]), claims()), "crit"),
+    # a consent (or any other JWS the issuer key signs) is never a bearer (RFC 8725 3.11)
+    (sign(header(typ="cotal-consent+jwt"), claims()), 'header typ "cotal-consent+jwt" is not this token\'s type'),
+    (sign(header(typ=["JWT"]), claims()), "is not this token's type"),
     (_alg_none(), 'alg "none" is not accepted'),
     (_hs256(), 'alg "HS256" is not accepted'),
     (sign(header(alg=DROP), claims()), "is not accepted (EdDSA only)"),
@@ -304,7 +309,8 @@ CLAIM_REFUSALS = [
     (claims(act_overrides={"owner": "u_" + "a" * 26}), NOW, "equal to act.owner"),
     (claims(act=DROP), NOW, "act must be an object"),
     (claims(act=["cli"]), NOW, "act must be an object"),
-    (claims(act_overrides={"session": {}}), NOW, "act must be an object with only"),
+    (claims(act_overrides={"extra": {}}), NOW, "act must be an object with only"),
+    (claims(act_overrides={"sessionGrant": {}}), NOW, "act must be an object with only"),
     (claims(act_overrides={"actor": "a.b"}), NOW, "act.actor is not an actor name"),
     (claims(act_overrides={"actor": DROP}), NOW, "act.actor is not an actor name"),
     (claims(act_overrides={"lifecycleUid": DROP}), NOW, "no valid act.lifecycleUid"),
@@ -468,3 +474,140 @@ def test_a_view_that_is_not_a_string_is_refused_not_a_crash(view):
     # The same class of bug as the fuzzed unhashable alg: a list in a set membership test.
     with pytest.raises(Refused, match="act.view is malformed"):
         check_bearer_claims(claims({"view": view}), space=SPACE, now=NOW)
+
+
+# --- views and their bindings (upstream-notes 3.2-3.4) -------------------------------------------
+
+INSTANCE = "m" * 26
+HEX = "0f" * 32
+SESSION = SessionBinding(endpoint="web", session_id="S" * 43, epoch=2, exp=NOW + 3600)
+TARGET = TransferTarget(instance_id="t" * 28, sha256_hex=HEX)
+# view -> (grant fields, act members the bearer carries)
+VIEW_BINDINGS = {
+    "manager-caller": ({"manager_instance_id": INSTANCE}, {"managerInstanceId": INSTANCE}),
+    "session-caller": (
+        {"session": SESSION},
+        {"session": {"endpoint": "web", "sessionId": "S" * 43, "epoch": 2, "exp": NOW + 3600}},
+    ),
+    "transfer-writer": ({"transfer_writer": TARGET}, {"transferWriter": {"instanceId": "t" * 28, "hex": HEX}}),
+    "admin": ({}, {}),
+}
+
+
+def test_known_views_come_from_the_view_table():
+    assert KNOWN_VIEWS == frozenset(VIEWS)
+    assert len(KNOWN_VIEWS) == 9
+
+
+@pytest.mark.parametrize("view", sorted(VIEW_BINDINGS))
+def test_a_view_bearer_round_trips_with_its_binding(view):
+    fields, act = VIEW_BINDINGS[view]
+    token, exp = issue_bearer(grant(view=view, **fields), key=KEY, space=SPACE, now=NOW, ttl_s=300)
+    assert decode_part(token, 1)["act"] == {
+        "owner": OWNER, "actor": "cli", "scope": ["spawn", "role:default"], "lifecycleUid": UID, "view": view, **act,
+    }  # fmt: skip
+    assert validate_bearer(token, keys=KEYS, space=SPACE, now=NOW + 1) == ValidatedBearer(
+        owner=OWNER, actor="cli", scope=("spawn", "role:default"), lifecycle_uid=UID, parent=None, view=view,
+        credential_id=None, iat=NOW, exp=exp, manager_instance_id=fields.get("manager_instance_id"),
+        session=fields.get("session"), transfer_writer=fields.get("transfer_writer"),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"view": "manager-caller"}, "managerInstanceId goes with view manager-caller, always and only"),
+        ({"manager_instance_id": INSTANCE}, "managerInstanceId goes with view manager-caller"),
+        ({"view": "admin", "manager_instance_id": INSTANCE}, "managerInstanceId goes with view manager-caller"),
+        ({"view": "session-caller"}, "session goes with view session-caller"),
+        ({"view": "manager-caller", "manager_instance_id": INSTANCE, "session": SESSION},
+         "session goes with view session-caller"),
+        ({"session": SESSION}, "session goes with view session-caller"),
+        ({"view": "transfer-writer"}, "transferWriter goes with view transfer-writer"),
+        ({"view": "channel-writer", "transfer_writer": TARGET}, "transferWriter goes with view transfer-writer"),
+        ({"view": "manager-caller", "manager_instance_id": "M" * 26}, "manager instance id"),
+        ({"view": "session-caller", "session": {"endpoint": "web"}}, "session must be a SessionBinding"),
+        ({"view": "transfer-writer", "transfer_writer": ("t" * 28, HEX)}, "transfer_writer must be a TransferTarget"),
+    ],
+)  # fmt: skip
+def test_grant_refuses_a_broken_pairing(fields, fragment):
+    with pytest.raises(Refused) as info:
+        grant(**fields)
+    assert info.value.code is RefusalCode.BAD_REQUEST
+    assert fragment in info.value.detail
+
+
+def test_transfer_writer_lifetime_is_capped_at_issue():
+    fields, _ = VIEW_BINDINGS["transfer-writer"]
+    _, exp = issue_bearer(grant(view="transfer-writer", **fields), key=KEY, space=SPACE, now=NOW, ttl_s=300)
+    assert exp == NOW + 300
+    with pytest.raises(ConfigError, match="a transfer-writer bearer lifetime must be 1 to 300 seconds, got 301"):
+        issue_bearer(grant(view="transfer-writer", **fields), key=KEY, space=SPACE, now=NOW, ttl_s=301)
+    # every other view keeps the 900 s cap
+    _, exp = issue_bearer(grant(view="admin"), key=KEY, space=SPACE, now=NOW, ttl_s=900)
+    assert exp == NOW + 900
+
+
+def _transfer_claims(**overrides) -> dict:
+    act = {"view": "transfer-writer", "transferWriter": {"instanceId": "t" * 28, "hex": HEX}}
+    return claims(act, **overrides)
+
+
+def test_transfer_writer_lifetime_is_capped_at_validation():
+    assert validate_bearer(sign(header(), _transfer_claims(exp=NOW + 300)), keys=KEYS, space=SPACE, now=NOW).exp == NOW + 300
+    with pytest.raises(Refused) as info:
+        validate_bearer(sign(header(), _transfer_claims(exp=NOW + 301)), keys=KEYS, space=SPACE, now=NOW)
+    assert info.value.code is RefusalCode.BAD_CREDENTIAL
+    assert info.value.detail == (
+        "bearer lifetime exp - iat must be 1 to 300 seconds for view transfer-writer - "
+        "exchange a fresh bearer from this space's auth service"
+    )
+
+
+VIEW_CLAIM_REFUSALS = [
+    # (act members, expected fragment)
+    ({"view": "manager-caller"}, "act.managerInstanceId goes with view manager-caller, always and only"),
+    ({"managerInstanceId": INSTANCE}, "act.managerInstanceId goes with view manager-caller"),
+    ({"view": "purger", "managerInstanceId": INSTANCE}, "act.managerInstanceId goes with view manager-caller"),
+    ({"view": "manager-caller", "managerInstanceId": "x"}, "act.managerInstanceId is malformed"),
+    ({"view": "manager-caller", "managerInstanceId": 7}, "act.managerInstanceId is malformed"),
+    ({"view": "session-caller"}, "act.session goes with view session-caller"),
+    ({"session": VIEW_BINDINGS["session-caller"][1]["session"]}, "act.session goes with view session-caller"),
+    ({"view": "session-caller", "session": {"endpoint": "web"}}, "act.session is malformed"),
+    ({"view": "session-caller", "session": {**VIEW_BINDINGS["session-caller"][1]["session"], "x": 1}},
+     "act.session is malformed"),
+    ({"view": "session-caller", "session": {**VIEW_BINDINGS["session-caller"][1]["session"], "epoch": -1}},
+     "act.session is malformed"),
+    ({"view": "session-caller", "session": None}, "act.session is malformed"),
+    ({"view": "transfer-writer"}, "act.transferWriter goes with view transfer-writer"),
+    ({"view": "admin", "transferWriter": {"instanceId": "t" * 28, "hex": HEX}},
+     "act.transferWriter goes with view transfer-writer"),
+    ({"view": "transfer-writer", "transferWriter": {"instanceId": "t" * 28, "hex": HEX.upper()}},
+     "act.transferWriter is malformed"),
+    ({"view": "transfer-writer", "transferWriter": [HEX]}, "act.transferWriter is malformed"),
+    ({"view": "manager-caller", "managerInstanceId": INSTANCE, "extra": 1}, "act must be an object with only"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("act", "fragment"), VIEW_CLAIM_REFUSALS)
+def test_view_claim_refusals(act, fragment):
+    with pytest.raises(Refused) as info:
+        check_bearer_claims(claims(act, exp=NOW + 300), space=SPACE, now=NOW)
+    assert info.value.code is RefusalCode.BAD_CREDENTIAL
+    assert fragment in info.value.detail
+    assert info.value.detail.endswith(" - exchange a fresh bearer from this space's auth service")
+
+
+@given(
+    view=st.sampled_from(sorted(VIEW_BINDINGS)),
+    ttl_s=st.integers(min_value=1, max_value=MAX_TOKEN_TTL_S),
+)
+def test_every_view_bearer_the_issuer_signs_validates(view, ttl_s):
+    fields, _ = VIEW_BINDINGS[view]
+    cap = 300 if view == "transfer-writer" else 900
+    if ttl_s > cap:
+        with pytest.raises(ConfigError):
+            issue_bearer(grant(view=view, **fields), key=KEY, space=SPACE, now=NOW, ttl_s=ttl_s)
+        return
+    token, exp = issue_bearer(grant(view=view, **fields), key=KEY, space=SPACE, now=NOW, ttl_s=ttl_s)
+    assert validate_bearer(token, keys=KEYS, space=SPACE, now=NOW).view == view

@@ -20,11 +20,12 @@ from cotal_trio.core.callout import (
     mint_user_jwt,
     open_request,
 )
-from cotal_trio.core.errors import Refused
+from cotal_trio.core.errors import RefusalCode, Refused
 from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.jose import BearerKeySet, IssuerKey
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.core.nkeys import KeyPair, Prefix
+from cotal_trio.core.views import SessionBinding, TransferTarget
 from cotal_trio.core.xkeys import XKeyPair
 
 NOW = 1_800_000_000
@@ -202,3 +203,83 @@ def test_response_is_signed_by_the_auth_key_and_sealed_to_the_server():
     assert claims["sub"] == USER_NKEY and claims["aud"] == SERVER.public_key
     assert claims["iss"] == KEYS.auth_signer.public_key
     assert claims["nats"] == {"type": "authorization_response", "version": 2, "issuer_account": KEYS.auth_account, "error": "nope"}
+
+
+
+# --- view bearers (docs/views.md; spec "Listener policy") -----------------------------------
+
+INSTANCE = "m" * 26
+SESSION_ID = "S" * 43
+HEX = "7e" * 32
+NONCE = "ibx0123456789"
+
+
+def _view_bearer(view, *, scope, ttl_s=300, **bindings):
+    grant = BearerGrant(owner=OWNER, actor="cli", scope=scope, lifecycle_uid=UID, view=view, **bindings)
+    return issue_bearer(grant, key=ISSUER, space=SPACE, now=NOW, ttl_s=ttl_s)[0]
+
+
+def _decide(token, row):
+    request = _request(token=token)
+    bearer = check_bearer(request, space=SPACE, verifier=VERIFIER, now=NOW)
+    return decide_connect(request, bearer, (row, None), space=SPACE, now=NOW)
+
+
+VIEW_CONNECTS = [
+    # (view, bearer scope, bindings, row scope, pub allow, sub allow)
+    ("admin", ("admin",), {}, ("admin", "spawn"),
+     ["$SYS.REQ.USER.INFO"], ["cotal.alpha.>", f"_INBOX_{NONCE}.>"]),
+    ("channel-writer", ("admin",), {}, ("admin",),
+     ["cotal.alpha.ctl.channels.set", "cotal.alpha.ctl.channels.defaults", "$SYS.REQ.USER.INFO"], [f"_INBOX_{NONCE}.>"]),
+    ("deployer", ("spawn",), {}, ("spawn",), ["cotal.alpha.ctl.deploy.>", "$SYS.REQ.USER.INFO"], [f"_INBOX_{NONCE}.>"]),
+    ("manager-caller", (), {"manager_instance_id": INSTANCE}, ("spawn",),
+     [f"cotal.alpha.mgr.{INSTANCE}.call", "$SYS.REQ.USER.INFO"], [f"_INBOX_{NONCE}.>"]),
+    ("manager-caller", ("spawn",), {"manager_instance_id": INSTANCE}, ("spawn",),
+     [f"cotal.alpha.mgr.{INSTANCE}.call", f"cotal.alpha.mgr.{INSTANCE}.status", f"cotal.alpha.mgr.{INSTANCE}.models",
+      f"cotal.alpha.mgr.{INSTANCE}.resolve-cwd", "$SYS.REQ.USER.INFO"], [f"_INBOX_{NONCE}.>"]),
+    ("session-caller", (), {"session": SessionBinding(endpoint="web", session_id=SESSION_ID, epoch=1, exp=NOW + 3600)},
+     (), [f"cotal.alpha.session.{SESSION_ID}.in", "$SYS.REQ.USER.INFO"],
+     [f"cotal.alpha.session.{SESSION_ID}.out", f"_INBOX_{NONCE}.>"]),
+    ("transfer-writer", ("admin",), {"transfer_writer": TransferTarget(instance_id=INSTANCE, sha256_hex=HEX)},
+     ("admin",), [f"cotal.alpha.transfer.{INSTANCE}.{HEX}", "$SYS.REQ.USER.INFO"], [f"_INBOX_{NONCE}.>"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("view", "scope", "bindings", "row_scope", "pub", "sub"), VIEW_CONNECTS)
+def test_a_view_bearer_is_minted_the_view_profile(view, scope, bindings, row_scope, pub, sub):
+    request = _request(token=_view_bearer(view, scope=scope, **bindings))
+    grant = _decide(request.auth_token, _row(scope=row_scope))
+    user = natsjwt.verify(mint_user_jwt(request, grant, keys=KEYS, now=NOW))
+    assert (grant.owner, grant.actor, grant.exp) == (OWNER, "cli", NOW + 300)
+    assert user["nats"]["pub"] == {"allow": pub}
+    assert user["nats"]["sub"] == {"allow": sub}
+    assert not any(".ch." in subject or ".dm." in subject for subject in pub + sub)
+
+
+def test_a_view_bearer_whose_row_lost_the_scope_is_refused():
+    token = _view_bearer("channel-purger", scope=("admin",))
+    assert _decide(token, _row(scope=("admin",))).permissions.pub_allow[0] == "cotal.alpha.ctl.channels.delete"
+    with pytest.raises(Refused) as info:
+        _decide(token, _row(scope=("spawn",)))  # revoked admin since the exchange
+    assert info.value.code is RefusalCode.NOT_GRANTED
+    assert "bearer scope admin is no longer granted" in info.value.detail
+
+
+def test_a_view_bearer_without_the_scope_is_refused_on_the_fresh_row():
+    # A bearer signed without the view's scope (never minted by grant_from_row) still gets no view.
+    token = _view_bearer("admin", scope=("spawn",))
+    with pytest.raises(Refused) as info:
+        _decide(token, _row(scope=("spawn",)))
+    assert info.value.code is RefusalCode.NOT_GRANTED
+    assert info.value.detail == (
+        "view admin needs ledger scope admin - the operator grants it with `cotal actor grant <actor> --owner "
+        "<owner> --scope admin` (listing the actor's other scope tokens too)"
+    )
+    with pytest.raises(Refused, match="view admin needs scope admin in the bearer too") as info:
+        _decide(token, _row(scope=("spawn", "admin")))
+    assert info.value.code is RefusalCode.NOT_GRANTED
+
+
+def test_a_bearer_without_a_view_keeps_the_agent_profile():
+    grant = _decide(_bearer(), _row(scope=("spawn", "admin")))
+    assert grant.permissions.pub_allow == ("cotal.alpha.ch.team.news", "cotal.alpha.dm.*.*.>", "$SYS.REQ.USER.INFO")

@@ -27,7 +27,7 @@ from cotal_trio.core.manifest import (
 SHA_A = "a" * 64
 ENTRY_TAKES = (
     "an entry takes space, exchangePublicPort, exchangePublicUrl, exchangeTrustedProxy, "
-    "advertisedServer and serviceEndpoints"
+    "advertisedServer, serviceEndpoints and toolResultConsent"
 )
 SHAPE = '{"version": 2, "spaces": [{"space": "<name>"}]}'
 PORT_FIX = "write a port from 1 to 65535"
@@ -54,12 +54,14 @@ def test_a_full_entry_reads_every_field():
     data = doc({
         "space": "alpha", "exchangePublicPort": 7451, "exchangePublicUrl": "https://auth.example",
         "exchangeTrustedProxy": True, "advertisedServer": "wss://nats.example/ws", "serviceEndpoints": True,
+        "toolResultConsent": True,
     })
     manifest = parse_manifest(data)
     assert manifest == Manifest(
         spaces=(SpaceEntry(
             space="alpha", exchange_public_port=7451, exchange_public_url="https://auth.example",
             exchange_trusted_proxy=True, advertised_server="wss://nats.example/ws", service_endpoints=True,
+            tool_result_consent=True,
         ),),
         sha256=hashlib.sha256(data).hexdigest(),
     )
@@ -197,6 +199,8 @@ REFUSALS = [
      ('spaces[0] ("a"): exchangeTrustedProxy null is not true or false - write true or false',)),
     ("service endpoints 1", doc({"space": "a", "serviceEndpoints": 1}),
      ('spaces[0] ("a"): serviceEndpoints 1 is not true or false - write true or false',)),
+    ("tool result consent string", doc({"space": "a", "toolResultConsent": "yes"}),
+     ('spaces[0] ("a"): toolResultConsent "yes" is not true or false - write true or false',)),
     ("url without port", doc({"space": "a", "exchangePublicUrl": "https://auth.example"}),
      (('spaces[0] ("a"): exchangePublicUrl needs exchangePublicPort - '
       "add the public listener's port or remove exchangePublicUrl"),)),

@@ -1,4 +1,4 @@
-"""Subject layout and the agent permission profile."""
+"""Subject layout, the agent permission profile and the view profiles."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from cotal_trio.core.profiles import (
     dm_subject,
     inbox_subject,
     space_prefix,
+    view_permissions,
 )
+from cotal_trio.core.views import VIEWS, TransferTarget
 
 OWNER = "u_rbxbyevw4etgpbzfupdhu2zxwe"
 NONCE = "ibx0123456789abcdef"
@@ -110,3 +112,85 @@ def test_every_agent_subject_stays_in_the_space_or_its_own_inbox(pub, sub):
     for subject in permissions.sub_allow:
         assert subject.startswith(("cotal.demo.ch.", f"cotal.demo.dm.{OWNER}.cli.", f"_INBOX_{NONCE}."))
     assert permissions.to_nats()["pub"]["allow"] == list(permissions.pub_allow)
+
+
+# --- view profiles (docs/views.md; spec "Listener policy") -----------------------------
+
+INSTANCE = "m" * 26
+SESSION_ID = "S" * 43
+HEX = "9f" * 32
+TARGET = TransferTarget(instance_id="t" * 28, sha256_hex=HEX)
+INBOX = f"_INBOX_{NONCE}.>"
+INFO = "$SYS.REQ.USER.INFO"
+
+
+def view(name, **overrides) -> Permissions:
+    fields = {"space": "demo", "owner": OWNER, "actor": "cli", "scope": (), "inbox_nonce": NONCE}
+    return view_permissions(name, **{**fields, **overrides})
+
+
+VIEW_PROFILES = [
+    # (view, extra arguments, pub allow, sub allow)
+    ("admin", {"scope": ("admin",)}, [INFO], ["cotal.demo.>", INBOX]),
+    ("purger", {"scope": ("admin",)}, ["cotal.demo.ctl.purge.>", INFO], [INBOX]),
+    ("channel-writer", {"scope": ("admin",)},
+     ["cotal.demo.ctl.channels.set", "cotal.demo.ctl.channels.defaults", INFO], [INBOX]),
+    ("channel-purger", {"scope": ("admin",)}, ["cotal.demo.ctl.channels.delete", INFO], [INBOX]),
+    ("deployer", {"scope": ("spawn",)}, ["cotal.demo.ctl.deploy.>", INFO], [INBOX]),
+    ("manager-service", {"scope": ("supervise",)}, ["cotal.demo.ctl.manager.>", INFO], [INBOX]),
+    ("manager-caller", {"manager_instance_id": INSTANCE}, [f"cotal.demo.mgr.{INSTANCE}.call", INFO], [INBOX]),
+    ("manager-caller", {"manager_instance_id": INSTANCE, "scope": ("run", "role:x")},
+     [f"cotal.demo.mgr.{INSTANCE}.call", INFO], [INBOX]),
+    ("manager-caller", {"manager_instance_id": INSTANCE, "scope": ("spawn",)},
+     [f"cotal.demo.mgr.{INSTANCE}.call", f"cotal.demo.mgr.{INSTANCE}.status", f"cotal.demo.mgr.{INSTANCE}.models",
+      f"cotal.demo.mgr.{INSTANCE}.resolve-cwd", INFO], [INBOX]),
+    ("session-caller", {"session_id": SESSION_ID},
+     [f"cotal.demo.session.{SESSION_ID}.in", INFO], [f"cotal.demo.session.{SESSION_ID}.out", INBOX]),
+    ("transfer-writer", {"transfer_writer": TARGET, "scope": ("admin",)},
+     [f"cotal.demo.transfer.{'t' * 28}.{HEX}", INFO], [INBOX]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "extra", "pub", "sub"), VIEW_PROFILES)
+def test_view_profile(name, extra, pub, sub):
+    assert view(name, **extra).to_nats() == {"pub": {"allow": pub}, "sub": {"allow": sub}}
+
+
+def test_every_view_has_a_profile():
+    assert {row[0] for row in VIEW_PROFILES} == set(VIEWS)
+
+
+@pytest.mark.parametrize(
+    ("name", "extra"),
+    [
+        ("manager-caller", {}),
+        ("session-caller", {}),
+        ("transfer-writer", {}),
+        ("admin", {"manager_instance_id": INSTANCE}),
+        ("manager-caller", {"manager_instance_id": INSTANCE, "session_id": SESSION_ID}),
+        ("channel-writer", {"transfer_writer": TARGET}),
+    ],
+)
+def test_view_profile_refuses_a_binding_that_does_not_pair(name, extra):
+    with pytest.raises(TypeError, match="view_permissions"):
+        view(name, **extra)
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides"),
+    [
+        ("god", {}),
+        (None, {}),
+        ("admin", {"space": "a.b"}),
+        ("admin", {"owner": "local"}),
+        ("admin", {"actor": "a.b"}),
+        ("admin", {"inbox_nonce": "short"}),
+        ("admin", {"scope": ("a b",)}),
+        ("manager-caller", {"manager_instance_id": "a.b" + "c" * 24}),
+        ("session-caller", {"session_id": "x" * 20 + ".>"}),
+    ],
+)
+def test_view_profile_refuses_bad_input(name, overrides):
+    with pytest.raises(Refused) as info:
+        view(name, **overrides)
+    assert info.value.code is RefusalCode.BAD_REQUEST

@@ -147,3 +147,14 @@ def test_lru_holds_at_most_max_keys_and_each_held_key_acts_as_its_own_window(eve
 def test_bad_lru_parameters_are_a_config_error(max_keys, limit, period_s):
     with pytest.raises(ConfigError):
         WindowLru(max_keys, limit, period_s)
+
+
+def test_is_full_is_a_query_per_key():
+    lru = WindowLru(max_keys=2, limit=2, period_s=60)
+    assert not lru.is_full("unknown", 0) and len(lru) == 0
+    assert lru.try_acquire(("u_a", "pinned"), 0) and lru.try_acquire(("u_a", "pinned"), 1)
+    assert lru.is_full(("u_a", "pinned"), 2) and not lru.is_full(("u_a", "unpinned"), 2)
+    assert lru.count(("u_a", "pinned"), 2) == 2  # nothing recorded by the query
+    assert not lru.is_full(("u_a", "pinned"), 60.0)  # the first event left the window
+    assert lru.try_acquire("b", 3) and lru.try_acquire("c", 3)  # the query did not refresh ("u_a", "pinned")
+    assert ("u_a", "pinned") not in lru and not lru.is_full(("u_a", "pinned"), 3)

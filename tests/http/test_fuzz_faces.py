@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 
 from cotal_trio.core.jose import sign_ed25519_jws
 from cotal_trio.http import build_loopback_app
+from cotal_trio.http.mesh_routes import MESH_PATHS
 from cotal_trio.http.public import MESH_DOCUMENT_PATH
 from tests.http.test_loopback import AGENT_SECRET, CAP, DEV_IDP, NOW, OWNER, SUB, _context, _human_body, ceiling
 from tests.http.test_public import GHOST_BODY
@@ -47,13 +48,19 @@ JSON_TYPE = "application/json"
 METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 COMMON_PATHS = ["/exchange", "/health", "/jwks", "/", "/exchange/", "//exchange", "/EXCHANGE", "/exchange?x=1"]
 FACE_PATHS = {
-    "public": [*COMMON_PATHS, MESH_DOCUMENT_PATH, MESH_DOCUMENT_PATH + "/", "/manager-service-authority"],
-    "loopback": [*COMMON_PATHS, "/metrics", MESH_DOCUMENT_PATH],
+    "public": [
+        *COMMON_PATHS, MESH_DOCUMENT_PATH, MESH_DOCUMENT_PATH + "/", "/manager-service-authority", "/manager-instances",
+        "/chat-session/bearer", "/interactive-lifecycle/retire",
+    ],  # fmt: skip
+    "loopback": [*COMMON_PATHS, "/metrics", MESH_DOCUMENT_PATH, "/manager-service-authority", "/chat-session/open"],
 }
 # Each face's closed route table: path -> the one method it serves (HEAD is served as GET).
 ROUTES = {
-    "public": {"/health": "GET", "/jwks": "GET", "/exchange": "POST", MESH_DOCUMENT_PATH: "GET"},
-    "loopback": {"/health": "GET", "/jwks": "GET", "/exchange": "POST"},
+    "public": {
+        "/health": "GET", "/jwks": "GET", "/exchange": "POST", MESH_DOCUMENT_PATH: "GET",
+        **{path: "POST" for path in MESH_PATHS},
+    },  # fmt: skip
+    "loopback": {"/health": "GET", "/jwks": "GET", "/exchange": "POST", "/manager-service-authority": "POST"},
 }
 MAX_BODY_BYTES = 65536
 # What a leaked traceback or exception text looks like in a body.
@@ -259,7 +266,7 @@ def _expected(face_kind: str, call: Call) -> set[int] | None:
     is_json, value = _strict_json(call.body)
     if not is_json:
         return {400}
-    return {400, 429} if not isinstance(value, dict) else {200, 400, 401, 429}
+    return {400, 429} if not isinstance(value, dict) else {200, 400, 401, 403, 404, 429}
 
 
 async def _check(face, face_kind: str, call: Call, reports: list[tuple[str, int]]) -> int:

@@ -133,7 +133,10 @@ async def test_jwks_publishes_the_issuer_key_with_a_cache_header(client):
 async def test_unknown_path_is_a_json_404(client, path):
     response = await client.get(path)
     assert response.status_code == 404
-    assert await response.get_json() == {"error": "unknown path - /health, /jwks, /exchange, /metrics, /tool-result-human-proof/verify"}
+    assert await response.get_json() == {
+        "error": "unknown path - /health, /jwks, /exchange, /metrics, /manager-service-authority, "
+        "and the host-only doors (docs/host-doors.md)"
+    }
 
 
 @pytest.mark.parametrize(("method", "path"), [("GET", "/exchange"), ("POST", "/health"), ("OPTIONS", "/jwks")])
@@ -443,3 +446,26 @@ async def test_a_shutdown_trigger_stops_serve_app_gracefully():
             stop.set()
         with pytest.raises(OSError):
             await trio.open_tcp_stream("127.0.0.1", port)
+
+
+@ceiling
+async def test_the_credential_hook_binds_both_arms_bearers():
+    # spec "Bridge contract": mint_connect_credential names the incarnation's root credential;
+    # upstream-notes 3.5: the agent arm ensures it too.
+    asked = []
+
+    def mint(request):
+        asked.append((request.owner, request.actor, request.lifecycle_uid))
+        return f"root.{request.actor}"
+
+    app = build_loopback_app(replace(_context(), mint_connect_credential=mint))
+    client = app.test_client()
+    human = await client.post("/exchange", json=_human_body(), headers=HEADERS)
+    agent = await client.post(
+        "/exchange", json={"owner": OWNER, "actor": "worker", "actorToken": AGENT_SECRET}, headers=HEADERS
+    )
+    keys = BearerKeySet.from_keys([ISSUER_KEY])
+    tokens = [(await response.get_json())["token"] for response in (human, agent)]
+    bound = [validate_bearer(token, keys=keys, space=SPACE, now=NOW).credential_id for token in tokens]
+    assert bound == ["root.cli", "root.worker"]
+    assert asked == [(OWNER, "cli", LIFECYCLE), (OWNER, "worker", LIFECYCLE)]

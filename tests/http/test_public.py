@@ -45,7 +45,10 @@ IDP_URL = "https://idp.example/api/auth"
 SENTINEL = format_creds("eyJhbGciOiJlZDI1NTE5In0.sentinel.jwt", "SUAFAKESENTINELSEED")
 JSON_ONLY = {"Content-Type": "application/json"}
 PEER = "203.0.113.7"
-UNKNOWN = {"error": "unknown path - /health, /jwks, /exchange, /.well-known/cotal-mesh"}
+UNKNOWN = {
+    "error": "unknown path - /health, /jwks, /exchange, /manager-instances, /chat-session/open, /chat-session/bearer, "
+    "/chat-session/retire, /manager-service-authority, /.well-known/cotal-mesh"
+}
 TOO_MANY = {"error": "too many refused exchanges - wait a minute and retry"}
 AGENT_BODY = {"owner": OWNER, "actor": "worker", "actorToken": AGENT_SECRET}
 GHOST_BODY = {"owner": OWNER, "actor": "worker", "actorToken": "wrong"}
@@ -89,9 +92,8 @@ async def test_health_and_jwks_answer_as_on_the_loopback_face(client):
 
 
 NOT_SERVED_HERE = [
-    # the spec's other public routes: a later issue (issue 5 item 5)
-    "/manager-service-authority", "/manager-instances", "/chat-session/open", "/chat-session/bearer",
-    "/chat-session/retire", "/service-endpoint-authority", "/service-endpoint-host",
+    # served only by a space whose auth service hosts service endpoints (not this face)
+    "/service-endpoint-authority", "/service-endpoint-host",
     # the loopback face's host-only doors (spec "Host-only routes")
     "/managed-lifecycle/activate", "/interactive-lifecycle/retire", "/managed-lifecycle/retire",
     "/manager-service-authority/verify-enrollment", "/tool-result-human-proof/verify", "/tool-result-consent/issue",

@@ -1,0 +1,207 @@
+"""Manager instances: the registry row, its codec, and manager selection (spec "Listener policy", "Proxy attribution").
+
+A manager instance is one running manager process registered to an owner. Its row lives in the
+space's records store ``cotal_records_<space>`` under ``mgr.<owner>.<instanceId>``; a present row
+is a **live** instance, and retiring it deletes the row (there is no other state). Row (version
+1, closed, camelCase as every other row)::
+
+    {"ver": 1, "instanceId": "<[a-z0-9]{26,32}>", "owner": "u_…", "actor": "<manager actor>",
+     "serveEpoch": 1, "registeredAt": 1767225600, "label": "build box" | null}
+
+``instanceId`` has the lifecycle UID grammar (minted with
+:func:`~cotal_trio.core.identity.mint_lifecycle_uid`); ``serveEpoch`` counts the instance's
+serving generations (>= 1); ``registeredAt`` is unix seconds; ``label`` is free printable text
+of at most ``MAX_LABEL_CHARS`` characters, or null.
+
+:func:`select_manager` is the ``manager-caller`` view's selection (spec "Proxy attribution";
+upstream-notes 3.4 "zero/ambiguous candidates refused; optional explicit managerInstanceId"): it
+refuses with a :class:`SelectionRefused` whose sentence names the remedy of its request class,
+and :data:`SHED_UNPINNED` / :data:`SHED_PINNED` are the 429 sentences once a class's window is
+full.
+
+Pure and synchronous: :mod:`cotal_trio.lanes.records` does the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .errors import CodecError, RefusalCode, Refused
+from .identity import is_actor, is_lifecycle_uid, is_owner
+from .rowcodec import decode_row
+
+__all__ = [
+    "MANAGER_KEY_PREFIX",
+    "MAX_LABEL_CHARS",
+    "MAX_LISTED_IDS",
+    "ROW_VERSION",
+    "SHED_PINNED",
+    "SHED_UNPINNED",
+    "ManagerInstance",
+    "SelectionRefused",
+    "manager_key",
+    "owner_prefix",
+    "parse_manager_row",
+    "render_manager_row",
+    "select_manager",
+]
+
+ROW_VERSION = 1
+MANAGER_KEY_PREFIX = "mgr."
+MAX_LABEL_CHARS = 128
+# An ambiguous selection names at most this many candidate ids (sorted).
+MAX_LISTED_IDS = 5
+_KEYS = ("ver", "instanceId", "owner", "actor", "serveEpoch", "registeredAt", "label")
+
+# The remedies of the two request classes (spec "Proxy attribution").
+_PICK_REMEDY = "pick one with --manager-instance <id> or --on <manager>"
+_START_REMEDY = "start one with `cotal manager start` (or `cotal manager register`)"
+_UNPINNED_REMEDY = f"{_PICK_REMEDY}, or {_START_REMEDY}"
+_PINNED_REMEDY = "check that the pinned manager instance is live and registered to you: `cotal manager list`"
+
+SHED_UNPINNED = f"too many manager selections without a pinned instance were refused - wait a minute, then {_UNPINNED_REMEDY}"
+SHED_PINNED = f"too many pinned manager selections were refused - wait a minute, and {_PINNED_REMEDY}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ManagerInstance:
+    """One registered manager instance (the key, ``mgr.<owner>.<instanceId>``, is derived).
+
+    Attributes:
+        instance_id: lifecycle-UID grammar ``[a-z0-9]{26,32}``.
+        owner: the derived owner it serves, ``u_…``.
+        actor: the manager actor (its ledger row carries scope ``supervise``).
+        serve_epoch: the instance's serving generation, an int >= 1.
+        registered_at: unix seconds.
+        label: printable text of at most ``MAX_LABEL_CHARS`` characters, or None.
+
+    Raises:
+        CodecError: a field breaks its grammar; the message names it.
+    """
+
+    instance_id: str
+    owner: str
+    actor: str
+    serve_epoch: int
+    registered_at: int
+    label: str | None = None
+
+    def __post_init__(self) -> None:
+        _require(is_lifecycle_uid(self.instance_id), "instanceId is not a lifecycle token ([a-z0-9]{26,32})")
+        _require(is_owner(self.owner), "owner is not a derived owner")
+        _require(is_actor(self.actor), "actor is not an actor name")
+        _require(type(self.serve_epoch) is int and self.serve_epoch >= 1, "serveEpoch must be an int >= 1")
+        _require(type(self.registered_at) is int and self.registered_at >= 0, "registeredAt must be whole unix seconds")
+        _require(self.label is None or _is_label(self.label), f"label must be printable text of at most {MAX_LABEL_CHARS} characters")
+
+    @property
+    def key(self) -> str:
+        """``mgr.<owner>.<instanceId>``."""
+        return manager_key(self.owner, self.instance_id)
+
+
+def _require(ok: bool, problem: str) -> None:
+    if not ok:
+        raise CodecError(f"manager instance row: {problem}")
+
+
+def _is_label(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_LABEL_CHARS and value.isprintable()
+
+
+def manager_key(owner: str, instance_id: str) -> str:
+    """``mgr.<owner>.<instanceId>``.
+
+    Raises:
+        CodecError: ``owner`` is not a derived owner or ``instance_id`` not a lifecycle token.
+    """
+    _require(is_owner(owner), "owner is not a derived owner")
+    _require(is_lifecycle_uid(instance_id), "instanceId is not a lifecycle token ([a-z0-9]{26,32})")
+    return f"{MANAGER_KEY_PREFIX}{owner}.{instance_id}"
+
+
+def owner_prefix(owner: str) -> str:
+    """``mgr.<owner>.``: the key prefix of every instance of ``owner`` (CodecError if malformed)."""
+    _require(is_owner(owner), "owner is not a derived owner")
+    return f"{MANAGER_KEY_PREFIX}{owner}."
+
+
+def render_manager_row(instance: ManagerInstance) -> bytes:
+    """The row's stored bytes: compact JSON, keys in the documented order.
+
+    ``parse_manager_row(render_manager_row(i)) == i``.
+    """
+    obj = {
+        "ver": ROW_VERSION, "instanceId": instance.instance_id, "owner": instance.owner,
+        "actor": instance.actor, "serveEpoch": instance.serve_epoch,
+        "registeredAt": instance.registered_at, "label": instance.label,
+    }
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def parse_manager_row(data: bytes) -> ManagerInstance:
+    """Decode stored bytes.
+
+    Raises:
+        CodecError: not UTF-8 JSON, not an object with exactly the version-1 keys, or a field
+            breaking its grammar.
+    """
+    obj = decode_row(data, what="manager instance row", keys=_KEYS, version=ROW_VERSION)
+    return ManagerInstance(
+        instance_id=obj["instanceId"], owner=obj["owner"], actor=obj["actor"],
+        serve_epoch=obj["serveEpoch"], registered_at=obj["registeredAt"], label=obj["label"],
+    )
+
+
+class SelectionRefused(Refused):
+    """Manager selection found no single live instance for the caller (code NOT_GRANTED).
+
+    Attributes:
+        pinned: True when the request named ``managerInstanceId`` (the ``pinned`` class of the
+            per-principal windows), False for the ``unpinned`` class.
+        kind: ``"none"``, ``"ambiguous"`` (unpinned) or ``"pinned"``.
+    """
+
+    def __init__(self, detail: str, *, pinned: bool, kind: str) -> None:
+        super().__init__(RefusalCode.NOT_GRANTED, detail)
+        self.pinned = pinned
+        self.kind = kind
+
+
+def select_manager(instances: Iterable[ManagerInstance], *, owner: str, pinned: str | None) -> ManagerInstance:
+    """The one live manager instance a ``manager-caller`` view of ``owner`` binds to.
+
+    Args:
+        instances: the live instances read from the records store (instances of other owners
+            are ignored, so passing every row is safe).
+        owner: the caller's derived owner.
+        pinned: the requested ``managerInstanceId``, or None (unpinned).
+
+    Raises:
+        SelectionRefused: pinned and no live instance of ``owner`` has that id; unpinned and
+            ``owner`` has none, or more than one (the sentence lists up to ``MAX_LISTED_IDS``
+            ids, sorted).
+    """
+    mine = sorted((i for i in instances if i.owner == owner), key=lambda i: i.instance_id)
+    if pinned is not None:
+        for instance in mine:
+            if instance.instance_id == pinned:
+                return instance
+        named = f"manager instance {pinned}" if is_lifecycle_uid(pinned) else "the pinned manager instance"
+        raise SelectionRefused(f"{named} is not live or not registered to you - {_PINNED_REMEDY}", pinned=True, kind="pinned")
+    if len(mine) == 1:
+        return mine[0]
+    if not mine:
+        raise SelectionRefused(
+            f"no live manager instance is registered to you - {_START_REMEDY}, then pick it with --on <manager>"
+            " or --manager-instance <id>",
+            pinned=False, kind="none",
+        )
+    ids = ", ".join(i.instance_id for i in mine[:MAX_LISTED_IDS])
+    more = f" and {len(mine) - MAX_LISTED_IDS} more" if len(mine) > MAX_LISTED_IDS else ""
+    raise SelectionRefused(
+        f"{len(mine)} live manager instances are registered to you ({ids}{more}), so none was chosen - {_PICK_REMEDY}",
+        pinned=False, kind="ambiguous",
+    )

@@ -1,0 +1,195 @@
+"""The loopback face's lifecycle doors (spec "Host-only routes"; docs/host-doors.md).
+
+* ``POST /interactive-lifecycle/retire`` ``{owner, actor, lifecycleUid}``: retire the lifecycle of
+  the principal's interactive row (``cotal actor grant``/``revoke``);
+* ``POST /managed-lifecycle/activate`` ``{owner, actor, lifecycleUid, accountPublicKey}``: record
+  a managed lifecycle as active (idempotent);
+* ``POST /managed-lifecycle/retire`` ``{owner, actor, lifecycleUid}``: retire the lifecycle of the
+  principal's managed row.
+
+:func:`routes` returns these for :func:`~cotal_trio.http.errors.install_edge`. Each handler
+first awaits the face's ``guard`` (transport checks, the capability, the JSON body: the door
+never checks the capability itself), then decides in :mod:`cotal_trio.core.lifecycle` and does
+the I/O through :mod:`cotal_trio.lanes.lifecycle`. Every refusal before the barrier is a
+:class:`~cotal_trio.core.errors.Refused` carrying ``"outcome": "not-executed"``; a failure after
+the barrier began is an :class:`~cotal_trio.core.errors.Unavailable` (503, no outcome).
+
+The three doors share one ``trio.Lock`` per :func:`routes` call, so an activation's read and
+write never interleave with a retirement of the same space (the full lane is the only writer of
+lifecycle records).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from cotal_trio.core.errors import CodecError, RateLimited, RefusalCode, Refused
+from cotal_trio.core.ledger import LedgerKind, LedgerRow, ReadRows
+from cotal_trio.core.lifecycle import (
+    NOT_EXECUTED,
+    LifecycleTarget,
+    activated_answer,
+    check_activation,
+    check_retirable,
+    corrupt_row_refusal,
+    parse_activate_body,
+    parse_retire_body,
+    retired_answer,
+)
+from cotal_trio.http.errors import Handler, Rejected
+from cotal_trio.http.faces import TOO_MANY_REFUSALS
+from cotal_trio.lanes.issuance import RowStore
+from cotal_trio.lanes.lifecycle import LifecycleRecords, activate_lifecycle, read_record, retire_lifecycle
+from cotal_trio.state import SpacePaths
+
+__all__ = [
+    "INTERACTIVE_RETIRE_PATH",
+    "LIFECYCLE_PATHS",
+    "MANAGED_ACTIVATE_PATH",
+    "MANAGED_RETIRE_PATH",
+    "Guard",
+    "LifecycleDoors",
+    "routes",
+]
+
+LOGGER = logging.getLogger("cotal.http")
+
+INTERACTIVE_RETIRE_PATH = "/interactive-lifecycle/retire"
+MANAGED_ACTIVATE_PATH = "/managed-lifecycle/activate"
+MANAGED_RETIRE_PATH = "/managed-lifecycle/retire"
+LIFECYCLE_PATHS = (INTERACTIVE_RETIRE_PATH, MANAGED_ACTIVATE_PATH, MANAGED_RETIRE_PATH)
+_NO_STORE = {"Cache-Control": "no-store"}
+
+Guard = Callable[[], Awaitable[object]]
+"""``await guard()``: the face's pre-checks for a host door; returns the decoded JSON body or
+raises (``Rejected``/``Refused``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LifecycleDoors:
+    """The ports of one space's lifecycle doors.
+
+    Attributes:
+        space: the space name (named in refusals).
+        data_account: the space's assigned data account ``A…`` (``SpaceMaterial.data_account``).
+        read_ledger: :data:`~cotal_trio.core.ledger.ReadRows`, a fresh read per call; blocking,
+            so the doors call it on a worker thread.
+        paths: the space's files (the row files a retirement removes).
+        records: the records store ``cotal_records_<space>`` (``lanes.records.RecordsStore``).
+        issuance: the space's issuance rows ``cotal_auth_<space>`` (``lanes.issuance.issuance_store``).
+        clock: wall time, unix seconds (a record's ``at``).
+    """
+
+    space: str
+    data_account: str
+    read_ledger: ReadRows
+    paths: SpacePaths
+    records: LifecycleRecords
+    issuance: RowStore
+    clock: Callable[[], float]
+
+
+async def _fresh_row(ctx: LifecycleDoors, target: LifecycleTarget, kind: LedgerKind) -> LedgerRow | None:
+    """The principal's row of ``kind``, read on a worker thread.
+
+    Raises:
+        Refused: CONFLICT with ``not-executed`` when a row of the principal is corrupt.
+    """
+    try:
+        interactive, managed = await trio.to_thread.run_sync(ctx.read_ledger, target.owner, target.actor)
+    except CodecError as corrupt:
+        raise corrupt_row_refusal(corrupt) from None
+    return managed if kind is LedgerKind.MANAGED else interactive
+
+
+def _refusal_logged(door: str, refusal: Refused) -> None:
+    LOGGER.warning("auth-service: refused %s: %s", door, refusal.detail)
+
+
+async def _retire(ctx: LifecycleDoors, body: object, kind: LedgerKind) -> dict[str, Any]:
+    """Decide, then run the barrier; the 200 body.
+
+    Raises:
+        Refused: before the barrier, with ``not-executed``.
+        Unavailable: after the barrier began (503, no outcome).
+    """
+    target = parse_retire_body(body)
+    check_retirable(target, await _fresh_row(ctx, target, kind), kind=kind, space=ctx.space)
+    withdrawn = await retire_lifecycle(
+        target, kind=kind, records=ctx.records, issuance=ctx.issuance, paths=ctx.paths, now=ctx.clock(),
+    )  # fmt: skip
+    return retired_answer(target, withdrawn=withdrawn)
+
+
+async def _activate(ctx: LifecycleDoors, body: object) -> dict[str, Any]:
+    target, account = parse_activate_body(body)
+    row = await _fresh_row(ctx, target, LedgerKind.MANAGED)
+    record = await read_record(ctx.records, target.lifecycle_uid)
+    write = check_activation(target, account, data_account=ctx.data_account, space=ctx.space, row=row, record=record)
+    if write:
+        await activate_lifecycle(ctx.records, target, now=ctx.clock())
+    return activated_answer(target)
+
+
+def routes(
+    ctx: LifecycleDoors, *, guard: Guard, admit_refusal: Callable[[float], bool] | None = None
+) -> dict[str, dict[str, Handler]]:
+    """The three lifecycle doors of one space, for ``install_edge`` (module docstring).
+
+    Args:
+        ctx: the space's ports.
+        guard: the loopback face's pre-checks; every handler awaits it first and decides on the
+            body it returns.
+        admit_refusal: the face's shared refused-request window (called with the wall time once
+            per door refusal, ``True`` while it fits); once full a refusal answers 429
+            :data:`~cotal_trio.http.faces.TOO_MANY_REFUSALS`, still with ``"outcome":
+            "not-executed"`` (nothing was done). None: never throttled here.
+
+    Returns:
+        ``{path: {"POST": handler}}``; each handler answers ``(body, 200, {"Cache-Control":
+        "no-store"})`` or raises for the edge (``Refused`` 4xx with ``"outcome":
+        "not-executed"``, ``Unavailable`` 503). Each call has its own lock.
+    """
+    lock = trio.Lock()
+
+    def door(name: str, decide: Callable[[object], Awaitable[dict[str, Any]]]) -> Handler:
+        async def handle() -> tuple[dict[str, Any], int, dict[str, str]]:
+            try:  # the face's pre-checks refuse before the barrier too (spec "Host-only routes")
+                body = await guard()
+            except RateLimited:
+                raise
+            except Refused as refusal:
+                raise Refused(refusal.code, refusal.detail, fields={**refusal.fields, **NOT_EXECUTED}) from None
+            except Rejected as rejected:
+                raise Rejected(rejected.status, rejected.sentence, rejected.headers, fields=NOT_EXECUTED) from None
+            try:
+                async with lock:
+                    answer = await decide(body)
+            except Refused as refusal:
+                _refusal_logged(name, refusal)
+                if admit_refusal is None or admit_refusal(ctx.clock()):
+                    raise
+                raise Refused(RefusalCode.RATE_LIMITED, TOO_MANY_REFUSALS, fields=refusal.fields) from None
+            return answer, 200, dict(_NO_STORE)
+
+        return handle
+
+    def retire_of(kind: LedgerKind) -> Callable[[object], Awaitable[dict[str, Any]]]:
+        async def decide(body: object) -> dict[str, Any]:
+            return await _retire(ctx, body, kind)
+
+        return decide
+
+    async def activate(body: object) -> dict[str, Any]:
+        return await _activate(ctx, body)
+
+    return {
+        INTERACTIVE_RETIRE_PATH: {"POST": door("an interactive retirement", retire_of(LedgerKind.INTERACTIVE))},
+        MANAGED_ACTIVATE_PATH: {"POST": door("a managed activation", activate)},
+        MANAGED_RETIRE_PATH: {"POST": door("a managed retirement", retire_of(LedgerKind.MANAGED))},
+    }
