@@ -309,6 +309,9 @@ def connect_details(where: Where) -> dict[str, Any]:
     }
 
 
+DEV_JWKS_NOTE = "none - the development IdP's keys are in the root (cotal up serves them; its banner names the URL)"
+
+
 def connect_info(
     *,
     as_json: Annotated[bool, Parameter(name="--json", negative="")] = False,
@@ -326,5 +329,7 @@ def connect_info(
         print(json.dumps(details, indent=2))
         return
     idp = details.pop("idp")
+    if not idp["jwksUri"]:
+        idp["jwksUri"] = DEV_JWKS_NOTE
     details.update({f"idp.{key}": value for key, value in idp.items()})
     print("\n".join(f"{key}: {value}" for key, value in details.items()))

@@ -181,7 +181,7 @@ def decide_connect(
         raise Refused(RefusalCode.BAD_CREDENTIAL, "bearer expired - exchange a fresh one")
     row = authorize_connect(bearer, *rows)
     if bearer.view is not None:
-        check_view_scope(bearer.view, row_scope=row.scope, bearer_scope=bearer.scope)
+        check_view_scope(bearer.view, row_scope=row.scope, bearer_scope=bearer.scope, owner=bearer.owner, actor=bearer.actor)
     nonce = request.connect_name
     if nonce is None:
         raise Refused(

@@ -291,7 +291,7 @@ def grant_from_row(
             BAD_REQUEST for an unknown view or a binding that does not pair with it.
     """
     if view is not None:
-        check_view_scope(view, row_scope=row.scope, bearer_scope=row.scope)
+        check_view_scope(view, row_scope=row.scope, bearer_scope=row.scope, owner=row.owner, actor=row.actor)
     return BearerGrant(
         owner=row.owner, actor=row.actor, scope=row.scope, lifecycle_uid=row.lifecycle_uid,
         parent=row.parent, credential_id=credential_id, view=view, manager_instance_id=manager_instance_id,

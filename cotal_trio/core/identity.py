@@ -8,7 +8,7 @@ Grammars (reference/upstream-notes.md 1.1, the wire SPEC sections 2-3):
 =====================  ======================================  ==========================
 name                   pattern                                 used for
 =====================  ======================================  ==========================
-actor (any owner)      ``[A-Za-z0-9_]+``                       actor names, dev owners
+actor (any owner)      ``[A-Za-z0-9_]{1,64}``                  actor names, dev owners
 derived owner          ``u_[a-z2-7]{26}``                      owners of a user-auth space
 lifecycle UID          ``[a-z0-9]{26,32}``                     one incarnation of an actor
 inbox nonce            ``[A-Za-z0-9_-]{8,120}``                reply inbox ``_INBOX_<nonce>``
@@ -69,7 +69,7 @@ MIN_OWNER_SECRET_BYTES = 32
 LIFECYCLE_UID_RANDOM_BYTES = 20
 _LIFECYCLE_UID_MIN_CHARS = 26
 
-_ACTOR = re.compile(r"[A-Za-z0-9_]+")
+_ACTOR = re.compile(r"[A-Za-z0-9_]{1,64}")  # bounded: it names ledger files and subjects
 _OWNER = re.compile(r"u_[a-z2-7]{26}")
 _LIFECYCLE_UID = re.compile(r"[a-z0-9]{26,32}")
 _INBOX_NONCE = re.compile(r"[A-Za-z0-9_-]{8,120}")
@@ -85,7 +85,7 @@ def _full(pattern: re.Pattern[str], value: object) -> bool:
 
 
 def is_actor(value: object) -> bool:
-    """True when ``value`` is an actor (or any owner) token: ``[A-Za-z0-9_]+``."""
+    """True when ``value`` is an actor (or any owner) token: ``[A-Za-z0-9_]{1,64}``."""
     return _full(_ACTOR, value)
 
 
@@ -152,10 +152,10 @@ def check_actor(value: object) -> str:
     """Return ``value`` if it is an actor token (upstream-notes 1.1).
 
     Raises:
-        Refused: BAD_REQUEST when it is not a non-empty string of letters, digits and ``_``.
+        Refused: BAD_REQUEST when it is not 1 to 64 letters, digits and ``_``.
     """
     if not is_actor(value):
-        raise _refuse("an actor name uses only letters, digits and _ (no dots, dashes or spaces)")
+        raise _refuse("an actor name is 1 to 64 letters, digits and _ (no dots, dashes or spaces)")
     return value  # type: ignore[return-value]
 
 

@@ -56,8 +56,10 @@ MAX_LISTED_IDS = 5
 _KEYS = ("ver", "instanceId", "owner", "actor", "serveEpoch", "registeredAt", "label")
 
 # The remedies of the two request classes (spec "Proxy attribution").
-_PICK_REMEDY = "pick one with --manager-instance <id> or --on <manager>"
-_START_REMEDY = "start one with `cotal manager start` (or `cotal manager register`)"
+# The spec's words (--on, `cotal manager start`) name a manager CLI this service does not ship; the
+# sentences name the commands that exist here.
+_PICK_REMEDY = "pick one with --manager-instance <id> (`cotal manager list` shows them)"
+_START_REMEDY = "register a running manager with `cotal manager register`"
 _UNPINNED_REMEDY = f"{_PICK_REMEDY}, or {_START_REMEDY}"
 _PINNED_REMEDY = "check that the pinned manager instance is live and registered to you: `cotal manager list`"
 
@@ -195,8 +197,7 @@ def select_manager(instances: Iterable[ManagerInstance], *, owner: str, pinned: 
         return mine[0]
     if not mine:
         raise SelectionRefused(
-            f"no live manager instance is registered to you - {_START_REMEDY}, then pick it with --on <manager>"
-            " or --manager-instance <id>",
+            f"no live manager instance is registered to you - {_START_REMEDY}, then exchange again",
             pinned=False, kind="none",
         )
     ids = ", ".join(i.instance_id for i in mine[:MAX_LISTED_IDS])

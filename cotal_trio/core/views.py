@@ -296,7 +296,9 @@ def check_exchange_view(view: str | None, *, face: str, arm: str) -> None:
         )
 
 
-def check_view_scope(view: str, *, row_scope: Collection[str], bearer_scope: Collection[str]) -> None:
+def check_view_scope(
+    view: str, *, row_scope: Collection[str], bearer_scope: Collection[str], owner: str = "<owner>", actor: str = "<actor>"
+) -> None:
     """Check that ``view``'s required ledger scope (:data:`VIEW_REQUIRED_SCOPE`) is granted.
 
     Used by the exchange after its ledger read (``bearer_scope`` is then the row's scope) and by
@@ -307,6 +309,7 @@ def check_view_scope(view: str, *, row_scope: Collection[str], bearer_scope: Col
         view: the view.
         row_scope: the fresh ledger row's scope tokens.
         bearer_scope: the bearer's ``act.scope``.
+        owner, actor: the principal, named in the grant command of the refusal.
 
     Raises:
         Refused: NOT_GRANTED when the row lacks the scope (the sentence names ``cotal actor
@@ -320,7 +323,7 @@ def check_view_scope(view: str, *, row_scope: Collection[str], bearer_scope: Col
         raise Refused(
             RefusalCode.NOT_GRANTED,
             f"view {view} needs ledger scope {required} - the operator grants it with `cotal actor grant "
-            f"<actor> --owner <owner> --scope {required}` (listing the actor's other scope tokens too)",
+            f"{actor} --owner {owner} --scope {required}` (listing the actor's other scope tokens too)",
         )
     if required not in bearer_scope:
         raise Refused(

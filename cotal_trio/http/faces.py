@@ -579,7 +579,10 @@ async def answer_exchange(
         view = ViewGrant(view=parsed.view, transfer_writer=getattr(parsed, "transfer_writer", None))
         extra: dict[str, object] = {}
         if parsed.view is not None:
-            check_view_scope(parsed.view, row_scope=caller.row.scope, bearer_scope=caller.row.scope)
+            check_view_scope(
+                parsed.view, row_scope=caller.row.scope, bearer_scope=caller.row.scope, owner=caller.owner,
+                actor=caller.row.actor,
+            )
         if parsed.view == MANAGER_CALLER:
             instance = await select_manager_for(
                 ctx, caller, parsed.manager_instance_id, face=face, windows=selection_windows, now=now

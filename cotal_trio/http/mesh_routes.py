@@ -92,6 +92,8 @@ AGENT_NO_SESSION = (
 SESSION_NOT_YOURS = "no open chat session {id} of yours - open one with POST /chat-session/open"
 
 Response = tuple[dict[str, Any], int, dict[str, str]]
+# The credential members of either arm (the exchange parser then decides which arm).
+_CREDENTIAL_KEYS = frozenset({"idpToken", "actor", "owner", "actorToken"})
 _NO_STORE = {"Cache-Control": "no-store"}
 
 
@@ -126,6 +128,12 @@ def _split(
     viewish = sorted(key for key in ("view", "managerInstanceId", "transferWriter") if key in credential)
     if viewish:
         raise _bad(f"{path} takes no {', '.join(viewish)} - the route decides what it answers; drop them")
+    own_names = [*fields, *(["ttlSec"] if ttl else [])]
+    unknown = sorted(str(key) for key in credential if key not in _CREDENTIAL_KEYS | {"ttlSec"})
+    if unknown:
+        takes = ", ".join(["the credential", *own_names]) if own_names else "the credential"
+        takes = takes.replace("the credential, ", "the credential and ", 1)
+        raise _bad(f"{path} takes {takes}, not {', '.join(unknown)[:200]}")
     parsed = parse_exchange_body(credential)
     if parsed.ttl_s is not None and not ttl:
         raise _bad(f"{path} takes no ttlSec")

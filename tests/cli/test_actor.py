@@ -90,7 +90,7 @@ def test_regrant_replaces_the_row_with_a_fresh_lifecycle(root, capsys):
     [
         (["cli"], "name the owner with exactly one of --sub <IdP subject> or --owner <u_...>"),
         (["cli", "--sub", SUB, "--owner", "u_" + "a" * 26], "name the owner with exactly one of --sub"),
-        (["bad.name", "--sub", SUB], "an actor name uses only letters, digits and _ (no dots, dashes or spaces)"),
+        (["bad.name", "--sub", SUB], "an actor name is 1 to 64 letters, digits and _ (no dots, dashes or spaces)"),
         (["cli", "--owner", "u_short"], "an owner is u_ followed by 26 characters a-z and 2-7"),
         (["cli", "--sub", SUB, "--full", "--scope", "run"], "--full grants scope spawn,role:default"),
         (["cli", "--sub", SUB, "--scope", "spawn,bad scope"], "a scope token uses only letters"),

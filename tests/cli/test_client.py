@@ -138,7 +138,7 @@ async def test_exchange_without_a_running_service_names_cotal_up(root, capsys):
 
 async def test_exchange_checks_the_actor_name_before_calling(root, capsys):
     code, _, err = await _cotal(root, capsys, "exchange", "--actor", "a-b", "--idp-token", "x")
-    assert code == 1 and err.startswith("cotal: an actor name uses only letters")
+    assert code == 1 and err.startswith("cotal: an actor name is 1 to 64 letters")
 
 
 # --- agent-bearer ---------------------------------------------------------------------------
@@ -225,7 +225,7 @@ def test_connect_info_plain_is_one_line_per_key(root, capsys):
         "idp.kind: dev",
         f"idp.issuer: {root.idp.issuer}",
         f"idp.audience: {root.idp.audience}",
-        "idp.jwksUri: ",
+        "idp.jwksUri: none - the development IdP's keys are in the root (cotal up serves them; its banner names the URL)",
     ]
 
 

@@ -69,7 +69,7 @@ def test_register_with_supervise_and_no_broker_names_cotal_up(root, capsys):
 @pytest.mark.parametrize(
     ("argv", "sentence"),
     [
-        (("register", "--actor", "a.b", "--sub", SUB), "an actor name uses only letters, digits and _ (no dots, dashes or spaces)"),
+        (("register", "--actor", "a.b", "--sub", SUB), "an actor name is 1 to 64 letters, digits and _ (no dots, dashes or spaces)"),
         (("register", "--actor", "mgr"), "name the owner with exactly one of --sub <IdP subject> or --owner <u_...>"),
         (("register", "--actor", "mgr", "--sub", SUB, "--owner", "u_" + "a" * 26), "name the owner with exactly one of"),
         (("register", "--actor", "mgr", "--sub", SUB, "--label", "x" * 129), "--label has 129 characters - keep it to 128"),

@@ -272,8 +272,8 @@ def test_a_view_bearer_without_the_scope_is_refused_on_the_fresh_row():
         _decide(token, _row(scope=("spawn",)))
     assert info.value.code is RefusalCode.NOT_GRANTED
     assert info.value.detail == (
-        "view admin needs ledger scope admin - the operator grants it with `cotal actor grant <actor> --owner "
-        "<owner> --scope admin` (listing the actor's other scope tokens too)"
+        f"view admin needs ledger scope admin - the operator grants it with `cotal actor grant cli --owner "
+        f"{OWNER} --scope admin` (listing the actor's other scope tokens too)"
     )
     with pytest.raises(Refused, match="view admin needs scope admin in the bearer too") as info:
         _decide(token, _row(scope=("spawn", "admin")))

@@ -88,7 +88,7 @@ REFUSED = [
     ({"idpToken": "", "actor": "cli"}, HUMAN_SHAPE),
     ({"idpToken": 3, "actor": "cli"}, HUMAN_SHAPE),
     ({"idpToken": "jwt", "actor": 3}, HUMAN_SHAPE),
-    ({"idpToken": "jwt", "actor": "a.b"}, "an actor name uses only letters"),
+    ({"idpToken": "jwt", "actor": "a.b"}, "an actor name is 1 to 64 letters"),
     ({"owner": "local", "actor": "alpha", "actorToken": "s"}, "an owner is u_"),
     ({"idpToken": "jwt", "actor": "cli", "ttlSec": 0}, "ttlSec must be a positive whole number"),
     ({"idpToken": "jwt", "actor": "cli", "ttlSec": -5}, "ttlSec must be a positive whole number"),

@@ -33,6 +33,8 @@ GRAMMAR_CASES = [
     (check_actor, "cli", True),
     (check_actor, "Agent_07", True),
     (check_actor, "_", True),
+    (check_actor, "a" * 64, True),
+    (check_actor, "a" * 65, False),  # a ledger file name must fit (a 300-char actor was ENAMETOOLONG)
     (check_actor, "", False),
     (check_actor, "a.b", False),
     (check_actor, "a-b", False),
@@ -121,6 +123,8 @@ def test_grammar(check, value, accepted):
 def test_refusal_sentences_name_the_rule():
     with pytest.raises(Refused, match="letters, digits and _"):
         check_actor("a.b")
+    with pytest.raises(Refused, match="1 to 64 letters, digits and _"):
+        check_actor("x" * 300)
     with pytest.raises(Refused, match="u_ followed by 26"):
         check_owner("local")
     with pytest.raises(Refused, match="1 to 64"):

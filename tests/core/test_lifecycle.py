@@ -121,7 +121,7 @@ def test_a_retire_body_names_its_target():
         ({**RETIRE_BODY, "actor": 3}, "actor must be a non-empty string - the body is exactly {owner, actor, lifecycleUid}"),
         ({**RETIRE_BODY, "owner": "bob"}, "an owner is u_ followed by 26 characters a-z and 2-7 - "
          "copy it from the `cotal actor grant` output or `cotal actor list`"),
-        ({**RETIRE_BODY, "actor": "a.b"}, "an actor name uses only letters, digits and _ (no dots, dashes or spaces)"),
+        ({**RETIRE_BODY, "actor": "a.b"}, "an actor name is 1 to 64 letters, digits and _ (no dots, dashes or spaces)"),
         ({**RETIRE_BODY, "lifecycleUid": "short"}, "a lifecycle UID is 26 to 32 characters of a-z and 0-9"),
     ],
 )

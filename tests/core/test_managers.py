@@ -111,8 +111,8 @@ def test_a_label_of_128_characters_is_accepted():
 # -- selection ---------------------------------------------------------------------------------
 
 UNPINNED_NONE = (
-    "no live manager instance is registered to you - start one with `cotal manager start`"
-    " (or `cotal manager register`), then pick it with --on <manager> or --manager-instance <id>"
+    "no live manager instance is registered to you - register a running manager with"
+    " `cotal manager register`, then exchange again"
 )
 PINNED_CHECK = "check that the pinned manager instance is live and registered to you: `cotal manager list`"
 
@@ -142,7 +142,7 @@ def test_ambiguous_lists_the_ids_sorted():
     refused = refusal([mgr(ID3), mgr(ID1), mgr(ID2), mgr("9" * 26, OTHER)])
     assert refused.detail == (
         f"3 live manager instances are registered to you ({ID1}, {ID2}, {ID3}), so none was chosen"
-        " - pick one with --manager-instance <id> or --on <manager>"
+        " - pick one with --manager-instance <id> (`cotal manager list` shows them)"
     )
     assert (refused.pinned, refused.kind) == (False, "ambiguous")
 
@@ -153,7 +153,7 @@ def test_ambiguous_lists_at_most_five_ids_and_counts_the_rest():
     listed = ", ".join(sorted(ids)[:5])
     assert refused.detail == (
         f"7 live manager instances are registered to you ({listed} and 2 more), so none was chosen"
-        " - pick one with --manager-instance <id> or --on <manager>"
+        " - pick one with --manager-instance <id> (`cotal manager list` shows them)"
     )
 
 
@@ -174,6 +174,7 @@ def test_a_malformed_pin_is_not_echoed():
 def test_shed_sentences_name_each_class_remedy():
     assert SHED_UNPINNED == (
         "too many manager selections without a pinned instance were refused - wait a minute, then pick one with"
-        " --manager-instance <id> or --on <manager>, or start one with `cotal manager start` (or `cotal manager register`)"
+        " --manager-instance <id> (`cotal manager list` shows them), or register a running manager with"
+        " `cotal manager register`"
     )
     assert SHED_PINNED == f"too many pinned manager selections were refused - wait a minute, and {PINNED_CHECK}"

@@ -450,3 +450,19 @@ async def test_mesh_routes_without_a_registry_are_401_naming_the_full_service(pa
 async def test_loopback_authority_without_a_registry_is_401():
     loopback = Face("loopback", context(None))
     assert await loopback.post(register(), path="/manager-service-authority") == (401, {"error": NO_MANAGER_REGISTRY})
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "sentence"),
+    [
+        ("/chat-session/open", {"endpoint": "chat", "sessionId": SEEDED_SESSION},
+         "/chat-session/open takes the credential and endpoint, not sessionId"),
+        ("/chat-session/bearer", {"sessionId": SEEDED_SESSION, "endpoint": "chat"},
+         "/chat-session/bearer takes the credential and sessionId, ttlSec, not endpoint"),
+        ("/manager-instances", {"extra": 1}, "/manager-instances takes the credential, not extra"),
+    ],
+)  # fmt: skip
+@ceiling
+async def test_an_unknown_member_is_named_with_what_the_route_takes(path, body, sentence):
+    status, answer = await face("public", FakeRecords()).post(human(**body), path=path)
+    assert (status, answer) == (400, {"error": sentence})

@@ -56,8 +56,8 @@ TOO_MANY = {"error": "too many refused exchanges - wait a minute and retry"}
 GHOST_401 = {"error": AGENT_EXCHANGE_REFUSAL}
 
 NO_MANAGER = {
-    "error": "no live manager instance is registered to you - start one with `cotal manager start` "
-    "(or `cotal manager register`), then pick it with --on <manager> or --manager-instance <id>"
+    "error": "no live manager instance is registered to you - register a running manager with "
+    "`cotal manager register`, then exchange again"
 }
 
 
@@ -71,14 +71,14 @@ def _pinned_refusal(instance_id: str) -> dict:
 def _ambiguous(*ids: str) -> dict:
     return {
         "error": f"{len(ids)} live manager instances are registered to you ({', '.join(ids)}), so none was chosen - "
-        "pick one with --manager-instance <id> or --on <manager>"
+        "pick one with --manager-instance <id> (`cotal manager list` shows them)"
     }
 
 
-def _scope_refusal(view: str, scope: str) -> dict:
+def _scope_refusal(view: str, scope: str, actor: str = "plain") -> dict:
     return {
-        "error": f"view {view} needs ledger scope {scope} - the operator grants it with `cotal actor grant <actor> "
-        f"--owner <owner> --scope {scope}` (listing the actor's other scope tokens too)"
+        "error": f"view {view} needs ledger scope {scope} - the operator grants it with `cotal actor grant {actor} "
+        f"--owner {OWNER} --scope {scope}` (listing the actor's other scope tokens too)"
     }
 
 
@@ -252,7 +252,7 @@ async def test_admin_gated_public_views_mint_with_admin_in_the_row(name, view):
 async def test_admin_gated_public_view_without_admin_is_401_naming_the_scope_flag(name, view):
     status, body = await face(name).post(human("plain", view=view))
     assert (status, body) == (401, _scope_refusal(view, "admin"))
-    assert "`cotal actor grant <actor> --owner <owner> --scope admin`" in body["error"]
+    assert f"`cotal actor grant plain --owner {OWNER} --scope admin`" in body["error"]
 
 
 @pytest.mark.parametrize("view", ["admin", "purger", "deployer", "manager-service"])
@@ -425,7 +425,7 @@ async def test_public_30_unpinned_failures_then_the_class_is_shed_even_when_it_w
     assert await _unpinned_failures(public, 30) == [(401, NO_MANAGER)] * 30
     await records.register_manager(manager(MGR_A))
     assert await public.post(human(view="manager-caller")) == (429, {"error": SHED_UNPINNED})
-    assert "--on" in SHED_UNPINNED and "--manager-instance" in SHED_UNPINNED and "cotal manager start" in SHED_UNPINNED
+    assert "--manager-instance" in SHED_UNPINNED and "cotal manager register" in SHED_UNPINNED
 
 
 @ceiling
