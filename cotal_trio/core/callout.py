@@ -27,7 +27,7 @@ from .errors import AuthServiceError, CodecError, RefusalCode, Refused
 from .identity import check_inbox_nonce, principal
 from .ledger import LedgerRow, authorize_connect
 from .nkeys import KeyPair
-from .profiles import Permissions, agent_permissions, view_permissions
+from .profiles import CAPABILITIES, Permissions, agent_permissions, view_permissions
 from .views import check_view_scope
 from .xkeys import XKeyPair
 
@@ -195,9 +195,12 @@ def decide_connect(
 def _permissions(bearer: ValidatedBearer, row: LedgerRow, *, space: str, inbox_nonce: str) -> Permissions:
     """The view's profile for a view bearer, else the agent profile of the row's channel ACLs."""
     if bearer.view is None:
+        # spec credential-authority "Capabilities": spawn and run are declared in the ledger scope
+        # (and the bearer's, which authorize_connect keeps inside it) and minted into the cred
+        capabilities = tuple(c for c in CAPABILITIES if c in row.scope and c in bearer.scope)
         return agent_permissions(
             space=space, owner=bearer.owner, actor=bearer.actor, allow_publish=row.allow_publish,
-            allow_subscribe=row.allow_subscribe, inbox_nonce=inbox_nonce,
+            allow_subscribe=row.allow_subscribe, inbox_nonce=inbox_nonce, role=row.role, capabilities=capabilities,
         )  # fmt: skip
     return view_permissions(
         bearer.view, space=space, owner=bearer.owner, actor=bearer.actor, scope=bearer.scope,

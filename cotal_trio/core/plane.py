@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Literal
 
+from cotal_trio.core import wire
 from cotal_trio.core.errors import CodecError, ConfigError
 
 __all__ = [
@@ -58,8 +59,9 @@ _MAX_HOLDER = 256
 
 
 def plane_bucket(space: str) -> str:
-    """The KV bucket that holds ``space``'s plane claim (and its issuance rows)."""
-    return f"cotal_auth_{space}"
+    """The KV bucket that holds ``space``'s plane claim (and its issuance rows):
+    ``cotal_auth_<space>`` (:func:`cotal_trio.core.wire.auth_bucket`)."""
+    return wire.auth_bucket(space)
 
 
 class PlaneState(StrEnum):

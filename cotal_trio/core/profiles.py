@@ -1,34 +1,21 @@
-"""Subject layout and the permission profiles minted into callout user JWTs (DESIGN 6 step 7).
+"""The permission profiles: every credential's NATS allow-lists (spec credential-authority "Profiles").
 
-Subject layout (ours). Everything of space ``S`` lives under ``cotal.S.``:
+Each profile of the spec's table has one builder here, and :func:`profile_permissions` dispatches
+on the profile's name. Every builder takes its subjects, streams, buckets and durables from
+``core/wire.py`` (the single source of the layout; ``space_prefix``, ``channel_subject``,
+``dm_subject``, ``inbox_subject`` and ``USER_INFO_SUBJECT`` are re-exported from there for older
+callers), checks every input against its grammar, and returns :class:`Permissions` with allow
+lists only: everything else is denied. docs/wire-layout.md lists each profile's exact lists.
 
-=====================================  ====================================================
-subject                                what travels on it
-=====================================  ====================================================
-``cotal.S.ch.<channel>``               channel messages; ``<channel>`` may span several
-                                       dot segments (``team.alerts``)
-``cotal.S.dm.<owner>.<actor>.>``       direct messages to principal ``<owner>.<actor>``;
-                                       the tokens after it are the sender's choice
-``_INBOX_<nonce>.>``                   replies to a connection whose ``name`` is ``<nonce>``
-``$SYS.REQ.USER.INFO``                 the broker's "who am I" request (no system account
-                                       needed; spec credential-authority "Provisioning")
-``cotal.S.ctl.<area>...``              control requests: ``purge.>``, ``channels.set``,
-                                       ``channels.defaults``, ``channels.delete``,
-                                       ``deploy.>``, ``manager.>``
-``cotal.S.mgr.<instanceId>.<method>``  calls to one manager instance (``call``, ``status``,
-                                       ``models``, ``resolve-cwd``)
-``cotal.S.session.<sessionId>.in|out`` one chat session, into and out of it
-``cotal.S.transfer.<instanceId>.<hex>`` one transcript object, named by its SHA-256
-=====================================  ====================================================
+Every profile may publish ``$SYS.REQ.USER.INFO`` (listed last) and subscribe to its own reply
+inbox ``_INBOX_<nonce>.>`` (listed last), ``<nonce>`` being the connection's ``name``.
 
-The **agent** profile (spec credential-authority "Profiles"): publish to the ledger row's
-``allowPublish`` channels (empty: no channel publish; posting is default-deny), send a DM to
-any principal, ask ``$SYS.REQ.USER.INFO``; subscribe to the row's ``allowSubscribe`` channels,
-its own DM subjects and its own reply inbox.
-
-A **view** profile (:func:`view_permissions`; ``core/views.py``; spec "Listener policy")
-replaces the agent profile for a bearer that names a view: no channels and no DMs, only the
-view's own subjects, plus ``$SYS.REQ.USER.INFO`` and the connection's reply inbox.
+**Wholesale grants.** A grant that reaches a whole class of JetStream objects rather than named
+ones: one covering ``$JS.>`` or ``$JS.API.>``, a whole bucket ``$KV.<bucket>.>``, or a message
+read of a whole stream (``$JS.API.STREAM.MSG.GET.<stream>``, ``$JS.API.DIRECT.GET.<stream>``
+or its ``.>`` form). :data:`WHOLESALE` names, per profile, the only ones it holds;
+``tests/core/test_profile_properties.py`` checks every profile against it for arbitrary inputs,
+and docs/wire-layout.md prints it.
 
 Pure and synchronous.
 """
@@ -36,9 +23,12 @@ Pure and synchronous.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
+from cotal_trio.core import wire
 from cotal_trio.core.errors import CodecError, RefusalCode, Refused
 from cotal_trio.core.identity import (
     check_actor,
@@ -46,43 +36,65 @@ from cotal_trio.core.identity import (
     check_inbox_nonce,
     check_lifecycle_uid,
     check_owner,
+    check_role,
     check_scope_token,
     check_space,
 )
 from cotal_trio.core.views import TransferTarget, binding_mismatch, check_view, is_session_id
+from cotal_trio.core.wire import USER_INFO_SUBJECT, Durable, channel_subject, dm_subject, inbox_subject, space_prefix
 
 __all__ = [
+    "CAPABILITIES",
+    "PROFILES",
     "USER_INFO_SUBJECT",
+    "WHOLESALE",
     "Permissions",
+    "admin_permissions",
     "agent_permissions",
     "channel_subject",
+    "delivery_permissions",
     "dm_subject",
     "inbox_subject",
+    "issuer_permissions",
+    "observer_permissions",
+    "profile_permissions",
+    "provisioner_permissions",
+    "run_admitter_permissions",
+    "run_driver_permissions",
+    "run_mediator_permissions",
+    "run_operator_permissions",
     "space_prefix",
+    "teardown_permissions",
     "view_permissions",
 ]
 
-USER_INFO_SUBJECT = "$SYS.REQ.USER.INFO"
+CAPABILITIES = ("spawn", "run")
+"""An agent's declared control-plane capabilities (spec "Capabilities")."""
 
+_PRESENCE_READ = ("$JS.API.DIRECT.GET.KV_cotal_presence_<S>", "$JS.API.DIRECT.GET.KV_cotal_presence_<S>.>")
+WHOLESALE: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "agent": _PRESENCE_READ,
+    "observer": _PRESENCE_READ,
+    "admin": _PRESENCE_READ,
+    "provisioner": (),
+    "teardown": (),
+    "delivery": _PRESENCE_READ,
+    "run-driver": (),
+    "run-mediator": ("$JS.API.STREAM.MSG.GET.COTAL_RUN_<S>", "$JS.API.STREAM.MSG.GET.KV_cotal_records_<S>"),
+    "run-operator": (),
+    "issuer": (
+        "$KV.cotal_issued_<S>.>", "$KV.cotal_accepted_<S>.>", "$JS.API.STREAM.MSG.GET.KV_cotal_issued_<S>",
+        "$JS.API.DIRECT.GET.KV_cotal_accepted_<S>", "$JS.API.DIRECT.GET.KV_cotal_accepted_<S>.>",
+    ),
+    "run-admitter": (),
+    "view": (),
+})  # fmt: skip
+"""Per profile, the only wholesale grants it holds, ``<S>`` standing for the space (module docstring).
 
-def space_prefix(space: str) -> str:
-    """``cotal.<space>``: the root of every subject of the space."""
-    return f"cotal.{space}"
-
-
-def channel_subject(space: str, channel: str) -> str:
-    """``cotal.<space>.ch.<channel>`` (``channel`` may be a pattern with ``*``/``>``)."""
-    return f"cotal.{space}.ch.{channel}"
-
-
-def dm_subject(space: str, owner: str, actor: str) -> str:
-    """``cotal.<space>.dm.<owner>.<actor>.>``: every DM subject of one principal."""
-    return f"cotal.{space}.dm.{owner}.{actor}.>"
-
-
-def inbox_subject(nonce: str) -> str:
-    """``_INBOX_<nonce>.>``: the reply inbox of the connection named ``nonce``."""
-    return f"_INBOX_{nonce}.>"
+The presence bucket is the space's public roster: the spec has agents read it "on demand with a
+Direct Get of the presence bucket". The mediator's leader reads and the issuer's stores are their
+jobs. No profile holds ``$JS.>``, ``$JS.API.>`` or a wildcard over streams or buckets.
+"""
 
 
 # Non-empty dot-separated tokens without whitespace; ">" only as the whole last token. A regex,
@@ -151,6 +163,47 @@ def _unique(subjects: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(subjects))
 
 
+def _bind(durable: Durable) -> list[str]:
+    """Binding one pre-created durable: its info, its pull requests and the acks of its deliveries."""
+    return [
+        wire.js_consumer_info(durable.stream, durable.name), wire.js_consumer_next(durable.stream, durable.name),
+        wire.js_ack(durable.stream, durable.name),
+    ]  # fmt: skip
+
+
+def _presence_read(space: str) -> list[str]:
+    """Direct get of the presence bucket: one key (``.<subject>`` form) or a batch (body form)."""
+    stream = wire.kv_stream(wire.presence_bucket(space))
+    return [wire.js_direct_get(stream), wire.js_direct_get(stream, ">")]
+
+
+def _profile(space: str, inbox_nonce: str, pub: Sequence[str], sub: Sequence[str] = ()) -> Permissions:
+    """``pub`` + ``$SYS.REQ.USER.INFO`` and ``sub`` + the inbox, duplicates removed in order."""
+    check_space(space)
+    return Permissions(
+        pub_allow=_unique([*pub, USER_INFO_SUBJECT]), sub_allow=_unique([*sub, inbox_subject(inbox_nonce)])
+    )
+
+
+def _check_patterns(name: str, patterns: object) -> tuple[str, ...]:
+    if not isinstance(patterns, (tuple, list)):
+        raise Refused(RefusalCode.BAD_REQUEST, f"{name} must be a sequence of channel patterns")
+    return tuple(check_channel_pattern(p) for p in patterns)
+
+
+def _capability_subjects(space: str, owner: str, actor: str, capabilities: object) -> list[str]:
+    """The control subjects ``capabilities`` add (spec "Capabilities"): ``spawn`` adds spawn,
+    stop of its own children and persona; ``run`` adds those and the five run commands."""
+    if not isinstance(capabilities, (tuple, list)) or not set(capabilities) <= set(CAPABILITIES):
+        raise Refused(RefusalCode.BAD_REQUEST, "capabilities are a sequence of spawn and run")
+    if not capabilities:
+        return []
+    subjects = [wire.ctl_spawn(space), wire.ctl_stop(space, owner, actor), wire.ctl_persona(space)]
+    if "run" in capabilities:
+        subjects += [wire.ctl_run(space, verb) for verb in wire.RUN_VERBS]
+    return subjects
+
+
 def agent_permissions(
     *,
     space: str,
@@ -159,47 +212,239 @@ def agent_permissions(
     allow_publish: tuple[str, ...],
     allow_subscribe: tuple[str, ...],
     inbox_nonce: str,
+    subscribe: tuple[str, ...] = (),
+    role: str | None = None,
+    capabilities: tuple[str, ...] = (),
 ) -> Permissions:
-    """The agent profile of principal ``<owner>.<actor>`` (module docstring for the layout).
+    """The agent profile of principal ``<owner>.<actor>`` (``S`` = ``space``; docs/wire-layout.md).
+
+    ``pub.allow``, in order: each ``cotal.S.ch.<p>`` of ``allow_publish`` (posting is
+    default-deny: none when empty); a DM to anyone ``cotal.S.dm.*.*.>``; its own
+    ``cotal.S.ctl.despawn.<owner>.<actor>`` and ``cotal.S.ctl.turn.<owner>.<actor>``; the
+    capability subjects; the bind of its DM inbox durable ``dm-<owner>-<actor>`` (consumer info,
+    pull, acks; never a create or delete) and, with ``role``, of its role's task queue
+    ``task-<role>``; presence: direct get of the bucket and a put of its own key
+    ``<owner>.<actor>``; ``$SYS.REQ.USER.INFO``. ``sub.allow``: each ``cotal.S.ch.<p>`` of
+    ``allow_subscribe``, its DM subjects ``cotal.S.dm.<owner>.<actor>.>``, ``_INBOX_<nonce>.>``.
 
     Args:
         space: the space name.
         owner, actor: the principal (from the validated bearer).
-        allow_publish: the ledger row's ``allowPublish`` channel patterns.
-        allow_subscribe: the ledger row's ``allowSubscribe`` channel patterns.
+        allow_publish: the ``allowPublish`` channel patterns (the post ACL).
+        allow_subscribe: the ``allowSubscribe`` channel patterns (the read ACL).
         inbox_nonce: the connection's ``name``; grants ``_INBOX_<nonce>.>``.
-
-    Returns:
-        ``pub.allow``: each ``cotal.<space>.ch.<p>``, ``cotal.<space>.dm.*.*.>``,
-        ``$SYS.REQ.USER.INFO``; ``sub.allow``: each ``cotal.<space>.ch.<p>``, the own
-        ``cotal.<space>.dm.<owner>.<actor>.>`` and ``_INBOX_<nonce>.>``. Duplicates removed,
-        order kept; no deny lists.
+        subscribe: the channels it reads at boot; each must lie within ``allow_subscribe``
+            (it adds no subject).
+        role: its role, whose task queue it binds, or None.
+        capabilities: a tuple of :data:`CAPABILITIES`: ``spawn`` adds ``cotal.S.ctl.spawn``,
+            ``cotal.S.ctl.stop.<owner>.<actor>.*`` and ``cotal.S.ctl.persona``; ``run`` adds
+            those and ``cotal.S.ctl.run.<verb>`` for start, resume, answer, status and list.
 
     Raises:
-        Refused: BAD_REQUEST when the space, owner, actor, nonce or a channel pattern breaks its
-            grammar (``core/identity.py``).
+        Refused: BAD_REQUEST when an input breaks its grammar, a capability is unknown, or a
+            ``subscribe`` channel lies outside ``allow_subscribe`` (the sentence names both).
     """
-    check_space(space)
-    check_owner(owner)
-    check_actor(actor)
-    check_inbox_nonce(inbox_nonce)
-    for pattern in (*allow_publish, *allow_subscribe):
-        check_channel_pattern(pattern)
-    pub = [channel_subject(space, p) for p in allow_publish]
-    sub = [channel_subject(space, p) for p in allow_subscribe]
-    return Permissions(
-        pub_allow=_unique([*pub, f"cotal.{space}.dm.*.*.>", USER_INFO_SUBJECT]),
-        sub_allow=_unique([*sub, dm_subject(space, owner, actor), inbox_subject(inbox_nonce)]),
-    )
+    publish, read = _check_patterns("allow_publish", allow_publish), _check_patterns("allow_subscribe", allow_subscribe)
+    for channel in _check_patterns("subscribe", subscribe):
+        if not any(wire.covers(allowed, channel) for allowed in read):
+            acl = ", ".join(read) or "nothing"
+            sentence = f"allowSubscribe {acl} does not cover {channel} - widen allowSubscribe or drop {channel} from subscribe"
+            raise Refused(RefusalCode.BAD_REQUEST, sentence)
+    control = [wire.ctl_despawn(space, owner, actor), wire.ctl_turn(space, owner, actor)]
+    control += _capability_subjects(space, owner, actor, capabilities)
+    inboxes = _bind(wire.dm_durable(space, owner, actor))
+    if role is not None:
+        inboxes += _bind(wire.task_durable(space, check_role(role)))
+    presence = [*_presence_read(space), wire.kv_subject(wire.presence_bucket(space), wire.presence_key(owner, actor))]
+    return _profile(
+        space, inbox_nonce,
+        [*(channel_subject(space, p) for p in publish), wire.dm_send_subject(space), *control, *inboxes, *presence],
+        [*(channel_subject(space, p) for p in read), dm_subject(space, owner, actor)],
+    )  # fmt: skip
 
 
-# Control subjects (after ``cotal.<space>.``) each control view may publish to.
+def observer_permissions(*, space: str, inbox_nonce: str) -> Permissions:
+    """Read-only chat and presence (what ``cotal console`` runs); DMs invisible.
+
+    ``pub.allow``: direct get of the presence bucket, ``$SYS.REQ.USER.INFO``; ``sub.allow``:
+    ``cotal.S.ch.>``, ``_INBOX_<nonce>.>``. It publishes nothing that writes.
+
+    Raises:
+        Refused: BAD_REQUEST for a bad space or nonce.
+    """
+    return _profile(space, inbox_nonce, _presence_read(space), [channel_subject(space, ">")])
+
+
+def admin_permissions(*, space: str, inbox_nonce: str) -> Permissions:
+    """The elevated read-only god view: everything of the space live, DMs included; writes nothing.
+
+    ``pub.allow``: direct get of the presence bucket, ``$SYS.REQ.USER.INFO``; ``sub.allow``:
+    ``cotal.S.>``, ``_INBOX_<nonce>.>``.
+
+    Raises:
+        Refused: BAD_REQUEST for a bad space or nonce.
+    """
+    return _profile(space, inbox_nonce, _presence_read(space), [f"{space_prefix(space)}.>"])
+
+
+def provisioner_permissions(*, space: str, inbox_nonce: str) -> Permissions:
+    """The operator-side provisioner: creates the space's message streams, the presence and
+    admission buckets, and the bind-only durables (``lanes/streams.py``). Deletes nothing.
+
+    ``pub.allow``: ``STREAM.CREATE`` and ``STREAM.INFO`` of ``COTAL_{CHAT,DM,TASK,RUN}_S``,
+    ``KV_cotal_presence_S`` and ``KV_cotal_admission_S``; consumer creates only in the form
+    with the filter in the subject, filters pinned to a DM inbox (``dm.*.*.>``), a task queue
+    (``task.*.>``), a run journal (``run.*.journal``) or the two delivery durables; consumer
+    info on the four streams; ``$SYS.REQ.USER.INFO``. ``sub.allow``: ``_INBOX_<nonce>.>``.
+
+    Raises:
+        Refused: BAD_REQUEST for a bad space or nonce.
+    """
+    chat, dm, task, run = wire.all_streams(space)
+    streams = [*(s.name for s in wire.all_streams(space))]
+    streams += [wire.kv_stream(wire.presence_bucket(space)), wire.kv_stream(wire.admission_bucket(space))]
+    prefix = space_prefix(space)
+    delivery = [wire.delivery_durable(space, kind) for kind in ("chat", "dm")]
+    return _profile(space, inbox_nonce, [
+        *(api(name) for name in streams for api in (wire.js_stream_create, wire.js_stream_info)),
+        wire.js_consumer_create(dm.name, "*", wire.dm_send_subject(space)),
+        wire.js_consumer_create(task.name, "*", f"{prefix}.task.*.>"),
+        wire.js_consumer_create(run.name, "*", f"{prefix}.run.*.journal"),
+        *(wire.js_consumer_create(d.stream, d.name, d.filter_subject) for d in delivery),
+        *(wire.js_consumer_info(s.name, "*") for s in (chat, dm, task, run)),
+    ])  # fmt: skip
+
+
+def teardown_permissions(*, space: str, inbox_nonce: str) -> Permissions:
+    """The operator-side teardown: deletes the space's streams and buckets, and one principal's,
+    role's or run's durable. Reads nothing and creates nothing.
+
+    ``pub.allow``: ``STREAM.DELETE`` of the four message streams and the seven KV streams,
+    ``CONSUMER.DELETE`` of any durable on the DM, task and run streams,
+    ``$SYS.REQ.USER.INFO``. ``sub.allow``: ``_INBOX_<nonce>.>``.
+
+    Raises:
+        Refused: BAD_REQUEST for a bad space or nonce.
+    """
+    _, dm, task, run = wire.all_streams(space)
+    streams = [*(s.name for s in wire.all_streams(space)), *(wire.kv_stream(b) for b in wire.all_buckets(space))]
+    return _profile(space, inbox_nonce, [
+        *(wire.js_stream_delete(name) for name in streams), *(wire.js_consumer_delete(s.name, "*") for s in (dm, task, run)),
+    ])  # fmt: skip
+
+
+def delivery_permissions(*, space: str, inbox_nonce: str) -> Permissions:
+    """The delivery daemon: binds its two fan-out durables (``delivery-chat``, ``delivery-dm``)
+    and reads presence. Creates and deletes nothing.
+
+    Raises:
+        Refused: BAD_REQUEST for a bad space or nonce.
+    """
+    durables = [wire.delivery_durable(space, kind) for kind in ("chat", "dm")]
+    return _profile(space, inbox_nonce, [*(s for d in durables for s in _bind(d)), *_presence_read(space)])
+
+
+def run_driver_permissions(*, space: str, run_id: str, inbox_nonce: str) -> Permissions:
+    """One workflow run's driver: appends to its journal ``cotal.S.run.<runId>.journal``, binds
+    its replay durable ``replay-<runId>``, writes its records ``run.<runId>.driver.>`` in the
+    records store. Store reads and effects go through the host.
+
+    Raises:
+        Refused: BAD_REQUEST for a bad space, run id or nonce.
+    """
+    return _profile(space, inbox_nonce, [
+        wire.run_journal_subject(space, run_id), *_bind(wire.replay_durable(space, run_id)),
+        wire.run_record_subject(space, run_id, "driver.>"),
+    ])  # fmt: skip
+
+
+def run_mediator_permissions(*, space: str, run_id: str, inbox_nonce: str) -> Permissions:
+    """The hosting process's connection for one run's effects and leader reads: leader reads
+    (``STREAM.MSG.GET``) of the run stream and the records store, and the run's effect records
+    ``run.<runId>.effect.>``. Never handed to the driver.
+
+    Raises:
+        Refused: BAD_REQUEST for a bad space, run id or nonce.
+    """
+    return _profile(space, inbox_nonce, [
+        wire.js_msg_get(wire.run_stream(space).name), wire.js_msg_get(wire.kv_stream(wire.records_bucket(space))),
+        wire.run_record_subject(space, run_id, "effect.>"),
+    ])  # fmt: skip
+
+
+def run_operator_permissions(
+    *, space: str, run_id: str, inbox_nonce: str, checkpoint_token: str | None = None
+) -> Permissions:
+    """One served run read, or (with ``checkpoint_token``) the answering half of one pause.
+
+    A read holds the records walk and the run's replay, each through its own consumer
+    ``op-<nonce>`` whose create pins the filter (``$KV.cotal_records_S.run.<runId>.>``, the
+    run's journal; pull and delete of that consumer, ``ack_policy`` none), and the direct get of
+    the run's two admission keys. The answering half holds that pause's answer record
+    ``run.<runId>.answer.<token>`` and its settle ``cotal.S.run.<runId>.settle.<token>`` alone.
+
+    Raises:
+        Refused: BAD_REQUEST for a bad space, run id, token or nonce.
+    """
+    if checkpoint_token is not None:
+        return _profile(space, inbox_nonce, [
+            wire.run_record_subject(space, run_id, f"answer.{wire.check_checkpoint_token(checkpoint_token)}"),
+            wire.run_settle_subject(space, run_id, checkpoint_token),
+        ])  # fmt: skip
+    name = f"op-{check_inbox_nonce(inbox_nonce)}"
+    records = wire.kv_stream(wire.records_bucket(space))
+    walks = [
+        (records, wire.run_record_subject(space, run_id, ">")),
+        (wire.run_stream(space).name, wire.run_journal_subject(space, run_id)),
+    ]
+    pub = [s for stream, f in walks for s in (
+        wire.js_consumer_create(stream, name, f), wire.js_consumer_next(stream, name), wire.js_consumer_delete(stream, name),
+    )]  # fmt: skip
+    return _profile(space, inbox_nonce, [*pub, *_admission_reads(space, run_id)])
+
+
+def _admission_reads(space: str, run_id: str) -> list[str]:
+    bucket = wire.admission_bucket(space)
+    return [wire.js_direct_get(wire.kv_stream(bucket), wire.kv_subject(bucket, key)) for key in wire.admission_keys(run_id)]
+
+
+def issuer_permissions(*, space: str, inbox_nonce: str) -> Permissions:
+    """One issuance window: writes to the issued and accepted stores, the first-message reads of
+    evidence (``STREAM.MSG.GET``: the issued store has no direct get), direct get of accepted
+    rows, and ``STREAM.INFO`` of both for the shape check.
+
+    Raises:
+        Refused: BAD_REQUEST for a bad space or nonce.
+    """
+    issued, accepted = wire.issued_bucket(space), wire.accepted_bucket(space)
+    return _profile(space, inbox_nonce, [
+        wire.kv_subject(issued, ">"), wire.kv_subject(accepted, ">"), wire.js_msg_get(wire.kv_stream(issued)),
+        wire.js_direct_get(wire.kv_stream(accepted)), wire.js_direct_get(wire.kv_stream(accepted), ">"),
+        wire.js_stream_info(wire.kv_stream(issued)), wire.js_stream_info(wire.kv_stream(accepted)),
+    ])  # fmt: skip
+
+
+def run_admitter_permissions(*, space: str, run_id: str, inbox_nonce: str) -> Permissions:
+    """One run's admission record or revocation marker: writes and direct gets of the two exact
+    keys ``admit.<runId>`` and ``revoke.<runId>`` of the admission store, nothing else. The
+    store is write-once (``lanes/streams.py``), so a write is a create: no overwrite, no delete,
+    no purge.
+
+    Raises:
+        Refused: BAD_REQUEST for a bad space, run id or nonce.
+    """
+    bucket = wire.admission_bucket(space)
+    writes = [wire.kv_subject(bucket, key) for key in wire.admission_keys(run_id)]
+    return _profile(space, inbox_nonce, [*writes, *_admission_reads(space, run_id)])
+
+
+# The control areas (``wire.CONTROL_AREAS``) each control view may publish to.
 _CONTROL_PUBLISH = {
-    "purger": ("ctl.purge.>",),
-    "channel-writer": ("ctl.channels.set", "ctl.channels.defaults"),
-    "channel-purger": ("ctl.channels.delete",),
-    "deployer": ("ctl.deploy.>",),
-    "manager-service": ("ctl.manager.>",),
+    "purger": ("purge",),
+    "channel-writer": ("channels-set", "channels-defaults"),
+    "channel-purger": ("channels-delete",),
+    "deployer": ("deploy",),
+    "manager-service": ("manager",),
 }
 # What a manager-caller bearer whose scope holds `spawn` may also ask its manager: what a
 # host-local launch there needs (spec "Listener policy").
@@ -211,18 +456,19 @@ def _view_subjects(
     transfer_writer: TransferTarget | None,
 ) -> tuple[list[str], list[str]]:
     """``(publish, subscribe)`` subjects of ``view`` beyond the user-info request and the inbox."""
-    prefix = space_prefix(space)
     if view == "admin":
-        return [], [f"{prefix}.>"]
+        return [], [f"{space_prefix(space)}.>"]
     if view in _CONTROL_PUBLISH:
-        return [f"{prefix}.{subject}" for subject in _CONTROL_PUBLISH[view]], []
+        return [wire.ctl_view(space, area) for area in _CONTROL_PUBLISH[view]], []
     if view == "manager-caller":
+        assert manager_instance_id is not None  # binding_mismatch checked it
         methods = ("call", *_MANAGER_READS) if "spawn" in scope else ("call",)
-        return [f"{prefix}.mgr.{manager_instance_id}.{method}" for method in methods], []
+        return [wire.mgr_subject(space, manager_instance_id, method) for method in methods], []
     if view == "session-caller":
-        return [f"{prefix}.session.{session_id}.in"], [f"{prefix}.session.{session_id}.out"]
+        assert session_id is not None
+        return [wire.session_subject(space, session_id, "in")], [wire.session_subject(space, session_id, "out")]
     assert transfer_writer is not None  # transfer-writer, the last view; binding_mismatch checked it
-    return [f"{prefix}.transfer.{transfer_writer.instance_id}.{transfer_writer.sha256_hex}"], []
+    return [wire.transfer_subject(space, transfer_writer.instance_id, transfer_writer.sha256_hex)], []
 
 
 def view_permissions(
@@ -295,3 +541,44 @@ def view_permissions(
         transfer_writer=transfer_writer,
     )  # fmt: skip
     return Permissions(pub_allow=_unique([*pub, USER_INFO_SUBJECT]), sub_allow=_unique([*sub, inbox_subject(inbox_nonce)]))
+
+
+def _view_profile(*, view: str, **context: Any) -> Permissions:
+    return view_permissions(view, **context)
+
+
+_BUILDERS: Mapping[str, Callable[..., Permissions]] = MappingProxyType({
+    "agent": agent_permissions,
+    "observer": observer_permissions,
+    "admin": admin_permissions,
+    "provisioner": provisioner_permissions,
+    "teardown": teardown_permissions,
+    "delivery": delivery_permissions,
+    "run-driver": run_driver_permissions,
+    "run-mediator": run_mediator_permissions,
+    "run-operator": run_operator_permissions,
+    "issuer": issuer_permissions,
+    "run-admitter": run_admitter_permissions,
+    "view": _view_profile,
+})  # fmt: skip
+
+PROFILES: tuple[str, ...] = tuple(_BUILDERS)
+"""Every profile :func:`profile_permissions` builds, in the order of docs/wire-layout.md."""
+
+
+def profile_permissions(name: str, **context: Any) -> Permissions:
+    """The permissions of profile ``name`` (one of :data:`PROFILES`), built from ``context``.
+
+    ``context`` is the builder's keyword arguments: ``space`` and ``inbox_nonce`` for every
+    profile; ``owner``, ``actor``, ``allow_publish``, ``allow_subscribe`` and optionally
+    ``subscribe``, ``role``, ``capabilities`` for ``agent``; ``run_id`` for the run profiles
+    (``checkpoint_token`` for the answering half of ``run-operator``); for ``view``, ``view``
+    and :func:`view_permissions`' arguments.
+
+    Raises:
+        Refused: BAD_REQUEST for an unknown profile or an input that breaks its grammar.
+        TypeError: a missing or unexpected context argument (a caller bug).
+    """
+    if not isinstance(name, str) or name not in _BUILDERS:
+        raise Refused(RefusalCode.BAD_REQUEST, f"a profile is one of {', '.join(PROFILES)}")
+    return _BUILDERS[name](**context)

@@ -163,6 +163,10 @@ class ExchangeContext:
         records: the records and sessions stores (:class:`RecordsPort`) the manager-caller
             view, ``/manager-instances``, ``/manager-service-authority`` and the chat-session
             routes use; None: those answer that this service keeps no registry.
+        provision: optional; ``await provision(row)`` before a bearer of the agent profile (no
+            view) is minted: the provisioner pre-creates the principal's bind-only DM inbox and
+            its role's task queue (spec credential-authority "Provisioning"), so the bearer's
+            first connect can bind them. Raises Unavailable when the broker does not answer.
         bridge: the :class:`~cotal_trio.core.bridge.IdpBridge` the human arm runs, built from the
             fields above with both hooks set.
 
@@ -185,6 +189,7 @@ class ExchangeContext:
     authorize_actor: AuthorizeActor | None = None
     mint_connect_credential: MintConnectCredential | None = None
     records: RecordsPort | None = None
+    provision: Callable[[LedgerRow], Awaitable[None]] | None = None
     bridge: IdpBridge = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -589,6 +594,9 @@ async def answer_exchange(
             )
             view = ViewGrant(view=MANAGER_CALLER, manager_instance_id=instance.instance_id)
             extra["managerInstanceId"] = instance.instance_id
+        if parsed.view is None and ctx.provision is not None:
+            ctx.check_limits(caller.row.owner, caller.row.actor)  # a limited caller provisions nothing
+            await ctx.provision(caller.row)
         minted = mint_for(ctx, caller, ttl_s=parsed.ttl_s, view=view, extra=extra)
     except RateLimited as limited:  # not a refused exchange: no budget spent (spec "Connect limits")
         LOGGER.info("auth-service: rate-limited %s exchange: %s", arm, limited.detail)

@@ -19,6 +19,11 @@ them, the four flags replace it as a whole (remove the fields from ``spaces.json
 A face that never served is not recorded: whatever stops ``cotal up`` before its space serves
 (a refused pin, the broker, the IdP, the lane's port taken, Ctrl-C), the entry is put back.
 
+``--recreate-issued-stores <backup-dir>`` (``UpConfig.recreate_issued_stores``): once the broker
+runs and before any lane starts, the space's two issued-authority streams are backed up into the
+folder, deleted and created again in the current shape (:func:`cotal_trio.lanes.issued.recreate_issued_stores`;
+docs/issued-authority.md), over a data-account service user minted for that step alone.
+
 Order (DESIGN.md section 4, "Adding a space to a running broker"): lock the root (one
 ``cotal up`` per root), prepare it (keys are created once and never regenerated; the space is
 listed in ``spaces.json``), render the config, start the broker and record the policy it runs
@@ -62,6 +67,7 @@ from ..state import (
     hold_root,
     load_idp_pin,
     load_policy,
+    load_space,
     read_json,
     remove_quietly,
     save_idp_pin,
@@ -70,8 +76,11 @@ from ..state import (
 from .host import Host, HostConfig, run_host
 from .hosting import check_public_flags, given_public_flags, lane_factory, public_fields
 from .idp_keys import fetch_jwks
+from .issued import check_backup_dir, issued_permissions, recreate_issued_stores
 from .pins import dev_pin, ensure_dev_idp, oidc_pin
 from .plane import DEFAULT_LEASE, ClaimRefused
+from .records import merge_permissions
+from .service_endpoints import open_store_user
 from .space import PublicFace
 
 __all__ = ["DEFAULT_PORT", "UpConfig", "UpInfo", "prepare_root", "run_up"]
@@ -100,6 +109,8 @@ class UpConfig:
             the space's public face (``--exchange-public-port`` and friends); any of them set
             replaces the public-face fields of the space's entry in ``spaces.json``, none keeps
             them (module docstring).
+        recreate_issued_stores: back the space's issued stores up into this folder (missing or
+            empty), delete and recreate them before the lanes start; None: leave them.
 
     Raises:
         ConfigError: a public-face setting the manifest would refuse, named by its flag.
@@ -116,6 +127,7 @@ class UpConfig:
     exchange_public_url: str | None = None
     exchange_trusted_proxy: bool = False
     advertised_server: str | None = None
+    recreate_issued_stores: Path | None = None
 
     def __post_init__(self) -> None:
         check_public_flags(public_fields(self))
@@ -151,6 +163,7 @@ class UpInfo:
     manifest: Path
     spaces: tuple[str, ...]
     public: PublicFace | None = None
+    recreated_issued: dict[str, int] | None = None  # stream -> messages backed up, when recreated
 
 
 def _policy(paths: RootPaths, config: UpConfig) -> tuple[BrokerPolicy, bool]:
@@ -410,9 +423,32 @@ async def _start_idp(nursery: trio.Nursery, config: UpConfig, prepared: Prepared
     return url
 
 
+async def _recreate_issued(config: UpConfig, server_url: str) -> dict[str, int]:
+    """Back up, delete and recreate the space's issued stores (``--recreate-issued-stores``).
+
+    Raises:
+        ConfigError: the folder is not empty, or the space's material is unreadable.
+        Unavailable: the broker refused the step's user or did not answer.
+    """
+    assert config.recreate_issued_stores is not None
+    space, folder = config.space, config.recreate_issued_stores
+    material = await trio.to_thread.run_sync(load_space, config.paths.space(space).callout_json, space)
+    permissions = merge_permissions({"pub": {"allow": ["$JS.API.>"]}}, issued_permissions(space))
+    try:
+        async with open_loop(), open_store_user(
+            material, server_url, name=f"cotal:recreate-issued:{space}", permissions=permissions,
+            iat=int(time.time()), reconnect=False,
+        ) as conn:
+            counts = await recreate_issued_stores(conn, space, folder)
+    except* (ConfigError, Unavailable) as group:  # the loop's nursery wraps it: one sentence out
+        raise leaves(group)[0]
+    log.warning("up: space %s: issued stores recreated; the old ones are backed up in %s (%s)", space, folder, counts)
+    return counts
+
+
 async def _serve(
     config: UpConfig, prepared: Prepared, server_url: str, pid: int, limits: CalloutLimits,
-    task_status: trio.TaskStatus[UpInfo], serving: trio.Event,
+    task_status: trio.TaskStatus[UpInfo], serving: trio.Event, recreated: dict[str, int] | None = None,
 ) -> NoReturn:
     """The IdP face and a lane host on ``<root>/spaces.json``; ``started`` once our space
     serves, when ``serving`` is set too."""
@@ -431,7 +467,7 @@ async def _serve(
             root=config.paths.root, space=config.space, server_url=server_url, broker_pid=pid,
             exchange_url=str(service.get("url", "")), pin=prepared.pin, dev_idp_url=dev_url,
             manifest=config.paths.spaces_manifest, spaces=tuple(host.current_states()),
-            public=PublicFace.of(prepared.entry),
+            public=PublicFace.of(prepared.entry), recreated_issued=recreated,
         ))
         await trio.sleep_forever()
     raise AssertionError("unreachable")  # pragma: no cover
@@ -470,13 +506,16 @@ async def run_up(config: UpConfig, *, task_status: trio.TaskStatus[UpInfo] = tri
     """Run the embedded stack until cancelled (startable; ``started`` with an :class:`UpInfo`).
 
     Raises:
-        ConfigError: bad root, busy port, missing nats-server (before ``started``).
+        ConfigError: bad root, busy port, missing nats-server, a ``recreate_issued_stores``
+            folder that is not empty (before ``started``).
         Unavailable: the broker did not accept the space's accounts, the IdP's JWKS could not
             be read, the space's lane could not start, or the broker failed while running. A
             lane failing after it served is the host's to retry (every 5 s, named in
             ``<root>/spaces.json.applied``); it does not end ``cotal up``.
     """
     with hold_root(config.paths.root):
+        if config.recreate_issued_stores is not None:  # refused before anything is written
+            await trio.to_thread.run_sync(check_backup_dir, config.recreate_issued_stores)
         prepared = await trio.to_thread.run_sync(functools.partial(prepare_root, config, now=time.time()))
         timeout_s = prepared.policy.auth_timeout_s
         limits = CalloutLimits(**({"auth_timeout_s": timeout_s} if timeout_s else {}))
@@ -485,7 +524,10 @@ async def run_up(config: UpConfig, *, task_status: trio.TaskStatus[UpInfo] = tri
             async with trio.open_nursery() as nursery:
                 server_url, pid = await nursery.start(_run_broker, config, prepared, stop_broker)
                 try:
-                    await _serve(config, prepared, server_url, pid, limits, task_status, serving)
+                    recreated = None
+                    if config.recreate_issued_stores is not None:
+                        recreated = await _recreate_issued(config, server_url)
+                    await _serve(config, prepared, server_url, pid, limits, task_status, serving, recreated)
                 finally:
                     stop_broker.set()
         except BaseException:

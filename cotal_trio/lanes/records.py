@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TypeVar
 
+from ..core import wire
 from ..core.errors import CodecError, RefusalCode, Refused, Unavailable
 from ..core.managers import (
     MANAGER_KEY_PREFIX,
@@ -84,14 +85,10 @@ Permissions = dict[str, dict[str, list[str]]]
 T = TypeVar("T")
 
 
-def records_bucket(space: str) -> str:
-    """``cotal_records_<space>``: manager instances, lifecycle records, consents."""
-    return f"cotal_records_{space}"
-
-
-def sessions_bucket(space: str) -> str:
-    """``cotal_sessions_<space>``: chat sessions."""
-    return f"cotal_sessions_{space}"
+# The names come from the wire layout (core/wire.py): ``cotal_records_<space>`` holds manager
+# instances, lifecycle records and consents; ``cotal_sessions_<space>`` chat sessions.
+records_bucket = wire.records_bucket
+sessions_bucket = wire.sessions_bucket
 
 
 class StoresMissing(Unavailable):

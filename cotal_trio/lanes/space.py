@@ -77,6 +77,7 @@ from ..state import (
 )
 from .callout import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder, read_in_threads
 from .issuance import RowExpiries, issuance_store, replica_permissions, run_issuance_sweep
+from .issued import IssuedStores, issued_permissions
 from .metrics import LaneMetrics
 from .plane import DEFAULT_LEASE, hold_plane, holder_id
 from .records import (
@@ -92,6 +93,7 @@ from .service_endpoints import (
     open_store_user,
     refuse_if_admitted,
 )
+from .streams import Provisioner, ensure_space_streams
 from .views import view_confirmer
 
 __all__ = ["LaneConfig", "LaneInfo", "PublicFace", "run_lane"]
@@ -273,7 +275,8 @@ async def run_lane(
     async with open_loop(), connect as conn, _open_store(config, material) as store_conn:
         records = RecordsStore(store_conn, config.space)
         if exchange is not None:
-            exchange = dataclasses.replace(exchange, records=records)
+            provision = Provisioner(store_conn, config.space)
+            exchange = dataclasses.replace(exchange, records=records, provision=provision.principal)
         responder = CalloutResponder(
             keys=keys,
             verifier=verifier,
@@ -317,10 +320,10 @@ async def run_lane(
 
 
 def _store_permissions(space: str) -> Permissions:
-    """A full lane's store user: the JetStream API, the space's auth bucket, and the records
-    and sessions stores (``lanes.records``)."""
+    """A full lane's store user: the JetStream API, the space's auth bucket, the records and
+    sessions stores (``lanes.records``) and the issued and accepted stores (``lanes.issued``)."""
     own = {"pub": {"allow": ["$JS.API.>", f"$KV.{plane_bucket(space)}.>"]}, "sub": {"allow": ["_INBOX.>"]}}
-    return merge_permissions(own, records_permissions(space))
+    return merge_permissions(own, records_permissions(space), issued_permissions(space))
 
 
 Guard = Callable[[], Awaitable[object]]
@@ -388,6 +391,10 @@ async def _hold_space(
         functools.partial(run_issuance_sweep, store, space=config.space, clock=config.clock, expiries=row_expiries)
     )
     await ensure_records_stores(store_conn, config.space)
+    await ensure_space_streams(store_conn, config.space)  # the wire layout's streams (docs/wire-layout.md)
+    # spec "Issued authority": both stores in their exact shape; a drifted one refuses the start
+    # with the remedy (cotal up --recreate-issued-stores), never silently adopted
+    await IssuedStores(store_conn, config.space).ensure()
     if config.service_endpoints:
         admission = await open_admission(store_conn, config.space, holder=holder, now=config.clock())
         log.info("space %s: service-endpoint admission open (since %s)", config.space, admission.opened_at)

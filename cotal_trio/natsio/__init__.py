@@ -37,6 +37,7 @@ How a call crosses the bridge (every async method of :class:`Connection`):
 """
 
 from ._conn import Connection, Message, Subscription, open_connection
+from ._jsapi import ConsumerDrift, ack, consumer_info, consumer_names, ensure_consumer, pull_next
 from ._kv import (
     KeyExists,
     KvEntry,
@@ -51,6 +52,19 @@ from ._kv import (
 )
 from ._kv_keys import is_bucket_missing, kv_delete_expiring, kv_keys
 from ._loop import open_loop
+from ._streams import (
+    StreamDrift,
+    StreamMessage,
+    StreamShape,
+    SubjectConflict,
+    backup_stream,
+    delete_stream,
+    ensure_stream,
+    first_message,
+    last_message,
+    publish_expecting,
+    stream_config,
+)
 
 __all__ = [
     "Connection",
@@ -71,4 +85,21 @@ __all__ = [
     "kv_update",
     "open_connection",
     "open_loop",
+    "StreamDrift",
+    "StreamMessage",
+    "StreamShape",
+    "SubjectConflict",
+    "backup_stream",
+    "delete_stream",
+    "ensure_stream",
+    "first_message",
+    "last_message",
+    "publish_expecting",
+    "stream_config",
+    "ConsumerDrift",
+    "ack",
+    "consumer_info",
+    "consumer_names",
+    "ensure_consumer",
+    "pull_next",
 ]

@@ -166,8 +166,37 @@ def test_allowed_connect_mints_the_rows_grant():
     assert user["name"] == f"{OWNER}-cli" and user["exp"] == NOW + 600
     assert user["nats"]["issuer_account"] == KEYS.data_account
     assert user["nats"]["tags"] == [f"owner:{OWNER}", "actor:cli", f"principal:{OWNER}.cli"]
-    assert user["nats"]["pub"]["allow"] == ["cotal.alpha.ch.team.news", "cotal.alpha.dm.*.*.>", "$SYS.REQ.USER.INFO"]
+    assert user["nats"]["pub"]["allow"] == AGENT_PUB
     assert user["nats"]["sub"]["allow"] == ["cotal.alpha.ch.team.>", f"cotal.alpha.dm.{OWNER}.cli.>", "_INBOX_ibx0123456789.>"]
+
+
+# The agent profile of the row above (docs/wire-layout.md): its channel, any DM, its own control
+# subjects and the spawn capability its scope declares, its DM inbox bind, presence, USER.INFO.
+AGENT_PUB = [
+    "cotal.alpha.ch.team.news", "cotal.alpha.dm.*.*.>", f"cotal.alpha.ctl.despawn.{OWNER}.cli",
+    f"cotal.alpha.ctl.turn.{OWNER}.cli", "cotal.alpha.ctl.spawn", f"cotal.alpha.ctl.stop.{OWNER}.cli.*",
+    "cotal.alpha.ctl.persona", f"$JS.API.CONSUMER.INFO.COTAL_DM_alpha.dm-{OWNER}-cli",
+    f"$JS.API.CONSUMER.MSG.NEXT.COTAL_DM_alpha.dm-{OWNER}-cli", f"$JS.ACK.COTAL_DM_alpha.dm-{OWNER}-cli.>",
+    "$JS.API.DIRECT.GET.KV_cotal_presence_alpha", "$JS.API.DIRECT.GET.KV_cotal_presence_alpha.>",
+    f"$KV.cotal_presence_alpha.{OWNER}.cli", "$SYS.REQ.USER.INFO",
+]  # fmt: skip
+
+
+def test_the_rows_role_and_capabilities_reach_the_minted_profile():
+    # spec credential-authority "Capabilities": run is a declared capability minted into the cred;
+    # the row's role binds its task queue
+    request = _request(token=_bearer(scope=("spawn", "run")))
+    bearer = check_bearer(request, space=SPACE, verifier=VERIFIER, now=NOW)
+    grant = decide_connect(request, bearer, (_row(role="ops", scope=("spawn", "run")), None), space=SPACE, now=NOW)
+    added = set(grant.permissions.pub_allow) - set(AGENT_PUB)
+    assert added == {
+        *(f"cotal.alpha.ctl.run.{verb}" for verb in ("start", "resume", "answer", "status", "list")),
+        "$JS.API.CONSUMER.INFO.COTAL_TASK_alpha.task-ops", "$JS.API.CONSUMER.MSG.NEXT.COTAL_TASK_alpha.task-ops",
+        "$JS.ACK.COTAL_TASK_alpha.task-ops.>",
+    }  # fmt: skip
+    plain = decide_connect(request, check_bearer(_request(token=_bearer(scope=())), space=SPACE, verifier=VERIFIER, now=NOW),
+                           (_row(scope=()), None), space=SPACE, now=NOW)
+    assert not [s for s in plain.permissions.pub_allow if s in ("cotal.alpha.ctl.spawn", "cotal.alpha.ctl.persona")]
 
 
 @pytest.mark.parametrize(
@@ -282,4 +311,4 @@ def test_a_view_bearer_without_the_scope_is_refused_on_the_fresh_row():
 
 def test_a_bearer_without_a_view_keeps_the_agent_profile():
     grant = _decide(_bearer(), _row(scope=("spawn", "admin")))
-    assert grant.permissions.pub_allow == ("cotal.alpha.ch.team.news", "cotal.alpha.dm.*.*.>", "$SYS.REQ.USER.INFO")
+    assert list(grant.permissions.pub_allow) == AGENT_PUB

@@ -1,4 +1,4 @@
-"""Subject layout, the agent permission profile and the view profiles."""
+"""The permission profiles (core/profiles.py; docs/wire-layout.md) and the re-exported subject builders."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from hypothesis import strategies as st
 
 from cotal_trio.core.errors import CodecError, RefusalCode, Refused
 from cotal_trio.core.profiles import (
+    PROFILES,
+    WHOLESALE,
     Permissions,
     agent_permissions,
     channel_subject,
     dm_subject,
     inbox_subject,
+    profile_permissions,
     space_prefix,
     view_permissions,
 )
@@ -37,18 +40,55 @@ def test_subject_builders():
     assert inbox_subject(NONCE) == f"_INBOX_{NONCE}.>"
 
 
+DM_BIND = [
+    f"$JS.API.CONSUMER.INFO.COTAL_DM_demo.dm-{OWNER}-cli", f"$JS.API.CONSUMER.MSG.NEXT.COTAL_DM_demo.dm-{OWNER}-cli",
+    f"$JS.ACK.COTAL_DM_demo.dm-{OWNER}-cli.>",
+]
+PRESENCE_READ = ["$JS.API.DIRECT.GET.KV_cotal_presence_demo", "$JS.API.DIRECT.GET.KV_cotal_presence_demo.>"]
+SELF_CONTROL = [f"cotal.demo.ctl.despawn.{OWNER}.cli", f"cotal.demo.ctl.turn.{OWNER}.cli"]
+SPAWN = ["cotal.demo.ctl.spawn", f"cotal.demo.ctl.stop.{OWNER}.cli.*", "cotal.demo.ctl.persona"]
+RUN_VERBS = [f"cotal.demo.ctl.run.{verb}" for verb in ("start", "resume", "answer", "status", "list")]
+AGENT_TAIL = [*DM_BIND, *PRESENCE_READ, f"$KV.cotal_presence_demo.{OWNER}.cli", "$SYS.REQ.USER.INFO"]
+
+
 def test_agent_profile():
     assert agent().to_nats() == {
-        "pub": {"allow": ["cotal.demo.ch.team.*", "cotal.demo.dm.*.*.>", "$SYS.REQ.USER.INFO"]},
+        "pub": {"allow": ["cotal.demo.ch.team.*", "cotal.demo.dm.*.*.>", *SELF_CONTROL, *AGENT_TAIL]},
         "sub": {"allow": ["cotal.demo.ch.>", f"cotal.demo.dm.{OWNER}.cli.>", f"_INBOX_{NONCE}.>"]},
     }
 
 
 def test_empty_allow_publish_means_no_channel_publish():
     permissions = agent(allow_publish=(), allow_subscribe=())
-    assert permissions.pub_allow == ("cotal.demo.dm.*.*.>", "$SYS.REQ.USER.INFO")
+    assert permissions.pub_allow == ("cotal.demo.dm.*.*.>", *SELF_CONTROL, *AGENT_TAIL)
     assert permissions.sub_allow == (f"cotal.demo.dm.{OWNER}.cli.>", f"_INBOX_{NONCE}.>")
     assert not any(".ch." in s for s in permissions.pub_allow + permissions.sub_allow)
+
+
+def test_agent_role_binds_its_task_queue():
+    task = ["$JS.API.CONSUMER.INFO.COTAL_TASK_demo.task-coder", "$JS.API.CONSUMER.MSG.NEXT.COTAL_TASK_demo.task-coder",
+            "$JS.ACK.COTAL_TASK_demo.task-coder.>"]  # fmt: skip
+    assert agent(role="coder").pub_allow == ("cotal.demo.ch.team.*", "cotal.demo.dm.*.*.>", *SELF_CONTROL, *DM_BIND,
+                                             *task, *AGENT_TAIL[3:])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "added"),
+    [((), []), (("spawn",), SPAWN), (("run",), [*SPAWN, *RUN_VERBS]), (("run", "spawn"), [*SPAWN, *RUN_VERBS])],
+)
+def test_capabilities_add_exactly_their_control_subjects(capabilities, added):
+    base = agent()
+    granted = agent(capabilities=capabilities)
+    assert granted.sub_allow == base.sub_allow
+    assert [s for s in granted.pub_allow if s not in base.pub_allow] == added
+    assert granted.pub_allow == (*base.pub_allow[:4], *added, *base.pub_allow[4:])
+
+
+def test_boot_subscribe_must_lie_within_allow_subscribe():
+    assert agent(allow_subscribe=("team.>",), subscribe=("team.*", "team.a.b")) == agent(allow_subscribe=("team.>",))
+    with pytest.raises(Refused, match="team.> does not cover ops") as info:
+        agent(allow_subscribe=("team.>",), subscribe=("ops",))
+    assert info.value.code is RefusalCode.BAD_REQUEST
 
 
 def test_agent_profile_removes_duplicates_in_order():
@@ -70,6 +110,12 @@ def test_agent_profile_removes_duplicates_in_order():
         {"allow_publish": (">.a",)},
         {"allow_subscribe": ("",)},
         {"allow_subscribe": ("a b",)},
+        {"role": "a.b"},
+        {"role": ""},
+        {"capabilities": ("admin",)},
+        {"capabilities": ("spawn.>",)},
+        {"subscribe": ("a..b",)},
+        {"subscribe": ("x",), "allow_subscribe": ()},
     ],
 )
 def test_agent_profile_refuses_bad_input(overrides):
@@ -108,7 +154,7 @@ channels = st.from_regex(r"([a-z0-9_-]{1,5}|\*)(\.([a-z0-9_-]{1,5}|\*)){0,2}(\.>
 def test_every_agent_subject_stays_in_the_space_or_its_own_inbox(pub, sub):
     permissions = agent(allow_publish=tuple(pub), allow_subscribe=tuple(sub))
     for subject in permissions.pub_allow:
-        assert subject.startswith("cotal.demo.") or subject == "$SYS.REQ.USER.INFO"
+        assert subject.startswith("cotal.demo.") or subject in AGENT_TAIL
     for subject in permissions.sub_allow:
         assert subject.startswith(("cotal.demo.ch.", f"cotal.demo.dm.{OWNER}.cli.", f"_INBOX_{NONCE}."))
     assert permissions.to_nats()["pub"]["allow"] == list(permissions.pub_allow)
@@ -194,3 +240,121 @@ def test_view_profile_refuses_bad_input(name, overrides):
     with pytest.raises(Refused) as info:
         view(name, **overrides)
     assert info.value.code is RefusalCode.BAD_REQUEST
+
+
+# --- every other profile (docs/wire-layout.md) ------------------------------------------
+
+RUN = "r" * 26
+TOKEN = "chk_" + "a" * 20
+INBOX_ONLY = [INBOX]
+STREAMS = ["COTAL_CHAT_demo", "COTAL_DM_demo", "COTAL_TASK_demo", "COTAL_RUN_demo"]
+KV_STREAMS = [f"KV_cotal_{b}_demo" for b in ("auth", "records", "sessions", "issued", "accepted", "presence", "admission")]
+ADMISSION = "cotal_admission_demo"
+OP = f"op-{NONCE}"
+
+PROFILE_TABLE = [
+    # (profile, context beyond space and inbox_nonce, pub allow, sub allow)
+    ("observer", {}, [*PRESENCE_READ, INFO], ["cotal.demo.ch.>", INBOX]),
+    ("admin", {}, [*PRESENCE_READ, INFO], ["cotal.demo.>", INBOX]),
+    ("provisioner", {}, [
+        *(f"$JS.API.STREAM.{verb}.{stream}" for stream in [*STREAMS, "KV_cotal_presence_demo", "KV_cotal_admission_demo"]
+          for verb in ("CREATE", "INFO")),
+        "$JS.API.CONSUMER.CREATE.COTAL_DM_demo.*.cotal.demo.dm.*.*.>",
+        "$JS.API.CONSUMER.CREATE.COTAL_TASK_demo.*.cotal.demo.task.*.>",
+        "$JS.API.CONSUMER.CREATE.COTAL_RUN_demo.*.cotal.demo.run.*.journal",
+        "$JS.API.CONSUMER.CREATE.COTAL_CHAT_demo.delivery-chat.cotal.demo.ch.>",
+        "$JS.API.CONSUMER.CREATE.COTAL_DM_demo.delivery-dm.cotal.demo.dm.>",
+        *(f"$JS.API.CONSUMER.INFO.{stream}.*" for stream in STREAMS),
+        INFO,
+    ], INBOX_ONLY),
+    ("teardown", {}, [
+        *(f"$JS.API.STREAM.DELETE.{stream}" for stream in [*STREAMS, *KV_STREAMS]),
+        "$JS.API.CONSUMER.DELETE.COTAL_DM_demo.*", "$JS.API.CONSUMER.DELETE.COTAL_TASK_demo.*",
+        "$JS.API.CONSUMER.DELETE.COTAL_RUN_demo.*", INFO,
+    ], INBOX_ONLY),
+    ("delivery", {}, [
+        "$JS.API.CONSUMER.INFO.COTAL_CHAT_demo.delivery-chat", "$JS.API.CONSUMER.MSG.NEXT.COTAL_CHAT_demo.delivery-chat",
+        "$JS.ACK.COTAL_CHAT_demo.delivery-chat.>",
+        "$JS.API.CONSUMER.INFO.COTAL_DM_demo.delivery-dm", "$JS.API.CONSUMER.MSG.NEXT.COTAL_DM_demo.delivery-dm",
+        "$JS.ACK.COTAL_DM_demo.delivery-dm.>", *PRESENCE_READ, INFO,
+    ], INBOX_ONLY),
+    ("run-driver", {"run_id": RUN}, [
+        f"cotal.demo.run.{RUN}.journal", f"$JS.API.CONSUMER.INFO.COTAL_RUN_demo.replay-{RUN}",
+        f"$JS.API.CONSUMER.MSG.NEXT.COTAL_RUN_demo.replay-{RUN}", f"$JS.ACK.COTAL_RUN_demo.replay-{RUN}.>",
+        f"$KV.cotal_records_demo.run.{RUN}.driver.>", INFO,
+    ], INBOX_ONLY),
+    ("run-mediator", {"run_id": RUN}, [
+        "$JS.API.STREAM.MSG.GET.COTAL_RUN_demo", "$JS.API.STREAM.MSG.GET.KV_cotal_records_demo",
+        f"$KV.cotal_records_demo.run.{RUN}.effect.>", INFO,
+    ], INBOX_ONLY),
+    ("run-operator", {"run_id": RUN}, [
+        f"$JS.API.CONSUMER.CREATE.KV_cotal_records_demo.{OP}.$KV.cotal_records_demo.run.{RUN}.>",
+        f"$JS.API.CONSUMER.MSG.NEXT.KV_cotal_records_demo.{OP}", f"$JS.API.CONSUMER.DELETE.KV_cotal_records_demo.{OP}",
+        f"$JS.API.CONSUMER.CREATE.COTAL_RUN_demo.{OP}.cotal.demo.run.{RUN}.journal",
+        f"$JS.API.CONSUMER.MSG.NEXT.COTAL_RUN_demo.{OP}", f"$JS.API.CONSUMER.DELETE.COTAL_RUN_demo.{OP}",
+        f"$JS.API.DIRECT.GET.KV_{ADMISSION}.$KV.{ADMISSION}.admit.{RUN}",
+        f"$JS.API.DIRECT.GET.KV_{ADMISSION}.$KV.{ADMISSION}.revoke.{RUN}", INFO,
+    ], INBOX_ONLY),
+    ("run-operator", {"run_id": RUN, "checkpoint_token": TOKEN}, [
+        f"$KV.cotal_records_demo.run.{RUN}.answer.{TOKEN}", f"cotal.demo.run.{RUN}.settle.{TOKEN}", INFO,
+    ], INBOX_ONLY),
+    ("issuer", {}, [
+        "$KV.cotal_issued_demo.>", "$KV.cotal_accepted_demo.>", "$JS.API.STREAM.MSG.GET.KV_cotal_issued_demo",
+        "$JS.API.DIRECT.GET.KV_cotal_accepted_demo", "$JS.API.DIRECT.GET.KV_cotal_accepted_demo.>",
+        "$JS.API.STREAM.INFO.KV_cotal_issued_demo", "$JS.API.STREAM.INFO.KV_cotal_accepted_demo", INFO,
+    ], INBOX_ONLY),
+    ("run-admitter", {"run_id": RUN}, [
+        f"$KV.{ADMISSION}.admit.{RUN}", f"$KV.{ADMISSION}.revoke.{RUN}",
+        f"$JS.API.DIRECT.GET.KV_{ADMISSION}.$KV.{ADMISSION}.admit.{RUN}",
+        f"$JS.API.DIRECT.GET.KV_{ADMISSION}.$KV.{ADMISSION}.revoke.{RUN}", INFO,
+    ], INBOX_ONLY),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "extra", "pub", "sub"), PROFILE_TABLE)
+def test_profile(name, extra, pub, sub):
+    permissions = profile_permissions(name, space="demo", inbox_nonce=NONCE, **extra)
+    assert permissions.to_nats() == {"pub": {"allow": pub}, "sub": {"allow": sub}}
+
+
+def test_every_profile_is_dispatched():
+    assert set(PROFILES) == {row[0] for row in PROFILE_TABLE} | {"agent", "view"}
+    assert set(WHOLESALE) == set(PROFILES)
+
+
+def test_dispatch_builds_the_agent_and_the_views():
+    context = {"space": "demo", "owner": OWNER, "actor": "cli", "inbox_nonce": NONCE}
+    assert profile_permissions("agent", allow_publish=("team.*",), allow_subscribe=(">",), **context) == agent()
+    assert profile_permissions("view", view="admin", scope=("admin",), **context) == view("admin", scope=("admin",))
+
+
+@pytest.mark.parametrize(
+    ("name", "context"),
+    [
+        ("god", {}),
+        (None, {}),
+        ("observer", {"space": "a.b"}),
+        ("admin", {"inbox_nonce": "short"}),
+        ("run-driver", {"run_id": "R" * 26}),
+        ("run-mediator", {"run_id": "r" * 25}),
+        ("run-operator", {"run_id": RUN, "checkpoint_token": "short"}),
+        ("run-admitter", {"run_id": "a.b" + "c" * 24}),
+        ("run-admitter", {"run_id": None}),
+    ],
+)
+def test_profiles_refuse_bad_input(name, context):
+    with pytest.raises(Refused) as info:
+        profile_permissions(name, **{"space": "demo", "inbox_nonce": NONCE, **context})
+    assert info.value.code is RefusalCode.BAD_REQUEST
+
+
+def test_no_operator_side_profile_reads_every_dm_and_deletes_streams():
+    """Spec "Profiles": the operator-side creds are split so no one connection can read every DM
+    and delete every stream. Reading every DM needs a DM consumer (create or bind) or a
+    subscription on the DM subjects; deleting needs STREAM.DELETE."""
+    for name in ("provisioner", "teardown", "delivery"):
+        permissions = profile_permissions(name, space="demo", inbox_nonce=NONCE)
+        deletes = any(".STREAM.DELETE." in s or ".CONSUMER.DELETE." in s for s in permissions.pub_allow)
+        reads_dm = any(s.startswith(("$JS.API.CONSUMER.CREATE.COTAL_DM_", "$JS.API.CONSUMER.MSG.NEXT.COTAL_DM_"))
+                       for s in permissions.pub_allow) or any(".dm." in s for s in permissions.sub_allow)  # fmt: skip
+        assert not (deletes and reads_dm), name

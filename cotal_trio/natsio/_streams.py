@@ -1,0 +1,388 @@
+"""JetStream streams with an exact shape, read by subject, backed up and deleted, seen from trio.
+
+What the issued-authority stores (:mod:`cotal_trio.lanes.issued`) need beyond :mod:`._kv`:
+
+* :class:`StreamShape` and :func:`ensure_stream`: create a stream with an exact configuration
+  (file storage, no limits, ``discard: new``, the append-only flags ``deny_delete``/
+  ``deny_purge``/``allow_rollup_hdrs: false``, ``allow_direct``, ``max_msgs_per_subject``,
+  ``discard_new_per_subject``, ``allow_msg_ttl``), or verify an existing one and refuse it
+  (:class:`StreamDrift`) when any of those differs. An existing stream is never changed: the
+  broker cannot undo ``deny_delete`` anyway (err_code 10052), and a store whose shape is wrong
+  was written under other rules.
+* :func:`first_message` / :func:`last_message`: the first (``next_by_subj`` from sequence 1) or
+  last (``last_by_subj``) message on one subject, by ``$JS.API.STREAM.MSG.GET``, so they work
+  whatever ``allow_direct`` is.
+* :func:`publish_expecting`: a JetStream publish with ``Nats-TTL`` and
+  ``Nats-Expected-Last-Subject-Sequence``; :class:`SubjectConflict` when the broker refuses it
+  because the subject holds another message than expected (err_code 10071/10164) or already
+  holds its one allowed message (``discard_new_per_subject``, err_code 10077).
+* :func:`backup_stream` and :func:`delete_stream`.
+
+Every call is one or more JetStream API requests made with :meth:`Connection.request` (JSON
+bodies, no nats-py JetStream context), so a connection's permissions decide exactly what it can
+reach. Every async function here is trio-flavoured and a checkpoint, bounded by the caller's
+deadline (or natsio's 10 s cap). Errors: :class:`~cotal_trio.core.errors.Unavailable` chained from
+nats-py's typed JetStream error (its ``err_code``; :func:`~cotal_trio.natsio.is_bucket_missing`
+works on them), ``ValueError`` for a malformed name.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats.js.errors
+import trio
+
+from cotal_trio.core.errors import AuthServiceError, ConfigError, Unavailable
+
+from ._conn import Connection
+from ._kv import _STREAM_NOT_FOUND, EXPECTED_LAST_SUBJECT_SEQ, _api_text, _Conflict, _publish, _ttl_headers
+
+__all__ = [
+    "StreamDrift",
+    "StreamMessage",
+    "StreamShape",
+    "SubjectConflict",
+    "backup_stream",
+    "delete_stream",
+    "ensure_stream",
+    "first_message",
+    "last_message",
+    "publish_expecting",
+    "stream_config",
+]
+
+# JetStream API err_codes (nats-server errors.json).
+_NO_MESSAGE_FOUND = 10037
+_STREAM_NAME_IN_USE = 10058
+_MAX_MSGS_PER_SUBJECT = 10077  # discard new per subject: the subject already holds its messages
+_STREAM_NAME = re.compile(r"[A-Za-z0-9_-]{1,255}")
+# A stream's messages are read back one request each; this bounds a backup of a runaway stream.
+MAX_BACKUP_MESSAGES = 1_000_000
+
+
+class StreamDrift(ConfigError):
+    """An existing stream's configuration differs from the shape asked for.
+
+    Attributes:
+        stream: the stream's name.
+        differences: one ``"<field> is <have>, not <want>"`` per differing field.
+    """
+
+    def __init__(self, stream: str, differences: tuple[str, ...]) -> None:
+        super().__init__(f"stream {stream} exists with another shape: {'; '.join(differences)}")
+        self.stream = stream
+        self.differences = differences
+
+
+class SubjectConflict(AuthServiceError):
+    """A publish was refused because ``subject`` holds another message than ``expected`` (its
+    last subject sequence, 0 for none) or already holds the one message it may."""
+
+    def __init__(self, subject: str, expected: int | None) -> None:
+        super().__init__(f"{subject} already holds another message than the one expected ({expected})")
+        self.subject = subject
+        self.expected = expected
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamMessage:
+    """One stored message read back.
+
+    Attributes:
+        seq: its stream sequence (>= 1).
+        subject: the subject it was published to.
+        headers: its headers (names as stored), empty when it had none.
+        data: its payload.
+        time: the broker's RFC 3339 timestamp of the store.
+    """
+
+    seq: int
+    subject: str
+    headers: dict[str, str]
+    data: bytes
+    time: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamShape:
+    """A stream's exact configuration: file storage, limits retention, no age, count or size
+    limit, ``discard: new``, one replica, plus the flags below.
+
+    Attributes:
+        name: the stream name.
+        subjects: the subjects it stores.
+        allow_direct: allow ``$JS.API.DIRECT.GET``.
+        max_msgs_per_subject: messages kept per subject, -1 for no limit.
+        discard_new_per_subject: refuse a publish on a subject at its limit (write-once with 1).
+        deny_delete, deny_purge: the broker refuses message deletes / purges.
+        allow_rollup_hdrs: allow ``Nats-Rollup`` (which would purge a subject).
+        allow_msg_ttl: allow per-message ``Nats-TTL``.
+
+    Raises:
+        ValueError: a malformed name, no subjects, or a limit below -1 or 0.
+    """
+
+    name: str
+    subjects: tuple[str, ...]
+    allow_direct: bool
+    max_msgs_per_subject: int
+    discard_new_per_subject: bool = False
+    deny_delete: bool = True
+    deny_purge: bool = True
+    allow_rollup_hdrs: bool = False
+    allow_msg_ttl: bool = True
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        if not self.subjects or not isinstance(self.subjects, tuple):
+            raise ValueError("a stream needs a tuple of subjects")
+        if self.max_msgs_per_subject == 0 or self.max_msgs_per_subject < -1:
+            raise ValueError(f"max_msgs_per_subject must be -1 or >= 1, got {self.max_msgs_per_subject}")
+
+    def config(self) -> dict[str, Any]:
+        """Sync: the ``STREAM.CREATE`` configuration, every field the shape fixes."""
+        return {
+            "name": self.name, "subjects": list(self.subjects), "storage": "file", "retention": "limits",
+            "discard": "new", "discard_new_per_subject": self.discard_new_per_subject, "max_age": 0,
+            "max_msgs": -1, "max_bytes": -1, "max_msg_size": -1, "max_consumers": -1,
+            "max_msgs_per_subject": self.max_msgs_per_subject, "num_replicas": 1, "sealed": False,
+            "allow_direct": self.allow_direct, "mirror_direct": False, "deny_delete": self.deny_delete,
+            "deny_purge": self.deny_purge, "allow_rollup_hdrs": self.allow_rollup_hdrs,
+            "allow_msg_ttl": self.allow_msg_ttl,
+        }  # fmt: skip
+
+    def drift(self, config: Mapping[str, Any]) -> tuple[str, ...]:
+        """Sync: how an existing stream's ``config`` (as ``STREAM.INFO`` reports it) differs.
+
+        Every field of :meth:`config` is compared; a field the broker left out reads as Go's zero
+        value (the server omits ``false`` for some flags). Empty when the shape matches.
+        """
+        differences = []
+        for field, want in self.config().items():
+            have = config.get(field, _ZERO.get(type(want)))
+            if field == "subjects":
+                have, want = sorted(have or []), sorted(want)
+            if have != want:
+                differences.append(f"{field} is {json.dumps(have)}, not {json.dumps(want)}")
+        return tuple(differences)
+
+
+_ZERO: dict[type, Any] = {bool: False, int: 0, str: "", list: []}
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or _STREAM_NAME.fullmatch(name) is None:
+        raise ValueError(f"invalid stream name {name!r}: letters, digits, '_' and '-' only")
+    return name
+
+
+async def _api(conn: Connection, subject: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Trio: one JetStream API request; its JSON answer.
+
+    Raises:
+        Unavailable: the broker's JetStream error (chained from nats-py's typed error, which
+            carries ``err_code``), an answer that is not JSON, or no answer.
+    """
+    what = f"request {subject}"
+    payload = b"" if body is None else json.dumps(body).encode()
+    reply = await conn.request(subject, payload)
+    try:
+        answer = json.loads(reply.data)
+    except ValueError:
+        raise Unavailable(f"{what}: JetStream answered something that is not JSON: {reply.data[:200]!r}") from None
+    if not isinstance(answer, dict):
+        raise Unavailable(f"{what}: JetStream answered something that is not an object")
+    if answer.get("error"):
+        try:
+            nats.js.errors.APIError.from_error(answer["error"])  # raises the typed error
+        except nats.js.errors.APIError as exc:
+            raise Unavailable(f"{what}: {_api_text(exc)}") from exc
+    return answer
+
+
+def _err_code(exc: BaseException) -> int | None:
+    return getattr(exc.__cause__, "err_code", None)
+
+
+async def stream_config(conn: Connection, name: str) -> dict[str, Any] | None:
+    """Trio: the stream's configuration as the broker reports it, or None when it does not exist.
+
+    Raises:
+        ValueError: a malformed name.
+        Unavailable: the broker or JetStream did not answer, or refused.
+    """
+    try:
+        info = await _api(conn, f"$JS.API.STREAM.INFO.{_check_name(name)}")
+    except Unavailable as exc:
+        if _err_code(exc) == _STREAM_NOT_FOUND:
+            return None
+        raise
+    return dict(info.get("config") or {})
+
+
+async def ensure_stream(conn: Connection, shape: StreamShape) -> None:
+    """Trio: create the stream ``shape`` describes, or verify the existing one.
+
+    Idempotent; two concurrent callers both succeed (the broker answers an identical create).
+
+    Raises:
+        StreamDrift: the stream exists and differs from ``shape`` (it is left as it is).
+        Unavailable: the broker or JetStream did not answer, or refused.
+    """
+    config = await stream_config(conn, shape.name)
+    if config is None:
+        try:
+            answer = await _api(conn, f"$JS.API.STREAM.CREATE.{shape.name}", shape.config())
+            config = dict(answer.get("config") or {})
+        except Unavailable as exc:
+            if _err_code(exc) != _STREAM_NAME_IN_USE:  # someone made it meanwhile, another shape
+                raise
+            config = await stream_config(conn, shape.name) or {}
+    differences = shape.drift(config)
+    if differences:
+        raise StreamDrift(shape.name, differences)
+
+
+async def delete_stream(conn: Connection, name: str) -> bool:
+    """Trio: delete the stream and every message in it; False when it did not exist.
+
+    ``deny_delete``/``deny_purge`` do not stop this: they are about messages, not the stream.
+
+    Raises:
+        ValueError: a malformed name.
+        Unavailable: the broker or JetStream did not answer, or refused.
+    """
+    try:
+        await _api(conn, f"$JS.API.STREAM.DELETE.{_check_name(name)}")
+    except Unavailable as exc:
+        if _err_code(exc) == _STREAM_NOT_FOUND:
+            return False
+        raise
+    return True
+
+
+def _headers(hdrs: str | None) -> dict[str, str]:
+    """The headers of a ``STREAM.MSG.GET`` answer (base64 of ``NATS/1.0\\r\\nName: value...``)."""
+    if not hdrs:
+        return {}
+    lines = base64.b64decode(hdrs).decode("utf-8", "replace").split("\r\n")[1:]
+    pairs = (line.split(":", 1) for line in lines if ":" in line)
+    return {name.strip(): value.strip() for name, value in pairs}
+
+
+async def _get(conn: Connection, stream: str, body: Mapping[str, Any]) -> StreamMessage | None:
+    try:
+        answer = await _api(conn, f"$JS.API.STREAM.MSG.GET.{_check_name(stream)}", body)
+    except Unavailable as exc:
+        if _err_code(exc) == _NO_MESSAGE_FOUND:
+            return None
+        raise
+    msg = answer.get("message") or {}
+    try:
+        return StreamMessage(
+            seq=int(msg["seq"]), subject=str(msg["subject"]), headers=_headers(msg.get("hdrs")),
+            data=base64.b64decode(msg.get("data") or ""), time=str(msg.get("time", "")),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise Unavailable(f"get from {stream}: JetStream answered a message without seq or subject") from exc
+
+
+async def first_message(conn: Connection, stream: str, subject: str) -> StreamMessage | None:
+    """Trio: the first message stored on ``subject`` (``next_by_subj`` from sequence 1), or None.
+
+    Raises:
+        ValueError: a malformed stream name.
+        Unavailable: the stream is missing, or the broker or JetStream did not answer.
+    """
+    return await _get(conn, stream, {"seq": 1, "next_by_subj": subject})
+
+
+async def last_message(conn: Connection, stream: str, subject: str) -> StreamMessage | None:
+    """Trio: the last message stored on ``subject`` (``last_by_subj``), or None.
+
+    Raises:
+        ValueError: a malformed stream name.
+        Unavailable: the stream is missing, or the broker or JetStream did not answer.
+    """
+    return await _get(conn, stream, {"last_by_subj": subject})
+
+
+async def publish_expecting(
+    conn: Connection, subject: str, data: bytes, *, expected_last_subject_seq: int | None, ttl_s: int | None
+) -> int:
+    """Trio: a JetStream publish of ``data`` on ``subject``; returns its stream sequence.
+
+    Args:
+        expected_last_subject_seq: the subject's last sequence the broker must see (0: the
+            subject holds no message), or None for no expectation.
+        ttl_s: the message's ``Nats-TTL`` in whole seconds (>= 1), or None.
+
+    Raises:
+        SubjectConflict: the subject's last message is not the expected one, or it already holds
+            the messages ``discard_new_per_subject`` allows.
+        ValueError: ``ttl_s`` or ``expected_last_subject_seq`` out of range.
+        Unavailable: no stream takes the subject, it refuses TTLs, or the broker did not answer.
+    """
+    headers = _ttl_headers(ttl_s)
+    if expected_last_subject_seq is not None:
+        if expected_last_subject_seq < 0:
+            raise ValueError(f"expected_last_subject_seq must be >= 0, got {expected_last_subject_seq}")
+        headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
+    try:
+        return await _publish(conn, subject, data, headers)
+    except _Conflict:
+        raise SubjectConflict(subject, expected_last_subject_seq) from None
+    except Unavailable as exc:
+        if _err_code(exc) == _MAX_MSGS_PER_SUBJECT:
+            raise SubjectConflict(subject, expected_last_subject_seq) from None
+        raise
+
+
+async def backup_stream(conn: Connection, name: str, folder: Path) -> int:
+    """Trio: write the stream's configuration and every message into ``folder``; the count.
+
+    Files (created, never overwritten): ``<name>.config.json``, the configuration as the broker
+    reports it, and ``<name>.jsonl``, one JSON object per message in sequence order:
+    ``{"seq", "subject", "headers": {name: value}, "data": <base64>, "time"}``. The messages are
+    read one request each (``STREAM.MSG.GET`` ``next_by_subj: ">"``), so the stream needs no
+    consumer and messages that expire meanwhile are simply not there.
+
+    Raises:
+        ConfigError: the stream does not exist, a backup file already exists, or it holds more
+            than ``MAX_BACKUP_MESSAGES``.
+        Unavailable: the broker or JetStream did not answer.
+        OSError: the folder cannot be written.
+    """
+    config = await stream_config(conn, name)
+    if config is None:
+        raise ConfigError(f"stream {name} does not exist, so there is nothing to back up")
+    lines: list[str] = []
+    seq = 1
+    while (msg := await _get(conn, name, {"seq": seq, "next_by_subj": ">"})) is not None:
+        if len(lines) >= MAX_BACKUP_MESSAGES:
+            raise ConfigError(f"stream {name} holds more than {MAX_BACKUP_MESSAGES} messages - back it up with the nats CLI")
+        record = {"seq": msg.seq, "subject": msg.subject, "headers": msg.headers,
+                  "data": base64.b64encode(msg.data).decode(), "time": msg.time}  # fmt: skip
+        lines.append(json.dumps(record, separators=(",", ":")) + "\n")
+        seq = msg.seq + 1
+    await trio.to_thread.run_sync(_write_backup, folder, name, config, lines)
+    return len(lines)
+
+
+def _write_backup(folder: Path, name: str, config: dict[str, Any], lines: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with (folder / f"{name}.config.json").open("x") as out:
+            json.dump(config, out, indent=2, sort_keys=True)
+            out.write("\n")
+        with (folder / f"{name}.jsonl").open("x") as out:
+            out.writelines(lines)
+    except FileExistsError as exc:
+        raise ConfigError(f"{exc.filename} already exists - back up into an empty folder") from None

@@ -1,0 +1,287 @@
+"""``cotal auth mint`` and ``cotal auth revoke-credential`` on a static space (cotal_trio/cli/auth.py;
+issue 6 item 3; docs/static-credentials.md). No broker: nothing listens on the root's policy port."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import stat
+import time
+
+import pytest
+
+from cotal_trio.broker import provision
+from cotal_trio.core import credentials as rules
+from cotal_trio.core import natsjwt, profiles
+from cotal_trio.core.creds import parse_creds
+from cotal_trio.core.identity import is_inbox_nonce, is_lifecycle_uid
+from cotal_trio.core.nkeys import KeyPair
+from cotal_trio.state import atomic_write, load_broker, load_owner_secret, load_space, render_json
+from cotal_trio.state.credentials import default_creds_path, load_record, record_path, save_record
+
+from .conftest import Root
+
+STATIC = "st"
+
+
+def add_static(root: Root, space: str = STATIC) -> None:
+    """Provision ``space`` as `cotal space add --static` does (its documented mode.json)."""
+    now = int(time.time())
+    provision.ensure_space(root.paths, load_broker(root.paths.broker_json), space, iat=now)
+    atomic_write(root.paths.space(space).dir / "mode.json", render_json({"ver": 1, "mode": "static"}))
+
+
+@pytest.fixture
+def static(root, tmp_path, monkeypatch) -> Root:
+    monkeypatch.chdir(tmp_path)
+    add_static(root)
+    return root
+
+
+def mint(root: Root, capsys, *argv: str) -> tuple[int, dict, str]:
+    code, out, err = root.run(capsys, "auth", "mint", "--space", STATIC, *argv, "--json")
+    return code, (json.loads(out) if code == 0 else {}), err
+
+
+def one_sentence(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cotal: "), err
+    return lines[0].removeprefix("cotal: ")
+
+
+def decoded(path) -> tuple[dict, KeyPair]:
+    with open(path) as handle:
+        jwt, seed = parse_creds(handle.read())
+    return natsjwt.verify(jwt), KeyPair.from_seed(seed)
+
+
+def expected_permissions(receipt: dict, **agent) -> dict:
+    owner, actor = receipt["principal"].split(".")
+    context = {"space": STATIC, "inbox_nonce": receipt["inboxPrefix"].removeprefix("_INBOX_")}
+    if receipt["profile"] == "agent":
+        context.update(owner=owner, actor=actor, allow_publish=agent.get("allow_publish", ()),
+                       allow_subscribe=agent.get("allow_subscribe", ()), role=agent.get("role"))  # fmt: skip
+    return profiles.profile_permissions(receipt["profile"], **context).to_nats()
+
+
+# -- mint -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", ["agent", "observer", "admin"])
+def test_mint_each_profile_writes_a_creds_file_signed_by_the_data_account(static, capsys, profile):
+    before = int(time.time())
+    code, receipt, err = mint(static, capsys, "--profile", profile)
+    assert code == 0, err
+    material = load_space(static.paths.space(STATIC).callout_json, STATIC)
+    owner = rules.static_owner(load_owner_secret(static.paths.space(STATIC).owner_secret_json))
+    path = default_creds_path(static.paths, STATIC, profile)
+    assert receipt["path"] == str(path) and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert (receipt["space"], receipt["label"], receipt["profile"], receipt["replaced"]) == (STATIC, profile, profile, False)
+    assert receipt["principal"] == f"{owner}.{profile}" and is_lifecycle_uid(receipt["lifecycleUid"])
+    assert is_inbox_nonce(receipt["inboxPrefix"].removeprefix("_INBOX_"))
+    claims, key = decoded(path)
+    assert claims["sub"] == key.public_key == receipt["userKey"]
+    assert claims["iss"] == material.data_service_signing.public_key
+    assert claims["nats"]["issuer_account"] == material.data_account
+    assert before <= claims["iat"] == receipt["issuedAt"] <= int(time.time())
+    assert claims["exp"] == receipt["expiresAt"] == claims["iat"] + 24 * 3600
+    assert {"pub": claims["nats"]["pub"], "sub": claims["nats"]["sub"]} == expected_permissions(receipt)
+    assert f"lifecycle:{receipt['lifecycleUid']}" in claims["nats"]["tags"]
+    record = load_record(static.paths.space(STATIC), profile)
+    assert record.current.user_key == key.public_key and record.replaced == ()
+    assert stat.S_IMODE(record_path(static.paths.space(STATIC), profile).stat().st_mode) == 0o600
+
+
+def test_agent_flags_shape_the_grant(static, capsys):
+    code, receipt, err = mint(static, capsys, "--label", "bot", "--allow-publish", "team.news",
+                              "--allow-subscribe", "team.>,ops.*", "--role", "ops", "--expires-in", "600")  # fmt: skip
+    assert code == 0, err
+    claims, _ = decoded(receipt["path"])
+    assert claims["exp"] == claims["iat"] + 600
+    perms = expected_permissions(receipt, allow_publish=("team.news",), allow_subscribe=("team.>", "ops.*"), role="ops")
+    assert perms != expected_permissions(receipt, allow_publish=("team.news",), allow_subscribe=("team.>", "ops.*"))
+    assert load_record(static.paths.space(STATIC), "bot").current.role == "ops"
+    assert {"pub": claims["nats"]["pub"], "sub": claims["nats"]["sub"]} == perms
+    assert f"cotal.{STATIC}.ch.team.news" in perms["pub"]["allow"]
+    assert f"cotal.{STATIC}.ch.other" not in perms["pub"]["allow"]
+
+
+def test_text_receipt_and_no_expiry(static, capsys):
+    code, out, err = static.run(capsys, "auth", "mint", "--space", STATIC, "--label", "keeper", "--no-expiry")
+    assert code == 0, err
+    record = load_record(static.paths.space(STATIC), "keeper").current
+    assert out.splitlines() == [
+        f"minted agent credential keeper in space {STATIC}",
+        f"  principal {record.principal}",
+        f"  lifecycle {record.lifecycle_uid}",
+        f"  user key  {record.user_key}",
+        "  expires   never (--no-expiry: `cotal doctor auth` warns about it)",
+        f"  file      {record.path}",
+        f"  inbox     _INBOX_{record.inbox_nonce} (the client's inbox prefix)",
+    ]
+    claims, _ = decoded(record.path)
+    assert "exp" not in claims and record.expires_at is None
+
+
+@pytest.mark.parametrize(("argv", "sentence"), [
+    (["--profile", "observer", "--allow-publish", "a"], "--allow-publish shape an agent's grant; profile observer has a fixed one - drop them"),
+    (["--profile", "admin", "--role", "r", "--allow-subscribe", "a"], "--allow-subscribe, --role shape an agent's grant"),
+    (["--expires-in", "60", "--no-expiry"], "--expires-in and --no-expiry both set the lifetime"),
+    (["--label", "a.b"], "--label is 1 to 64 letters, digits and _"),
+    (["--allow-publish", "a..b"], "a channel pattern is dot-separated segments"),
+])  # fmt: skip
+def test_flags_refused_before_anything_is_written(static, capsys, argv, sentence):
+    code, _, err = mint(static, capsys, *argv)
+    assert code == 1 and one_sentence(err).startswith(sentence)
+    assert not (static.paths.root / "auth").exists()
+    assert not (static.paths.space(STATIC).dir / "credentials").exists()
+
+
+def test_a_user_auth_space_refuses_to_mint(root, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = root.run(capsys, "auth", "mint", "--space", "default", "--profile", "agent")
+    assert (code, out) == (1, "")
+    assert one_sentence(err) == (
+        "space default is a user-auth space: its agents join under a logged-in user (`cotal actor grant` and the "
+        "exchange), never with a handed-out credential file - mint on a static space (`cotal space add NAME --static`)"
+    )
+    assert not (root.paths.root / "auth").exists()
+
+
+def test_a_folder_holding_another_roots_trust_is_refused_naming_both(static, capsys, tmp_path, monkeypatch):
+    other = Root(paths=type(static.paths)(tmp_path / "proj" / ".cotal"), space=static.space, idp=static.idp)
+    provision.ensure_root(other.paths, iat=int(time.time()))
+    add_static(other)
+    monkeypatch.chdir(tmp_path / "proj")
+    code, _, err = mint(static, capsys, "--label", "bot")
+    theirs = json.loads(other.paths.space(STATIC).accounts_json.read_text())["data"]["account"]
+    ours = json.loads(static.paths.space(STATIC).accounts_json.read_text())["data"]["account"]
+    assert code == 1 and one_sentence(err) == (
+        f"{tmp_path / 'proj'} holds trust for another root, {other.paths.root} (space {STATIC} is account {theirs} "
+        f"there), but this mint signs with root {static.paths.root} (space {STATIC}, account {ours}) - run it from "
+        f"another folder, write --out outside {tmp_path / 'proj'}, or pass --root {other.paths.root} to mint there"
+    )
+    monkeypatch.chdir(tmp_path)
+    code, _, err = mint(static, capsys, "--label", "bot", "--out", str(tmp_path / "proj" / "bot.creds"))
+    assert code == 1 and "holds trust for another root" in one_sentence(err)
+    code, receipt, err = mint(static, capsys, "--label", "bot", "--out", str(tmp_path / "elsewhere" / "bot.creds"))
+    assert code == 0, err
+
+
+def test_out_refuses_a_file_that_is_not_the_labels(static, capsys, tmp_path):
+    taken = tmp_path / "taken.creds"
+    taken.write_text("someone's")
+    code, _, err = mint(static, capsys, "--out", str(taken))
+    assert code == 1 and one_sentence(err).startswith(f"{taken} exists and is not this label's credential")
+    assert taken.read_text() == "someone's"
+
+
+# -- replace ----------------------------------------------------------------------------------------
+
+
+def _age(root: Root, label: str, *, issued_at: int, expires_at: int | None) -> None:
+    sp = root.paths.space(STATIC)
+    record = load_record(sp, label)
+    save_record(sp, dataclasses.replace(record, current=dataclasses.replace(record.current, issued_at=issued_at, expires_at=expires_at)))
+
+
+def test_replace_is_refused_on_a_live_credential_and_allowed_once_expired(static, capsys):
+    code, first, _ = mint(static, capsys, "--label", "bot")
+    assert code == 0
+    code, _, err = mint(static, capsys, "--label", "bot")
+    assert code == 1 and one_sentence(err).startswith("label bot already has a credential and --replace is refused: it is live until")
+    code, _, err = mint(static, capsys, "--label", "bot", "--replace")
+    assert code == 1 and one_sentence(err).endswith(
+        f"- revoke it first with `cotal auth revoke-credential bot --space {STATIC}`, or choose another --label"
+    )
+    assert decoded(first["path"])[0]["sub"] == first["userKey"]  # untouched
+    now = int(time.time())
+    _age(static, "bot", issued_at=now - 100, expires_at=now - 10)
+    code, _, err = mint(static, capsys, "--label", "bot")
+    assert code == 1 and one_sentence(err) == f"label bot already has a credential (it expired at {now - 10}) - pass --replace to replace it"
+    code, second, err = mint(static, capsys, "--label", "bot", "--replace")
+    assert code == 0, err
+    assert second["replaced"] and second["path"] == first["path"] and second["userKey"] != first["userKey"]
+    assert decoded(second["path"])[0]["sub"] == second["userKey"]
+    assert load_record(static.paths.space(STATIC), "bot").replaced == ()  # the expired one is forgotten
+
+
+def test_revoke_then_replace_with_the_same_identity(static, capsys):
+    code, first, _ = mint(static, capsys, "--label", "bot", "--allow-publish", "team.news")
+    assert code == 0
+    accounts_before = json.loads(static.paths.space(STATIC).accounts_json.read_text())["data"]["jwt"]
+    code, out, err = static.run(capsys, "auth", "revoke-credential", "bot", "--space", STATIC, "--json")
+    assert code == 0, err
+    revoked = json.loads(out)
+    assert (revoked["label"], revoked["userKey"], revoked["pushedTo"], revoked["revocations"]) == ("bot", first["userKey"], None, 1)
+    record = load_record(static.paths.space(STATIC), "bot").current
+    assert record.revoked_at == revoked["revokedAt"] >= first["issuedAt"]
+    broker = load_broker(static.paths.broker_json)
+    accounts = provision.load_space_accounts(static.paths, broker, STATIC)  # still validates
+    data = natsjwt.verify(accounts.data_jwt)
+    assert accounts.data_jwt != accounts_before and data["iss"] == broker.operator_signing.public_key
+    assert data["nats"]["revocations"] == {first["userKey"]: record.revoked_at}
+    assert data["iat"] > natsjwt.decode(accounts_before).claims["iat"]
+
+    code, second, err = mint(static, capsys, "--label", "bot", "--replace", "--identity", first["path"], "--allow-publish", "team.news")
+    assert code == 0, err
+    assert (second["userKey"], second["principal"]) == (first["userKey"], first["principal"])
+    assert second["lifecycleUid"] != first["lifecycleUid"] and second["path"] == first["path"]
+    claims, key = decoded(second["path"])
+    assert key.public_key == first["userKey"] and claims["iat"] > record.revoked_at
+    kept = load_record(static.paths.space(STATIC), "bot")
+    assert [c.revoked_at for c in kept.replaced] == [record.revoked_at]  # the revocation stays in the records
+
+
+def test_revoke_text_without_a_broker(static, capsys):
+    assert mint(static, capsys, "--label", "bot")[0] == 0
+    code, out, _ = static.run(capsys, "auth", "revoke-credential", "bot", "--space", STATIC)
+    key = load_record(static.paths.space(STATIC), "bot").current.user_key
+    assert code == 0 and out == (
+        f"revoked credential bot key {key} in space {STATIC} (no broker running: the revocation takes effect when the "
+        f"account is pushed - run `cotal auth revoke-credential bot --space {STATIC}` again while the broker runs)\n"
+    )
+    code, _, err = static.run(capsys, "auth", "revoke-credential", "nobody", "--space", STATIC)
+    assert code == 1 and one_sentence(err) == f"space {STATIC} has no credential labelled nobody - see `cotal doctor auth`"
+
+
+def test_replacing_a_no_expiry_credential_keeps_it_until_its_key_is_revoked(static, capsys):
+    code, first, _ = mint(static, capsys, "--label", "keeper", "--no-expiry")
+    assert code == 0
+    code, out, err = static.run(capsys, "auth", "mint", "--space", STATIC, "--label", "keeper", "--replace")
+    assert code == 0, err
+    assert out.splitlines()[-1] == (
+        f"  note: the replaced credential {first['userKey']} has no expiry and still connects - revoke it with "
+        f"`cotal auth revoke-credential keeper --space {STATIC} --key {first['userKey']}`"
+    )
+    code, _, err = static.run(capsys, "auth", "revoke-credential", "keeper", "--space", STATIC, "--key", first["userKey"])
+    assert code == 0, err
+    record = load_record(static.paths.space(STATIC), "keeper")
+    assert record.current.revoked_at is None and record.replaced[0].revoked_at is not None
+    data = natsjwt.decode(json.loads(static.paths.space(STATIC).accounts_json.read_text())["data"]["jwt"]).claims
+    assert list(data["nats"]["revocations"]) == [first["userKey"]]
+
+
+def test_identity_from_another_account_is_refused(static, capsys, tmp_path):
+    add_static(static, "other")
+    code, out, err = static.run(capsys, "auth", "mint", "--space", "other", "--label", "x", "--json")
+    assert code == 0, err
+    foreign = json.loads(out)["path"]
+    code, _, err = mint(static, capsys, "--identity", foreign)
+    other_account = load_space(static.paths.space("other").callout_json, "other").data_account
+    ours = load_space(static.paths.space(STATIC).callout_json, STATIC).data_account
+    assert code == 1 and one_sentence(err) == (
+        f"--identity {foreign} was minted into account {other_account}, not space {STATIC}'s account {ours} - "
+        "pass a file of this space, or --space its own space"
+    )
+
+
+def test_the_file_is_written_atomically_0600_whatever_the_umask(static, capsys):
+    old = os.umask(0)
+    try:
+        code, receipt, _ = mint(static, capsys, "--label", "bot")
+    finally:
+        os.umask(old)
+    assert code == 0 and stat.S_IMODE(os.stat(receipt["path"]).st_mode) == 0o600
+    assert [p.name for p in os.scandir(os.path.dirname(receipt["path"]))] == ["bot.creds"]  # no temp file left

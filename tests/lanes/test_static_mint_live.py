@@ -1,0 +1,142 @@
+"""Static minting on a real operator-mode nats-server (issue 6 items 3-4; docs/static-credentials.md).
+
+A static space has no callout: the broker itself accepts the minted ``.creds`` (a user JWT signed by
+the space's data-account signing key), enforces its permissions, and refuses it once
+``cotal auth revoke-credential`` pushed the account with the key revoked.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+
+import pytest
+import trio
+
+from cotal_trio.broker.spaces import add_space
+from cotal_trio.cli import main
+from cotal_trio.core.errors import Unavailable
+from cotal_trio.natsio import open_connection, open_loop
+from tests.broker.conftest import operator_broker, provisioned  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.broker
+
+STATIC = "st"
+CEILING_S = 40
+
+
+async def cotal(capsys, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = await trio.to_thread.run_sync(main, list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def connect(url: str, receipt: dict):
+    nonce = receipt["inboxPrefix"].removeprefix("_INBOX_")
+    with open(receipt["path"]) as handle:
+        creds = handle.read()
+    return open_connection(url, creds=creds, name=nonce, inbox_prefix=receipt["inboxPrefix"], reconnect=False)
+
+
+def refused():
+    return pytest.RaisesGroup(pytest.RaisesExc(Unavailable, match="Authorization Violation"), flatten_subgroups=True)
+
+
+async def test_minted_static_creds_connect_publish_where_allowed_and_stop_once_revoked(
+    operator_broker, provisioned, capsys, tmp_path, monkeypatch  # noqa: F811
+):
+    url, paths = operator_broker, provisioned.paths
+    monkeypatch.chdir(tmp_path)
+    root = ["--space", STATIC, "--root", str(paths.root)]
+    with trio.fail_after(CEILING_S):
+        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
+        code, out, err = await cotal(capsys, "auth", "mint", *root, "--label", "bot", "--allow-publish", "team.news",
+                                     "--allow-subscribe", "team.>", "--json")  # fmt: skip
+        assert code == 0, err
+        receipt = json.loads(out)
+        received, inbox = trio.open_memory_channel(4)
+        async with open_loop(), connect(url, receipt) as conn:
+            await conn.subscribe(f"cotal.{STATIC}.ch.team.>", on_message=received.send_nowait)
+            await conn.publish(f"cotal.{STATIC}.ch.team.news", b"hello")
+            await conn.flush()
+            msg = await inbox.receive()
+            assert (msg.subject, msg.data) == (f"cotal.{STATIC}.ch.team.news", b"hello")
+            assert conn.error_count == 0
+            await conn.publish(f"cotal.{STATIC}.ch.other", b"not granted")
+            error = await conn.wait_error(after=0)
+            assert "permissions violation" in error.lower() and f"cotal.{STATIC}.ch.other" in error
+
+        code, out, err = await cotal(capsys, "doctor", "auth", *root, "--server", url)
+        assert (code, out.splitlines()[-1]) == (0, "healthy"), out + err
+
+        code, out, err = await cotal(capsys, "auth", "revoke-credential", "bot", *root, "--server", url, "--json")
+        assert code == 0, err
+        assert (json.loads(out)["pushedTo"], json.loads(out)["revocations"]) == (url, 1)
+        with refused():
+            async with open_loop(), connect(url, receipt):
+                pass
+
+        # The same identity, a new JWT issued after the revocation: connects again.
+        code, out, err = await cotal(capsys, "auth", "mint", *root, "--label", "bot", "--replace", "--identity",
+                                     receipt["path"], "--allow-publish", "team.news", "--json")  # fmt: skip
+        assert code == 0, err
+        again = json.loads(out)
+        assert again["userKey"] == receipt["userKey"] and again["lifecycleUid"] != receipt["lifecycleUid"]
+        async with open_loop(), connect(url, again) as conn:
+            await conn.publish(f"cotal.{STATIC}.ch.team.news", b"back")
+            await conn.flush()
+            assert conn.error_count == 0
+
+
+async def test_doctor_sees_the_broker_lose_a_revocation_and_names_the_fix(
+    operator_broker, provisioned, capsys, tmp_path, monkeypatch  # noqa: F811
+):
+    url, paths = operator_broker, provisioned.paths
+    monkeypatch.chdir(tmp_path)
+    root = ["--space", STATIC, "--root", str(paths.root)]
+    with trio.fail_after(CEILING_S):
+        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
+        code, out, err = await cotal(capsys, "auth", "mint", *root, "--label", "gone", "--profile", "observer", "--json")
+        assert code == 0, err
+        receipt = json.loads(out)
+        assert (await cotal(capsys, "auth", "revoke-credential", "gone", *root, "--server", url))[0] == 0
+        # `cotal space add` re-signs the account from its keys alone: the revocation is lost.
+        await add_space(paths, STATIC, static=True, server_url=url, now=time.time() + 2)
+        async with open_loop(), connect(url, receipt):
+            pass  # admitted again: the broker's account no longer revokes the key
+        code, out, err = await cotal(capsys, "doctor", "auth", *root, "--server", url, "--json")
+        report = json.loads(out)
+        fix = f"cotal auth revoke-credential gone {' '.join(root)} --key {receipt['userKey']}"
+        assert (code, report["next"]) == (1, fix), out + err
+        assert (await cotal(capsys, *shlex.split(fix)[1:], "--server", url))[0] == 0
+        with refused():
+            async with open_loop(), connect(url, receipt):
+                pass
+        code, out, err = await cotal(capsys, "doctor", "auth", *root, "--server", url)
+        assert (code, out.splitlines()[-1]) == (0, "healthy"), out + err
+
+
+async def test_doctor_names_a_broker_holding_other_accounts(operator_broker, provisioned, capsys, tmp_path, monkeypatch):  # noqa: F811
+    url, paths = operator_broker, provisioned.paths
+    monkeypatch.chdir(tmp_path)
+    with trio.fail_after(CEILING_S):
+        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
+        # The root's record moves on without the broker (a re-sign while it was away).
+        await add_space(paths, STATIC, static=True, server_url=None, now=time.time() + 2)
+        code, out, err = await cotal(capsys, "doctor", "auth", "--root", str(paths.root), "--server", url, "--space", STATIC)
+        lines = out.splitlines()
+        accounts = paths.space(STATIC).accounts_json
+        assert code == 1, out + err
+        assert f"finding: space {STATIC}: the broker at {url} holds other account JWTs than {accounts} - cotal space add {STATIC} --static --root {paths.root}" in lines
+        assert lines[-1] == f"next: cotal space add {STATIC} --static --root {paths.root}"
+
+
+async def test_a_running_cotal_up_root_is_healthy(stack, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with trio.fail_after(CEILING_S):
+        code, out, err = await cotal(capsys, "doctor", "auth", "--root", str(stack.paths.root), "--json")
+    report = json.loads(out)
+    assert (code, report["healthy"], report["findings"], report["notes"]) == (0, True, [], []), out + err
+    assert [row["space"] for row in report["spaces"]] == ["alpha"]
