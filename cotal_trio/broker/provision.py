@@ -188,12 +188,18 @@ def _unsigned_record(material: SpaceMaterial) -> AccountsRecord:
     )
 
 
-def sign_space_accounts(record: AccountsRecord, broker: BrokerMaterial, *, iat: int) -> tuple[str, str]:
+def sign_space_accounts(
+    record: AccountsRecord, broker: BrokerMaterial, *, iat: int, revocations: Mapping[str, int] | None = None
+) -> tuple[str, str]:
     """Sign the space's data and auth account JWTs with the operator signing key.
 
     Reads only the public keys of ``record`` (its JWT fields are ignored). Used at creation and
     when a deleted space is added again: a deleted account ignores an identical JWT (pitfall
     P7), so pass an ``iat`` later than the previous JWTs' (see :func:`resign_space`).
+
+    Args:
+        revocations: the data account's ``nats.revocations`` (user key -> unix seconds), kept
+            across a re-sign (``cotal auth revoke-credential`` writes them); None or empty: none.
 
     Returns:
         ``(data_jwt, auth_jwt)``; push them in that order.
@@ -202,6 +208,8 @@ def sign_space_accounts(record: AccountsRecord, broker: BrokerMaterial, *, iat: 
         account=record.data_account, name=record.space,
         signing_keys=record.data_signing_keys, jetstream=True,
     )
+    if revocations:
+        data["nats"]["revocations"] = dict(revocations)
     auth = natsjwt.account_claims(
         account=record.auth_account, name=auth_account_name(record.space),
         signing_keys=[record.auth_signing_key],
@@ -212,8 +220,10 @@ def sign_space_accounts(record: AccountsRecord, broker: BrokerMaterial, *, iat: 
     return natsjwt.encode(data, osk, iat=iat), natsjwt.encode(auth, osk, iat=iat)
 
 
-def _signed_record(record: AccountsRecord, broker: BrokerMaterial, iat: int) -> AccountsRecord:
-    data_jwt, auth_jwt = sign_space_accounts(record, broker, iat=iat)
+def _signed_record(
+    record: AccountsRecord, broker: BrokerMaterial, iat: int, revocations: Mapping[str, int] | None = None
+) -> AccountsRecord:
+    data_jwt, auth_jwt = sign_space_accounts(record, broker, iat=iat, revocations=revocations)
     return dataclasses.replace(record, data_jwt=data_jwt, auth_jwt=auth_jwt)
 
 
@@ -232,14 +242,17 @@ def resign_space(paths: RootPaths, broker: BrokerMaterial, space: str, *, iat: i
     """Re-sign both account JWTs and save them in ``accounts.json``; returns the new record.
 
     The ``iat`` used is at least one second past the recorded JWTs', so the new JWTs always
-    differ from the old ones (pitfall P7) even within the same second.
+    differ from the old ones (pitfall P7) even within the same second. The data account's
+    ``revocations`` are carried over.
 
     Raises:
         ConfigError: ``accounts.json`` missing or corrupt.
     """
     record = load_space_accounts(paths, broker, space)
     previous = max(natsjwt.decode(jwt).claims.get("iat", 0) for jwt in (record.data_jwt, record.auth_jwt))
-    fresh = _signed_record(record, broker, max(iat, int(previous) + 1))
+    # A re-sign keeps the data account's revocations: a revoked credential stays refused.
+    revoked = natsjwt.decode(record.data_jwt).claims.get("nats", {}).get("revocations")
+    fresh = _signed_record(record, broker, max(iat, int(previous) + 1), revoked if isinstance(revoked, dict) else None)
     save_accounts(paths.space(space).accounts_json, fresh)
     return fresh
 

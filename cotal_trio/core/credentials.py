@@ -14,7 +14,7 @@ Rules, all pure (the shell passes ``now`` in unix seconds):
 * **Replace**: a label's credential is replaced only with ``--replace``, and only once it has
   expired, when it has no expiry, or when its key was revoked (:func:`check_replace`).
 * **Health** (:func:`classify`): ``expired`` at or after ``exp``; ``near-expiry`` with less than
-  10 % of its lifetime or less than an hour left; ``no-expiry`` (a warning: minted on purpose with
+  10 % of its lifetime left; ``no-expiry`` (a warning: minted on purpose with
   ``--no-expiry``); ``revoked``; else ``healthy``. A replaced credential that can still connect
   forever is a finding (:func:`unbounded_replaced`).
 * **Revocation**: NATS refuses a user JWT whose ``iat`` is at or before the time its account's
@@ -53,7 +53,6 @@ from .nkeys import Prefix, looks_like_public_key
 __all__ = [
     "DEFAULT_LIFETIME_S",
     "NEAR_EXPIRY_FRACTION",
-    "NEAR_EXPIRY_S",
     "PROFILES",
     "Credential",
     "Finding",
@@ -80,9 +79,9 @@ __all__ = [
 ]
 
 DEFAULT_LIFETIME_S = 24 * 3600
-# Near expiry: less than this share of the lifetime left, or less than NEAR_EXPIRY_S.
+# Near expiry: less than this share of the lifetime left (a short credential minted on purpose
+# is healthy when minted).
 NEAR_EXPIRY_FRACTION = 0.1
-NEAR_EXPIRY_S = 3600
 PROFILES = ("agent", "observer", "admin")
 # A static space's one owner: derive_owner(owner secret, STATIC_ISSUER, STATIC_SUBJECT).
 STATIC_ISSUER = "cotal:static"
@@ -319,7 +318,7 @@ def classify(cred: Credential, *, now: int) -> Health:
     if left <= 0:
         return Health.EXPIRED
     lifetime = cred.expires_at - cred.issued_at
-    if left < NEAR_EXPIRY_S or left < NEAR_EXPIRY_FRACTION * lifetime:
+    if left < NEAR_EXPIRY_FRACTION * lifetime:
         return Health.NEAR_EXPIRY
     return Health.HEALTHY
 

@@ -92,7 +92,9 @@ def test_expired_and_near_expiry_name_the_next_command(static, capsys):
     assert lines[1].split()[:3] == ["old", "agent", "expired"]
     # The command it names works, and then the root is healthy.
     assert main(shlex.split(mint_again)[1:]) == 0
-    assert doctor(static, capsys, "--space", STATIC)[1][-1] == "next: " + (  # 995 s is under an hour: near expiry
+    assert doctor(static, capsys, "--space", STATIC)[1][-1] == "healthy"  # a fresh short credential is healthy
+    _age(static, "old", issued_at=now - 900, expires_at=now + 95)  # under 10 % of its lifetime left
+    assert doctor(static, capsys, "--space", STATIC)[1][-1] == "next: " + (
         f"cotal auth revoke-credential old {flags(static)} && {mint_again.removesuffix(' --replace')} "
         f"--identity {load_record(static.paths.space(STATIC), 'old').current.path} --replace"
     )

@@ -67,7 +67,8 @@ def test_expiry_flags_refused(flags, sentence):
     ({}, NOW + DAY - 8641, Health.HEALTHY),            # 2 h 24 min 1 s left: above 10 % of a day
     ({}, NOW + DAY - 8639, Health.NEAR_EXPIRY),        # under 10 % of the lifetime left
     ({"expires_at": NOW + 30 * DAY}, NOW + 30 * DAY - 3599, Health.NEAR_EXPIRY),  # 10 % is 3 days; under 1 h left
-    ({"expires_at": NOW + 1800}, NOW, Health.NEAR_EXPIRY),  # a 30 min credential is under an hour from the start
+    ({"expires_at": NOW + 1800}, NOW, Health.HEALTHY),  # a short credential is healthy when minted (was near-expiry)
+    ({"expires_at": NOW + 1800}, NOW + 1621, Health.NEAR_EXPIRY),  # 179 s left: under 10 % of 30 min
     ({}, NOW + DAY, Health.EXPIRED),                   # at exp the broker refuses it
     ({"expires_at": None}, NOW + 10 * DAY, Health.NO_EXPIRY),
     ({"revoked_at": NOW + 5}, NOW + 10, Health.REVOKED),
@@ -220,8 +221,8 @@ def test_findings_per_health():
             "--allow-subscribe team.> --replace")  # fmt: skip
     assert rules.verdict(expired) == (False, f"next: {mint}")
 
-    near = rules.credential_findings(LabelRecord(current=cred(expires_at=NOW + 600)), now=NOW, flags=FLAGS, identity="/f.creds")
-    assert near[0].problem == f"expires at {NOW + 600}, in 600 s"
+    near = rules.credential_findings(LabelRecord(current=cred(expires_at=NOW + 600)), now=NOW + 550, flags=FLAGS, identity="/f.creds")
+    assert near[0].problem == f"expires at {NOW + 600}, in 50 s"  # under 10 % of its 600 s left
     assert near[0].next == (
         "cotal auth revoke-credential bot --space st && cotal auth mint --space st --profile agent --label bot "
         "--allow-publish team.news --allow-subscribe team.> --expires-in 600 --identity /f.creds --replace"

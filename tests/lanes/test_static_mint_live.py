@@ -40,6 +40,21 @@ def connect(url: str, receipt: dict):
     return open_connection(url, creds=creds, name=nonce, inbox_prefix=receipt["inboxPrefix"], reconnect=False)
 
 
+async def _push_without_revocations(paths, url: str) -> None:
+    from cotal_trio.broker.accounts import open_system_connection, push_accounts
+    from cotal_trio.broker.provision import load_space_accounts, sign_space_accounts
+    from cotal_trio.state import load_broker
+
+    broker = load_broker(paths.broker_json)
+    record = load_space_accounts(paths, broker, STATIC)
+    from cotal_trio.core import natsjwt
+
+    recorded = natsjwt.decode(record.data_jwt).claims["iat"]  # the same iat: the next re-sign is newer
+    data_jwt, auth_jwt = sign_space_accounts(record, broker, iat=recorded)
+    async with open_loop(), open_system_connection(url, broker) as conn:
+        await push_accounts(conn, [data_jwt, auth_jwt])
+
+
 def refused():
     return pytest.RaisesGroup(pytest.RaisesExc(Unavailable, match="Authorization Violation"), flatten_subgroups=True)
 
@@ -102,13 +117,18 @@ async def test_doctor_sees_the_broker_lose_a_revocation_and_names_the_fix(
         assert code == 0, err
         receipt = json.loads(out)
         assert (await cotal(capsys, "auth", "revoke-credential", "gone", *root, "--server", url))[0] == 0
-        # `cotal space add` re-signs the account from its keys alone: the revocation is lost.
+        # `cotal space add` re-signs the account and keeps its revocations (it lost them before).
         await add_space(paths, STATIC, static=True, server_url=url, now=time.time() + 2)
+        with refused():
+            async with open_loop(), connect(url, receipt):
+                pass
+        # A broker that lost the revocation some other way (an account JWT pushed without it):
+        await _push_without_revocations(paths, url)
         async with open_loop(), connect(url, receipt):
             pass  # admitted again: the broker's account no longer revokes the key
         code, out, err = await cotal(capsys, "doctor", "auth", *root, "--server", url, "--json")
         report = json.loads(out)
-        fix = f"cotal auth revoke-credential gone {' '.join(root)} --key {receipt['userKey']}"
+        fix = f"cotal auth revoke-credential gone {' '.join(root)}"  # the label's current key: no --key
         assert (code, report["next"]) == (1, fix), out + err
         assert (await cotal(capsys, *shlex.split(fix)[1:], "--server", url))[0] == 0
         with refused():
