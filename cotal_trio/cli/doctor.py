@@ -242,6 +242,13 @@ async def check_idps(found: Inspection) -> None:
         found.find(f"space {space}", problem, f"check that {pin.jwks_uri} answers, then run `cotal doctor auth` again")
 
 
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The exceptions inside ``error``, exception groups flattened."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
 async def check_broker(found: Inspection, paths: RootPaths, server: str | None, root_flag: str | None) -> None:
     """When the broker answers, it holds each space's account JWTs as ``accounts.json`` has them."""
     if found.broker is None or not found.accounts:
@@ -251,15 +258,18 @@ async def check_broker(found: Inspection, paths: RootPaths, server: str | None, 
         found.notes.append("no broker running: its accounts were not compared with the root")
         return
     held: dict[str, bytes] = {}
+    failed: list[Unavailable] = []
     with trio.move_on_after(BROKER_PROBE_S) as scope:
         try:
             async with natsio.open_loop(), open_system_connection(url, found.broker) as conn:
                 for record in found.accounts.values():
                     for account in (record.data_account, record.auth_account):
                         held[account] = (await conn.request(lookup_subject(account), b"")).data.strip()
-        except Unavailable as exc:
-            found.notes.append(f"the broker at {url} did not answer ({exc}): its accounts were not compared")
-            return
+        except* Unavailable as group:  # natsio's loop nursery wraps it in a group (maybe nested)
+            failed.extend(leaf for leaf in _leaves(group) if isinstance(leaf, Unavailable))
+    if failed:
+        found.notes.append(f"the broker at {url} did not answer ({failed[0]}): its accounts were not compared")
+        return
     if scope.cancelled_caught:
         found.notes.append(f"the broker at {url} did not answer within {BROKER_PROBE_S:g} s: its accounts were not compared")
         return

@@ -31,6 +31,7 @@ Pure and synchronous: no clock, no file, no randomness (keys, nonces and UIDs co
 from __future__ import annotations
 
 import enum
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +80,8 @@ __all__ = [
 ]
 
 DEFAULT_LIFETIME_S = 24 * 3600
+# The latest expiry a credential may carry: 9999-12-31T23:59:59Z (later ones overflow time codecs).
+MAX_EXPIRES_AT = 253402300799
 # Near expiry: less than this share of the lifetime left (a short credential minted on purpose
 # is healthy when minted).
 NEAR_EXPIRY_FRACTION = 0.1
@@ -118,12 +121,25 @@ def choose_expiry(
     if expires_in is not None:
         if expires_in <= 0:
             raise ConfigError(f"--expires-in {expires_in} is not a lifetime - pass seconds above 0")
-        return now + expires_in
+        return _bounded(now + expires_in, "--expires-in")
     if expires_at is not None:
         if expires_at <= now:
             raise ConfigError(f"--expires-at {expires_at} is not in the future (now is {now}) - pass a later unix time")
-        return expires_at
+        return _bounded(expires_at, "--expires-at")
     return None if no_expiry else now + DEFAULT_LIFETIME_S
+
+
+def _bounded(exp: int, flag: str) -> int:
+    """``exp`` when it is before :data:`MAX_EXPIRES_AT` (a date every clock and codec can write).
+
+    Raises:
+        ConfigError: later than that; names ``--no-expiry`` for a credential meant to last.
+    """
+    if exp > MAX_EXPIRES_AT:
+        raise ConfigError(
+            f"{flag} ends after {MAX_EXPIRES_AT} (9999-12-31) - pass an earlier time, or --no-expiry for a credential that never expires"
+        )
+    return exp
 
 
 # -- the record ---------------------------------------------------------------------------------
@@ -495,9 +511,9 @@ def mint_command(cred: Credential, *, flags: str, identity: str | None = None) -
     """
     parts = ["cotal auth mint", flags, f"--profile {cred.profile}", f"--label {cred.label}"]
     if cred.allow_publish:
-        parts.append(f"--allow-publish {','.join(cred.allow_publish)}")
+        parts.append(f"--allow-publish {shlex.quote(','.join(cred.allow_publish))}")  # `tasks.>` is a redirect
     if cred.allow_subscribe:
-        parts.append(f"--allow-subscribe {','.join(cred.allow_subscribe)}")
+        parts.append(f"--allow-subscribe {shlex.quote(','.join(cred.allow_subscribe))}")
     if cred.role is not None:
         parts.append(f"--role {cred.role}")
     if cred.expires_at is None:

@@ -13,7 +13,7 @@ An issuance records a credential's final permission ceiling as **evidence**, key
 * ``cotal_accepted_<space>`` (write-once per key): ``accepted.v1.<token>``.
 
 Generation: 32 lowercase hex digits. The first 8 are the **horizon** (unix seconds, big-endian
-hex: ``0x6954a4c0`` is 1767220416), the second from which the generation authorizes nothing; the
+hex: ``0x6955a4c0`` is 1767220416), the second from which the generation authorizes nothing; the
 other 24 are random (12 bytes from a CSPRNG). A host refuses a generation at or after its horizon
 (:func:`check_live`) before it reads any store, so nothing read afterwards (a row the broker
 removed, or something written on its key since) can matter. Every row of a generation is written

@@ -219,7 +219,7 @@ def agent_permissions(
     """The agent profile of principal ``<owner>.<actor>`` (``S`` = ``space``; docs/wire-layout.md).
 
     ``pub.allow``, in order: each ``cotal.S.ch.<p>`` of ``allow_publish`` (posting is
-    default-deny: none when empty); a DM to anyone ``cotal.S.dm.*.*.>``; its own
+    default-deny: none when empty); a DM to anyone, sent as itself ``cotal.S.dm.*.*.<o>.<a>[.>]``; its own
     ``cotal.S.ctl.despawn.<owner>.<actor>`` and ``cotal.S.ctl.turn.<owner>.<actor>``; the
     capability subjects; the bind of its DM inbox durable ``dm-<owner>-<actor>`` (consumer info,
     pull, acks; never a create or delete) and, with ``role``, of its role's task queue
@@ -258,7 +258,8 @@ def agent_permissions(
     presence = [*_presence_read(space), wire.kv_subject(wire.presence_bucket(space), wire.presence_key(owner, actor))]
     return _profile(
         space, inbox_nonce,
-        [*(channel_subject(space, p) for p in publish), wire.dm_send_subject(space), *control, *inboxes, *presence],
+        [*(channel_subject(space, p) for p in publish), *wire.dm_sender_subjects(space, owner, actor), *control,
+         *inboxes, *presence],
         [*(channel_subject(space, p) for p in read), dm_subject(space, owner, actor)],
     )  # fmt: skip
 

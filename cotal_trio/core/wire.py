@@ -59,6 +59,7 @@ __all__ = [
     "delivery_durable",
     "dm_durable",
     "dm_send_subject",
+    "dm_sender_subjects",
     "dm_stream",
     "dm_subject",
     "ep_subject",
@@ -209,6 +210,16 @@ def channel_subject(space: str, channel: str) -> str:
 def dm_subject(space: str, owner: str, actor: str) -> str:
     """``cotal.<space>.dm.<owner>.<actor>.>``: every DM subject of one principal (its inbox)."""
     return f"{space_prefix(space)}.dm.{check_owner(owner)}.{check_actor(actor)}.>"
+
+
+def dm_sender_subjects(space: str, owner: str, actor: str) -> tuple[str, str]:
+    """``cotal.<space>.dm.*.*.<owner>.<actor>`` and ``...<owner>.<actor>.>``: a DM to any principal
+    sent AS ``<owner>.<actor>`` (the two tokens after the recipient name the sender, so an agent
+    cannot send a DM that claims another sender)."""
+    check_owner(owner)
+    check_actor(actor)
+    base = f"{space_prefix(space)}.dm.*.*.{owner}.{actor}"
+    return base, f"{base}.>"
 
 
 def dm_send_subject(space: str) -> str:

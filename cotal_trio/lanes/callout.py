@@ -25,6 +25,7 @@ thread (:func:`read_in_threads`), so one stalled read holds one request, never t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -47,15 +48,20 @@ from ..core.callout import (
     open_request,
 )
 from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line, format_dropped_line, is_slow
+from ..core.connect_authority import widen
 from ..core.errors import CodecError, RateLimited, RefusalCode, Refused
 from ..core.issuance import issuance_row
 from ..core.ledger import LedgerRow, ReadRows
 from ..core.limits import ConnectLimiter, check_connect
 from ..core.natsjwt import AuthorizationRequest
+from ..core.profiles import Permissions
 from ..natsio import Message
 from .issuance import Issuance, IssuanceFailed, RowExpiries, RowStore
 
-__all__ = ["CalloutResponder", "CALLOUT_QUEUE_GROUP", "CALLOUT_SUBJECT", "ReadLedger", "RecallLedger", "read_in_threads"]
+__all__ = [
+    "CalloutResponder", "CALLOUT_QUEUE_GROUP", "CALLOUT_SUBJECT", "IssueAuthority", "ReadLedger", "RecallLedger",
+    "read_in_threads",
+]
 
 log = logging.getLogger("cotal.callout")
 
@@ -84,6 +90,11 @@ ConfirmView = Callable[[ValidatedBearer, float], Awaitable[None]]
 """``await confirm_view(bearer, now)``: the record a view bearer is bound to is still live (its
 manager instance, its chat session); raises Refused NOT_GRANTED naming the fix, Unavailable when
 the store does not answer (``lanes.views.confirm_view``)."""
+
+IssueAuthority = Callable[[ValidatedBearer, ConnectGrant, LedgerRow, str, float], Awaitable[Permissions | None]]
+"""``await issue_authority(bearer, grant, row, inbox_nonce, now)``: the ``ep.v1`` rows to add to
+the grant (issued authority at connect, issue 6 item 6), or None for none; raises Refused to deny
+(``lanes.connect_authority.ConnectAuthority``)."""
 
 # Views whose bearer names a record the callout confirms at connect (spec "Listener policy").
 RECORD_BOUND_VIEWS = frozenset({"manager-caller", "session-caller"})
@@ -182,6 +193,9 @@ class CalloutResponder:
             session) after the issuance row is written, beside the ledger's re-read (inside
             ``ledger_ms``), so a retirement that lands before the row denies the connect;
             None: such bearers are denied (nothing could confirm the record is still live).
+        issue_authority: :data:`IssueAuthority`, awaited after the ledger re-check (inside
+            ``ledger_ms``) with the row that granted the connect; the rows it returns are added
+            to the grant before the user JWT is minted. None: no ``ep.v1`` rows (as before).
     """
 
     def __init__(
@@ -199,9 +213,10 @@ class CalloutResponder:
         recall_ledger: RecallLedger | None = None,
         row_expiries: RowExpiries | None = None,
         confirm_view: ConfirmView | None = None,
+        issue_authority: IssueAuthority | None = None,
     ) -> None:
         self._keys, self._verifier, self._read_ledger = keys, verifier, read_ledger
-        self._confirm_view = confirm_view
+        self._confirm_view, self._issue_authority = confirm_view, issue_authority
         self._recall_ledger, self._row_expiries = recall_ledger, row_expiries
         self._limits, self._clock, self._publish = limits, clock, publish
         self._store = store
@@ -474,7 +489,8 @@ class CalloutResponder:
         A revoke or re-grant that landed since the first read (or since the remembered rows
         were read) denies here, as does the retirement of a view bearer's manager instance or
         chat session (:data:`ConfirmView`). Returns the grant the user JWT is minted from (the row's ``iat``
-        is the mint's, ``int(now)``; its ``exp`` the bearer's, as in both grants).
+        is the mint's, ``int(now)``; its ``exp`` the bearer's, as in both grants), widened by the
+        ``ep.v1`` rows :data:`IssueAuthority` gives, when there is a port.
 
         Raises:
             Refused: the row exists already, or the re-check refuses.
@@ -486,7 +502,13 @@ class CalloutResponder:
         rows = await self._read_ledger(bearer.owner, bearer.actor)
         if bearer.view in RECORD_BOUND_VIEWS:  # after the row, like the ledger: a retirement since bites
             await self._confirm(bearer, now)
-        return decide_connect(request, bearer, rows, space=space, now=now)
+        grant = decide_connect(request, bearer, rows, space=space, now=now)
+        if self._issue_authority is None:
+            return grant
+        row = rows[0] if rows[0] is not None else rows[1]  # decide_connect granted: exactly one
+        assert row is not None and request.connect_name is not None
+        extra = await self._issue_authority(bearer, grant, row, request.connect_name, now)
+        return grant if extra is None else dataclasses.replace(grant, permissions=widen(grant.permissions, extra))
 
     def _admit(self, request: AuthorizationRequest, record: CalloutRecord, now: float) -> ValidatedBearer:
         """Steps 3-4: the bearer, then connect limits, before any ledger read or store write.

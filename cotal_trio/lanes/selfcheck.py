@@ -124,7 +124,8 @@ async def _within_and_outside(target: Target, bearer: str, report: Report) -> No
     try:
         async with _client(target, bearer) as conn:
             report(f"✓ {connect}")
-            subject = dm_subject(target.space, target.owner, target.actor).removesuffix(">") + "check"
+            # a DM to itself, sent as itself (the two tokens after the recipient name the sender)
+            subject = dm_subject(target.space, target.owner, target.actor).removesuffix(">") + f"{target.owner}.{target.actor}"
             await _step(report, "publish and receive within the grant", functools.partial(_round_trip, conn, subject))
             await _step(report, "a publish outside the grant is refused", functools.partial(_outside, conn, target.space))
     except* (AuthServiceError, OSError) as group:

@@ -76,6 +76,7 @@ from ..state import (
     write_json,
 )
 from .callout import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder, read_in_threads
+from .connect_authority import ConnectAuthority, replica_issued_permissions
 from .issuance import RowExpiries, issuance_store, replica_permissions, run_issuance_sweep
 from .issued import IssuedStores, issued_permissions
 from .metrics import LaneMetrics
@@ -290,6 +291,7 @@ async def run_lane(
             connect_limits=limiter,
             on_answer=metrics.callout_answered,
             confirm_view=view_confirmer(records),
+            issue_authority=ConnectAuthority(IssuedStores(store_conn, config.space)),  # issue 6 item 6
         )
         metrics.watch(responder.statistics, limits=limiter.statistics)
         async with trio.open_nursery() as nursery:
@@ -357,12 +359,15 @@ def _open_store(config: LaneConfig, material: SpaceMaterial) -> contextlib.Abstr
     """The lane's data-account store connection, as a fresh service user minted per lane start.
 
     A full lane's user has the JetStream API and the space's auth bucket; a replica's reads and
-    writes issuance rows only (it creates no store). Must be entered inside the lane's
+    writes issuance rows and issued-authority rows only (it creates no store). Must be entered inside the lane's
     ``open_loop()``.
     """
     space = config.space
-    if config.callout_only:  # issuance rows, and reads of the records a view bearer is bound to
-        permissions = merge_permissions(replica_permissions(space), replica_read_permissions(space))
+    if config.callout_only:  # issuance rows, reads of the records a view bearer is bound to, and
+        # issued authority at connect (writes and reads of the issued and accepted stores)
+        permissions = merge_permissions(
+            replica_permissions(space), replica_read_permissions(space), replica_issued_permissions(space)
+        )
     else:
         permissions = _store_permissions(space)
     return open_store_user(

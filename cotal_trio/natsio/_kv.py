@@ -268,7 +268,7 @@ def _bucket_config(
         name=_stream(bucket),
         subjects=[f"$KV.{bucket}.>"],
         allow_direct=direct,
-        allow_rollup_hdrs=True,
+        allow_rollup_hdrs=False,  # a user allowed one key could otherwise purge every key
         allow_msg_ttl=allow_msg_ttl,
         deny_delete=True,
         discard=api.DiscardPolicy.NEW,
@@ -314,6 +314,9 @@ async def ensure_bucket(
 
     An existing bucket is accepted when it is a KV stream with the same ``allow_direct`` and
     ``allow_msg_ttl``; other differences (history, max age, marker TTL) are left as they are.
+    Rollup headers are refused on every bucket (``allow_rollup_hdrs: false``): a user allowed to
+    publish one key could otherwise purge them all with ``Nats-Rollup: all``; an existing bucket
+    that allows them is updated in place.
     Idempotent; two concurrent callers both succeed.
 
     Args:
@@ -333,7 +336,11 @@ async def ensure_bucket(
 
     async def op(js: nats.js.JetStreamContext) -> api.StreamConfig:  # asyncio-flavoured
         try:
-            return (await js.stream_info(want.name)).config
+            have = (await js.stream_info(want.name)).config
+            if have.allow_rollup_hdrs:  # made before rollups were refused: tighten it in place
+                have.allow_rollup_hdrs = False
+                have = (await js.update_stream(have)).config
+            return have
         except nats.js.errors.NotFoundError as exc:
             if exc.err_code != _STREAM_NOT_FOUND:
                 raise

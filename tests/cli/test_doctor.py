@@ -177,3 +177,12 @@ def test_an_unknown_space_or_root_is_one_sentence(static, capsys, tmp_path):
     capsys.readouterr()
     assert main(["doctor", "auth", "--root", str(tmp_path / "none")]) == 1
     assert capsys.readouterr().err.startswith(f"cotal: {tmp_path / 'none'} is not a root")
+
+
+def test_a_broker_that_does_not_answer_is_a_note_and_the_verdict_still_comes(static, capsys):
+    from cotal_trio.broker.process import free_port
+
+    dead = f"nats://127.0.0.1:{free_port()}"  # nothing listens there
+    code, lines = doctor(static, capsys, "--space", STATIC, "--server", dead)
+    assert lines[-1] == "healthy" and code == 0
+    assert any(line.startswith(f"note: the broker at {dead} did not answer (connect {dead}:") for line in lines), lines

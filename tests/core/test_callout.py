@@ -173,7 +173,8 @@ def test_allowed_connect_mints_the_rows_grant():
 # The agent profile of the row above (docs/wire-layout.md): its channel, any DM, its own control
 # subjects and the spawn capability its scope declares, its DM inbox bind, presence, USER.INFO.
 AGENT_PUB = [
-    "cotal.alpha.ch.team.news", "cotal.alpha.dm.*.*.>", f"cotal.alpha.ctl.despawn.{OWNER}.cli",
+    "cotal.alpha.ch.team.news", f"cotal.alpha.dm.*.*.{OWNER}.cli", f"cotal.alpha.dm.*.*.{OWNER}.cli.>",
+    f"cotal.alpha.ctl.despawn.{OWNER}.cli",
     f"cotal.alpha.ctl.turn.{OWNER}.cli", "cotal.alpha.ctl.spawn", f"cotal.alpha.ctl.stop.{OWNER}.cli.*",
     "cotal.alpha.ctl.persona", f"$JS.API.CONSUMER.INFO.COTAL_DM_alpha.dm-{OWNER}-cli",
     f"$JS.API.CONSUMER.MSG.NEXT.COTAL_DM_alpha.dm-{OWNER}-cli", f"$JS.ACK.COTAL_DM_alpha.dm-{OWNER}-cli.>",

@@ -218,14 +218,14 @@ def test_findings_per_health():
     expired = rules.credential_findings(LabelRecord(current=cred()), now=NOW + DAY, flags=FLAGS, identity=None)
     assert [(f.severity, f.problem) for f in expired] == [(Severity.FINDING, f"expired at {NOW + DAY}")]
     mint = ("cotal auth mint --space st --profile agent --label bot --allow-publish team.news "
-            "--allow-subscribe team.> --replace")  # fmt: skip
+            "--allow-subscribe 'team.>' --replace")  # fmt: skip (quoted: > is a shell redirect)
     assert rules.verdict(expired) == (False, f"next: {mint}")
 
     near = rules.credential_findings(LabelRecord(current=cred(expires_at=NOW + 600)), now=NOW + 550, flags=FLAGS, identity="/f.creds")
     assert near[0].problem == f"expires at {NOW + 600}, in 50 s"  # under 10 % of its 600 s left
     assert near[0].next == (
         "cotal auth revoke-credential bot --space st && cotal auth mint --space st --profile agent --label bot "
-        "--allow-publish team.news --allow-subscribe team.> --expires-in 600 --identity /f.creds --replace"
+        "--allow-publish team.news --allow-subscribe 'team.>' --expires-in 600 --identity /f.creds --replace"
     )
 
 
@@ -238,3 +238,13 @@ def test_an_unbounded_replaced_credential_is_a_finding():
     )]
     revoked = dataclasses.replace(old, revoked_at=NOW)
     assert rules.credential_findings(LabelRecord(current=cred(), replaced=(revoked,)), now=NOW, flags=FLAGS, identity=None) == []
+
+
+@pytest.mark.parametrize(
+    ("expires_in", "expires_at"), [(10**17, None), (None, 10**20), (None, 253402300800)],
+)
+def test_an_expiry_past_year_9999_is_refused_naming_no_expiry(expires_in, expires_at):
+    # --expires-at 99999999999999999999 escaped as an OverflowError traceback
+    with pytest.raises(ConfigError, match="9999-12-31.*--no-expiry"):
+        rules.choose_expiry(now=NOW, expires_in=expires_in, expires_at=expires_at, no_expiry=False)
+    assert rules.choose_expiry(now=NOW, expires_in=None, expires_at=253402300799, no_expiry=False) == 253402300799

@@ -40,6 +40,8 @@ def test_subject_builders():
     assert inbox_subject(NONCE) == f"_INBOX_{NONCE}.>"
 
 
+# A DM names its sender after the recipient (docs/wire-layout.md): an agent sends only as itself.
+DM_SEND = [f"cotal.demo.dm.*.*.{OWNER}.cli", f"cotal.demo.dm.*.*.{OWNER}.cli.>"]
 DM_BIND = [
     f"$JS.API.CONSUMER.INFO.COTAL_DM_demo.dm-{OWNER}-cli", f"$JS.API.CONSUMER.MSG.NEXT.COTAL_DM_demo.dm-{OWNER}-cli",
     f"$JS.ACK.COTAL_DM_demo.dm-{OWNER}-cli.>",
@@ -53,14 +55,14 @@ AGENT_TAIL = [*DM_BIND, *PRESENCE_READ, f"$KV.cotal_presence_demo.{OWNER}.cli", 
 
 def test_agent_profile():
     assert agent().to_nats() == {
-        "pub": {"allow": ["cotal.demo.ch.team.*", "cotal.demo.dm.*.*.>", *SELF_CONTROL, *AGENT_TAIL]},
+        "pub": {"allow": ["cotal.demo.ch.team.*", *DM_SEND, *SELF_CONTROL, *AGENT_TAIL]},
         "sub": {"allow": ["cotal.demo.ch.>", f"cotal.demo.dm.{OWNER}.cli.>", f"_INBOX_{NONCE}.>"]},
     }
 
 
 def test_empty_allow_publish_means_no_channel_publish():
     permissions = agent(allow_publish=(), allow_subscribe=())
-    assert permissions.pub_allow == ("cotal.demo.dm.*.*.>", *SELF_CONTROL, *AGENT_TAIL)
+    assert permissions.pub_allow == (*DM_SEND, *SELF_CONTROL, *AGENT_TAIL)
     assert permissions.sub_allow == (f"cotal.demo.dm.{OWNER}.cli.>", f"_INBOX_{NONCE}.>")
     assert not any(".ch." in s for s in permissions.pub_allow + permissions.sub_allow)
 
@@ -68,7 +70,7 @@ def test_empty_allow_publish_means_no_channel_publish():
 def test_agent_role_binds_its_task_queue():
     task = ["$JS.API.CONSUMER.INFO.COTAL_TASK_demo.task-coder", "$JS.API.CONSUMER.MSG.NEXT.COTAL_TASK_demo.task-coder",
             "$JS.ACK.COTAL_TASK_demo.task-coder.>"]  # fmt: skip
-    assert agent(role="coder").pub_allow == ("cotal.demo.ch.team.*", "cotal.demo.dm.*.*.>", *SELF_CONTROL, *DM_BIND,
+    assert agent(role="coder").pub_allow == ("cotal.demo.ch.team.*", *DM_SEND, *SELF_CONTROL, *DM_BIND,
                                              *task, *AGENT_TAIL[3:])  # fmt: skip
 
 
@@ -81,7 +83,7 @@ def test_capabilities_add_exactly_their_control_subjects(capabilities, added):
     granted = agent(capabilities=capabilities)
     assert granted.sub_allow == base.sub_allow
     assert [s for s in granted.pub_allow if s not in base.pub_allow] == added
-    assert granted.pub_allow == (*base.pub_allow[:4], *added, *base.pub_allow[4:])
+    assert granted.pub_allow == (*base.pub_allow[:5], *added, *base.pub_allow[5:])  # after channel, DM send, own control
 
 
 def test_boot_subscribe_must_lie_within_allow_subscribe():

@@ -123,10 +123,12 @@ async def test_an_agent_publishes_to_its_channels_and_receives_a_dm_through_its_
             await mine.request(f"cotal.{SPACE}.ch.team.news", b"posted")  # stored in CHAT: a JetStream ack
             await refused(mine, f"cotal.{SPACE}.ch.ops")
             errors = mine.error_count
-            ack_answer = json.loads((await theirs.request(f"cotal.{SPACE}.dm.{alice.owner}.cli.from.bob", b"psst")).data)
+            sent = f"cotal.{SPACE}.dm.{alice.owner}.cli.{bob.owner}.cli"  # to alice, as bob
+            ack_answer = json.loads((await theirs.request(sent, b"psst")).data)
             assert ack_answer["stream"] == DM
+            await refused(theirs, f"cotal.{SPACE}.dm.{alice.owner}.cli.{alice.owner}.other")  # as someone else
             msg = await pull_next(mine, inbox.stream, inbox.name, expires_s=2)
-            assert msg is not None and (msg.subject, msg.data) == (f"cotal.{SPACE}.dm.{alice.owner}.cli.from.bob", b"psst")
+            assert msg is not None and (msg.subject, msg.data) == (sent, b"psst")
             await ack(mine, msg)
             await mine.flush()
             info = await consumer_info(mine, inbox.stream, inbox.name)
@@ -160,7 +162,7 @@ async def test_an_agent_cannot_create_delete_or_pull_a_consumer_on_another_inbox
                 await refused(conn, subject)
             await refused_subscription(conn, bob_filter)
         async with client(stack, bob_bearer) as bobs:
-            await bobs.request(f"cotal.{SPACE}.dm.{bob.owner}.cli.note", b"for bob only")
+            await bobs.request(f"cotal.{SPACE}.dm.{bob.owner}.cli.{bob.owner}.cli", b"for bob only")  # a note to self
             delivered = await pull_next(bobs, theirs.stream, theirs.name, expires_s=2)
         async with minted(stack, None) as root:
             names = await consumer_names(root, DM)

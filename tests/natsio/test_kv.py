@@ -76,16 +76,31 @@ async def test_delete_then_create_again(conn: Connection) -> None:
     assert entry == KvEntry(key="natkey.UA", value=b"back", revision=again)
 
 
-async def test_purge_marker_reads_as_missing(conn: Connection) -> None:
+async def test_a_rollup_is_refused_so_one_writable_key_cannot_purge_the_bucket(conn: Connection) -> None:
+    # A user allowed to publish one key could otherwise erase every key with Nats-Rollup: all
+    # (NATS permissions cannot filter headers): our buckets refuse rollups, purges included.
     with trio.fail_after(CEILING_S):
         await ensure_bucket(conn, "rows")
-        await kv_put(conn, "rows", "k", b"v")
-        # A purge as another client writes it (nats-py's KeyValue.purge); request = wait for the ack.
-        ack = await conn.request("$KV.rows.k", b"", headers={"KV-Operation": "PURGE", "Nats-Rollup": "sub"})
-        assert "seq" in json.loads(ack.data)
-        assert await kv_get(conn, "rows", "k") is None
-        rev = await kv_create(conn, "rows", "k", b"new")
-    assert rev == 3
+        await kv_put(conn, "rows", "theirs", b"keep")
+        await kv_put(conn, "rows", "mine", b"v")
+        for rollup in ("all", "sub"):
+            ack = json.loads((await conn.request("$KV.rows.mine", b"", headers={"Nats-Rollup": rollup})).data)
+            assert ack["error"]["err_code"] == 10111, ack  # "rollup not permitted"
+        assert (await kv_get(conn, "rows", "theirs")).value == b"keep"
+        assert (await kv_get(conn, "rows", "mine")).value == b"v"
+
+
+async def test_ensure_bucket_takes_rollups_away_from_an_existing_bucket(conn: Connection) -> None:
+    with trio.fail_after(CEILING_S):
+        created = await conn.request(
+            "$JS.API.STREAM.CREATE.KV_old",
+            json.dumps({"name": "KV_old", "subjects": ["$KV.old.>"], "max_msgs_per_subject": 1, "allow_rollup_hdrs": True,
+                        "allow_msg_ttl": True, "deny_delete": True, "discard": "new"}).encode(),
+        )  # fmt: skip
+        assert json.loads(created.data)["config"]["allow_rollup_hdrs"] is True
+        await ensure_bucket(conn, "old")
+        info = json.loads((await conn.request("$JS.API.STREAM.INFO.KV_old", b"")).data)
+    assert info["config"]["allow_rollup_hdrs"] is False
 
 
 async def test_put_with_ttl_expires(conn: Connection) -> None:

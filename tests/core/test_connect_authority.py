@@ -1,0 +1,140 @@
+"""Issued authority at connect, the pure part (core/connect_authority.py; issue 6 item 6)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from cotal_trio.core.bearer import ValidatedBearer
+from cotal_trio.core.connect_authority import (
+    accepted_token,
+    authority_rows,
+    ceiling_of,
+    plan_connect_authority,
+    reusable,
+    same_ceiling,
+    widen,
+)
+from cotal_trio.core.identity import derive_owner
+from cotal_trio.core.issued import Evidence, IssuedRef, new_generation
+from cotal_trio.core.ledger import LedgerKind, LedgerRow
+from cotal_trio.core.profiles import agent_permissions
+from cotal_trio.core.views import SessionBinding
+
+NOW = 1_800_000_000
+EXP = NOW + 600
+SPACE = "alpha"
+OWNER = derive_owner(bytes(32) + b"x", "https://idp.example", "alice")
+UID = "a" * 26
+NONCE = "ibx0123456789"
+INSTANCE = "b" * 26
+GEN = new_generation(EXP, bytes(12))
+
+
+def _bearer(view=None, scope=("spawn",)) -> ValidatedBearer:
+    return ValidatedBearer(
+        owner=OWNER, actor="cli", scope=scope, lifecycle_uid=UID, parent=None, view=view, credential_id=None,
+        iat=NOW, exp=EXP, manager_instance_id=INSTANCE if view == "manager-caller" else None,
+    )
+
+
+def _row(kind=LedgerKind.INTERACTIVE, scope=("spawn",)) -> LedgerRow:
+    return LedgerRow(
+        kind=kind, owner=OWNER, actor="cli", scope=scope, allow_subscribe=("team.>",), allow_publish=("team.news",),
+        token_hash="c" * 64 if kind is LedgerKind.MANAGED else None, lifecycle_uid=UID, granted_at="2026-11-29T10:00:00Z",
+    )
+
+
+def _agent():
+    return agent_permissions(
+        space=SPACE, owner=OWNER, actor="cli", allow_publish=("team.news",), allow_subscribe=("team.>",), inbox_nonce=NONCE
+    )
+
+
+def test_the_accepted_token_is_ours_over_the_nonce_and_the_expiry():
+    expected = hashlib.sha256(f"cotal.accepted.v1\0{NONCE}\0{EXP}".encode()).hexdigest()[:32]
+    assert accepted_token(NONCE, EXP) == expected
+    assert accepted_token(NONCE, EXP + 1) != expected
+
+
+def test_an_agent_gets_a_listing_generation_with_exactly_three_rows():
+    plan = plan_connect_authority(space=SPACE, bearer=_bearer(), row=_row(), inbox_nonce=NONCE)
+    assert plan is not None and (plan.kind, plan.horizon, plan.uid) == ("listing", EXP, UID)
+    rows = authority_rows(plan, GEN)
+    token = accepted_token(NONCE, EXP)
+    assert rows.pub_allow == (
+        f"cotal.{SPACE}.ep.v1.{GEN}.{OWNER}.cli.registry.endpoints",
+        f"$JS.API.DIRECT.GET.KV_cotal_accepted_{SPACE}.$KV.cotal_accepted_{SPACE}.accepted.v1.{token}",
+    )
+    assert rows.sub_allow == (f"cotal.{SPACE}.ep.v1.{GEN}.{OWNER}.cli.registry.endpoints.reply.>",)
+
+
+MANAGER_VERBS = ("run-start", "run-start-keyed", "run-submission-status")
+PLANS = [
+    # (row kind, row scope, bearer scope) -> kind, extra request verbs on `manager`
+    ("interactive", ("spawn",), ("spawn",), "manager-caller", ()),
+    ("interactive", ("run",), ("run",), "manager-caller", MANAGER_VERBS),
+    ("managed", ("run",), ("run",), "manager-caller", MANAGER_VERBS),
+    ("managed", ("spawn",), ("spawn",), "listing", ()),
+    ("managed", ("run",), (), "listing", ()),  # run not signed
+]
+
+
+@pytest.mark.parametrize(("kind", "row_scope", "scope", "expected", "verbs"), PLANS)
+def test_a_manager_caller_view_is_issued_for_an_interactive_row_or_a_managed_seat_with_run(kind, row_scope, scope, expected, verbs):
+    row = _row(kind=LedgerKind(kind), scope=row_scope)
+    plan = plan_connect_authority(space=SPACE, bearer=_bearer("manager-caller", scope), row=row, inbox_nonce=NONCE)
+    assert plan is not None and plan.kind == expected and plan.horizon == EXP
+    assert plan.requests == (("registry", "endpoints"), *(("manager", v) for v in verbs))
+
+
+@pytest.mark.parametrize("view", ["admin", "session-caller", "purger"])
+def test_other_views_get_nothing(view):
+    bearer = ValidatedBearer(
+        owner=OWNER, actor="cli", scope=("admin",), lifecycle_uid=UID, parent=None, view=view, credential_id=None,
+        iat=NOW, exp=EXP,
+        session=SessionBinding(endpoint="chat", session_id="s" * 22, epoch=1, exp=EXP) if view == "session-caller" else None,
+    )
+    assert plan_connect_authority(space=SPACE, bearer=bearer, row=_row(scope=("admin",)), inbox_nonce=NONCE) is None
+
+
+def _ref(**changes) -> IssuedRef:
+    fields = dict(space=SPACE, owner=OWNER, actor="cli", uid=UID, generation=GEN)
+    fields.update(changes)
+    return IssuedRef(**fields)
+
+
+REUSE = [
+    ("same caller, live, this horizon", {}, NOW, True),
+    ("another actor", {"actor": "bot"}, NOW, False),
+    ("another uid", {"uid": "d" * 26}, NOW, False),
+    ("another horizon", {"generation": new_generation(EXP - 1, bytes(12))}, NOW, False),
+    ("at the horizon", {}, EXP, False),
+]
+
+
+@pytest.mark.parametrize(("name", "changes", "now", "ok"), REUSE, ids=[r[0] for r in REUSE])
+def test_reuse_is_decided_before_the_evidence_is_read(name, changes, now, ok):
+    plan = plan_connect_authority(space=SPACE, bearer=_bearer(), row=_row(), inbox_nonce=NONCE)
+    assert reusable(plan, _ref(**changes), now=now) is ok
+
+
+def test_the_ceiling_must_be_byte_identical():
+    plan = plan_connect_authority(space=SPACE, bearer=_bearer(), row=_row(), inbox_nonce=NONCE)
+    full = widen(_agent(), authority_rows(plan, GEN))
+    evidence = Evidence(ref=_ref(), sources=(), permissions=ceiling_of(full), expires_at=EXP)
+    assert same_ceiling(evidence, full)
+    other = agent_permissions(
+        space=SPACE, owner=OWNER, actor="cli", allow_publish=("team.other",), allow_subscribe=("team.>",), inbox_nonce=NONCE
+    )
+    assert not same_ceiling(evidence, widen(other, authority_rows(plan, GEN)))
+
+
+def test_widen_appends_only_new_rows():
+    plan = plan_connect_authority(space=SPACE, bearer=_bearer(), row=_row(), inbox_nonce=NONCE)
+    extra = authority_rows(plan, GEN)
+    full = widen(_agent(), extra)
+    assert full.pub_allow == (*_agent().pub_allow, *extra.pub_allow)
+    assert full.sub_allow == (*_agent().sub_allow, *extra.sub_allow)
+    assert widen(full, extra) == full
