@@ -49,6 +49,7 @@ from ..state.credentials import (
     hold_credentials,
     list_records,
     load_record,
+    record_path,
     save_record,
     write_creds,
 )
@@ -254,6 +255,8 @@ def mint(
         raise ConfigError(conflict)
     with hold_credentials(sp):
         record = load_record(sp, name)
+        if identity is not None:
+            _check_identity_label(sp, name, key.public_key, identity)
         rules.check_replace(record, replace=replace, space=sp.space, now=now)
         _check_out(target, record, identity)
         iat = rules.issue_time(record, key.public_key, now=now)
@@ -270,7 +273,14 @@ def mint(
         text = format_creds(natsjwt.encode(claims, material.data_service_signing, iat=iat), key.seed)
         fresh = LabelRecord(current=cred) if record is None else record.replace_with(cred, now=now)
         save_record(sp, fresh)  # first: a file that exists is always recorded, so it can be revoked
-        write_creds(target, text)
+        try:
+            write_creds(target, text)
+        except BaseException:  # the file never existed (its seed was never written): undo the record
+            if record is None:
+                record_path(sp, name).unlink(missing_ok=True)
+            else:
+                save_record(sp, record)
+            raise
     _print_receipt(cred, fresh, replaced=record is not None, as_json=as_json)
 
 
@@ -320,6 +330,22 @@ def _revoke_in_root(paths: RootPaths, sp: SpacePaths, label: str, key: str | Non
         data_jwt = natsjwt.encode(claims, broker.operator_signing, iat=max(now, int(previous.get("iat", 0)) + 1))
         save_accounts(sp.accounts_json, replace(accounts, data_jwt=data_jwt))
     return revoked[matches[0].lifecycle_uid], data_jwt, len(keys)
+
+
+def _check_identity_label(sp: SpacePaths, label: str, user_key: str, identity: str) -> None:
+    """Refuse an ``--identity`` whose key another label's credential holds: two labels sharing one
+    nkey would revoke each other (a revocation names the key).
+
+    Raises:
+        ConfigError: the key belongs to another label; names it.
+    """
+    records, _bad = list_records(sp)
+    for other in records:
+        if other.current.label != label and any(c.user_key == user_key for c in other.all()):
+            raise ConfigError(
+                f"the key of --identity {identity} belongs to credential {other.current.label} - replace that one "
+                f"(--label {other.current.label} --replace), or mint {label} without --identity"
+            )
 
 
 @auth_app.command(name="revoke-credential")

@@ -141,6 +141,12 @@ def issued_permissions(space: str) -> dict[str, dict[str, list[str]]]:
     }
 
 
+RENEW_PAST_HORIZON = (
+    "a renewal cannot move the horizon past {horizon}: renewals stop at the horizon - respawn the agent "
+    "for a fresh issuance"
+)
+
+
 class IssuedStoresMissing(Unavailable):
     """The space's issued or accepted store does not exist; the message names the fix."""
 
@@ -454,10 +460,16 @@ class IssuedStores:
         ``horizon`` (default: the old one), which a new connection adopts; the old generation
         stays as it was until its horizon. ``expiresAt`` is kept, or follows a new ``horizon``.
 
+        A renewal never moves the horizon later (spec "Issued authority": renewals stop at the
+        horizon and the agent is respawned); an earlier ``horizon`` is allowed.
+
         Raises:
-            Refused: as :meth:`resolve` for the old generation (checked first), or :meth:`issue`.
+            Refused: NOT_GRANTED for a ``horizon`` later than the generation's; as :meth:`resolve`
+                for the old generation, or :meth:`issue`.
             IssuedStoresMissing, Unavailable: as :meth:`resolve`.
         """
+        if horizon is not None and horizon > ref.horizon:  # checked before any read
+            raise Refused(RefusalCode.NOT_GRANTED, RENEW_PAST_HORIZON.format(horizon=ref.horizon))
         old = (await self.resolve(ref, now=now)).evidence
         if ceiling.canonical() == old.permissions.canonical() and horizon in (None, ref.horizon):
             return Renewal(ref=ref, kept=True)

@@ -70,12 +70,19 @@ def _check(name: str, what: str) -> str:
     return name
 
 
+# Fields a bind-only pull durable must not carry, whatever the caller sent: a deliver subject
+# would push the inbox elsewhere, more filters widen it, headers_only hides the bodies.
+_FORBIDDEN = ("deliver_subject", "deliver_group", "filter_subjects", "headers_only", "inactive_threshold")
+
+
 def _drift(have: Mapping[str, Any], want: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(
+    differences = [
         f"{field} is {json.dumps(have.get(field))}, not {json.dumps(value)}"
         for field, value in want.items()
         if have.get(field) != value
-    )
+    ]
+    differences += [f"{field} is {json.dumps(have[field])}, not unset" for field in _FORBIDDEN if have.get(field)]
+    return tuple(differences)
 
 
 async def consumer_info(conn: Connection, stream: str, name: str) -> dict[str, Any] | None:

@@ -171,10 +171,13 @@ class StreamShape:
                 have, want = sorted(have or []), sorted(want)
             if have != want:
                 differences.append(f"{field} is {json.dumps(have)}, not {json.dumps(want)}")
+        # Fields that bring messages in from elsewhere or send them on: none of our streams has one.
+        differences += [f"{field} is set" for field in _FOREIGN if config.get(field)]
         return tuple(differences)
 
 
 _ZERO: dict[type, Any] = {bool: False, int: 0, str: "", list: []}
+_FOREIGN = ("sources", "mirror", "republish", "subject_transform")
 
 
 def _check_name(name: str) -> str:

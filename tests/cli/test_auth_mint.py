@@ -285,3 +285,27 @@ def test_the_file_is_written_atomically_0600_whatever_the_umask(static, capsys):
         os.umask(old)
     assert code == 0 and stat.S_IMODE(os.stat(receipt["path"]).st_mode) == 0o600
     assert [p.name for p in os.scandir(os.path.dirname(receipt["path"]))] == ["bot.creds"]  # no temp file left
+
+
+def test_identity_of_another_label_is_refused(static, capsys):
+    # Two labels sharing one nkey: revoking either would silently revoke the other.
+    code, first, _ = mint(static, capsys, "--label", "alpha1")
+    assert code == 0
+    code, _, err = mint(static, capsys, "--label", "beta1", "--identity", first["path"])
+    assert code == 1
+    assert err.strip() == (
+        f"cotal: the key of --identity {first['path']} belongs to credential alpha1 - replace that one "
+        "(--label alpha1 --replace), or mint beta1 without --identity"
+    )
+    assert load_record(static.paths.space(STATIC), "beta1") is None
+
+
+def test_a_creds_file_that_cannot_be_written_leaves_no_record(static, capsys, tmp_path):
+    # The record was saved first, so a failed write left a live credential with no file, and
+    # every later mint of the label was refused ("revoke it first").
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    code, _, err = mint(static, capsys, "--label", "lost", "--out", str(blocker / "lost.creds"))
+    assert code == 1 and "Traceback" not in err
+    assert load_record(static.paths.space(STATIC), "lost") is None
+    assert mint(static, capsys, "--label", "lost")[0] == 0  # the label is free

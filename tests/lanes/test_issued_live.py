@@ -230,14 +230,16 @@ async def test_renew_keeps_the_generation_only_for_a_byte_identical_ceiling(stor
         same = await stores.renew(ref, reordered, now=now)
         after_same = await _messages(conn, ISSUED)
         fresh = await stores.renew(ref, wider, now=now)
-        moved = await stores.renew(ref, NARROW, now=now, horizon=horizon + 60)
+        moved = await stores.renew(ref, NARROW, now=now, horizon=horizon - 60)
+        with pytest.raises(Refused, match="renewals stop at the horizon"):  # spec: no rotation past it
+            await stores.renew(ref, NARROW, now=now, horizon=horizon + 60)
         old, new = await stores.resolve(ref, now=now), await stores.resolve(fresh.ref, now=now)
     assert same.kept and same.ref == ref and after_same == before  # nothing written
     assert not fresh.kept and fresh.ref.generation != ref.generation and fresh.ref.horizon == horizon
     assert (fresh.ref.owner, fresh.ref.actor, fresh.ref.uid) == (ref.owner, ref.actor, ref.uid)
     assert new.evidence.permissions == wider and new.evidence.sources == (SOURCE,)
     assert old.evidence.permissions == NARROW  # the old generation stays until its horizon
-    assert not moved.kept and moved.ref.horizon == horizon + 60  # a new horizon is a new generation
+    assert not moved.kept and moved.ref.horizon == horizon - 60  # an earlier horizon is a new generation
 
 
 async def _messages(conn: Connection, stream: str) -> int:

@@ -279,3 +279,24 @@ async def test_provisioning_is_idempotent_and_refuses_a_drifted_durable(stack):
             with pytest.raises(ConsumerDrift, match='ack_policy is "none", not "explicit"'):
                 await ensure_dm_inbox(conn, SPACE, stack.owner("bob"), "cli")
     assert names == sorted([wire.dm_durable(SPACE, owner, "cli").name, odd.name])
+
+
+async def test_a_durable_that_pushes_the_inbox_elsewhere_is_refused(stack):
+    # Only the fields sent were compared: a push consumer of the same name passed as the inbox.
+    carol = stack.owner("carol")
+    durable = wire.dm_durable(SPACE, carol, "cli")
+    config = {
+        "durable_name": durable.name, "name": durable.name, "filter_subject": durable.filter_subject,
+        "deliver_subject": "elsewhere.inbox", "ack_policy": "explicit", "deliver_policy": "all",
+        "ack_wait": 30_000_000_000, "max_deliver": -1, "max_ack_pending": 1000,
+    }  # fmt: skip
+    with trio.fail_after(CEILING_S):
+        async with minted(stack, None) as root:
+            await provision(stack, [])  # the streams
+            created = json.loads((await root.request(
+                f"$JS.API.CONSUMER.CREATE.{durable.stream}.{durable.name}.{durable.filter_subject}",
+                json.dumps({"stream_name": durable.stream, "config": config, "action": "create"}).encode(),
+            )).data)  # fmt: skip
+            assert created.get("config", {}).get("deliver_subject") == "elsewhere.inbox", created
+            with pytest.raises(ConsumerDrift, match='deliver_subject is "elsewhere.inbox", not unset'):
+                await ensure_dm_inbox(root, SPACE, carol, "cli")

@@ -174,3 +174,13 @@ def test_a_shape_refuses_bad_values() -> None:
         StreamShape(name="ab", subjects=("a",), allow_direct=False, max_msgs_per_subject=0)
     with pytest.raises(ValueError, match="subjects"):
         StreamShape(name="ab", subjects=(), allow_direct=False, max_msgs_per_subject=1)
+
+
+@pytest.mark.parametrize("field", ["sources", "mirror", "republish", "subject_transform"])
+def test_a_stream_that_takes_or_sends_messages_elsewhere_has_drifted(field):
+    # A store that sources messages from another stream would let others add rows to it.
+    from cotal_trio.lanes.issued import issued_shapes
+
+    issued, _ = issued_shapes("alpha")
+    assert issued.drift(issued.config()) == ()
+    assert issued.drift({**issued.config(), field: {"name": "ELSEWHERE"}}) == (f"{field} is set",)
