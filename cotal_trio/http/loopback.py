@@ -130,10 +130,7 @@ class _LoopbackFace:
         """``POST /tool-result-human-proof/verify``: ``200 {"verified": true, "sub", "owner",
         "authTime"}``; refusals as ``/exchange`` (401 for a token that is no fresh password proof).
         """
-        check_transport(request.headers)
-        self._check_capability(request.headers)
-        body = await read_json_body()
-        await refetch_for_unknown_idp_key(self._ctx, body)
+        body = await self.guard()
         return answer_password_proof(self._ctx, body, admit_refusal=self._refusals.try_acquire)
 
 

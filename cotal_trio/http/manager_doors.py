@@ -44,7 +44,7 @@ from cotal_trio.core.enrollment import (
 from cotal_trio.core.errors import CodecError, RefusalCode, Refused
 from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.idp import IdpPin, check_password_proof, verify_idp_token
-from cotal_trio.core.jose import IssuerKey, header_kid
+from cotal_trio.core.jose import IssuerKey
 from cotal_trio.core.ledger import LedgerRow, ReadRows
 from cotal_trio.core.managers import ManagerInstance
 from cotal_trio.http.errors import LOGGER, Handler
@@ -89,8 +89,6 @@ class ManagerDoors:
         owner_secret: the space's owner-derivation secret (at least 32 bytes).
         clock: wall time, unix seconds as a float.
         tool_result_consent: serve ``POST /tool-result-consent/issue`` (opt-in; else 404).
-        refetch_idp_keys: optional ``await refetch_idp_keys(kid)``: re-read the pinned JWKS when an
-            IdP token names a ``kid`` :attr:`idp_keys` lacks (as the exchange does).
         admit_refusal: optional; the face's refused-request window, called with the wall time
             once per refusal, ``True`` while it fits (``SlidingWindow.try_acquire``); once it
             answers ``False`` a refusal is a 429. None: refusals are never throttled here.
@@ -106,7 +104,6 @@ class ManagerDoors:
     owner_secret: bytes = field(repr=False)
     clock: Callable[[], float]
     tool_result_consent: bool = False
-    refetch_idp_keys: Callable[[str], Awaitable[None]] | None = None
     admit_refusal: Callable[[float], bool] | None = None
     random_bytes: Callable[[int], bytes] = secrets.token_bytes
 
@@ -150,15 +147,6 @@ async def verify_enrollment(ctx: ManagerDoors, body: object) -> Answer:
     return answer, 200, dict(_NO_STORE)
 
 
-async def _refetch_for_unknown_kid(ctx: ManagerDoors, body: object) -> None:
-    """Re-read the IdP's JWKS first if the body's ``idpToken`` names a ``kid`` not pinned yet."""
-    if ctx.refetch_idp_keys is None or not isinstance(body, dict):
-        return
-    kid = header_kid(body.get("idpToken"))
-    if kid is not None and kid not in ctx.idp_keys():
-        await ctx.refetch_idp_keys(kid)
-
-
 def _consenting_owner(ctx: ManagerDoors, request: ConsentRequest, now: float) -> str:
     """The owner of a fresh password proof who holds an interactive row for ``request.actor``."""
     identity = verify_idp_token(request.idp_token, pin=ctx.idp_pin, keys=ctx.idp_keys(), now=now)
@@ -194,7 +182,6 @@ async def issue_consent(ctx: ManagerDoors, body: object) -> Answer:
             for ``actor``; 409 the consent id is already recorded; 429 once the window is full.
         Unavailable: the records store did not answer (503); nothing was issued.
     """
-    await _refetch_for_unknown_kid(ctx, body)
     try:
         request = parse_consent_body(body)
         owner = _consenting_owner(ctx, request, ctx.clock())

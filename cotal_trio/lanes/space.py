@@ -343,7 +343,7 @@ def _door_tables(
     managers = ManagerDoors(
         space=config.space, read_ledger=ctx.read_ledger, records=records, issuer_key=ctx.issuer_key,
         idp_pin=ctx.idp_pin, idp_keys=ctx.idp_keys, owner_secret=ctx.owner_secret, clock=config.clock,
-        tool_result_consent=config.tool_result_consent, refetch_idp_keys=ctx.refetch_idp_keys,
+        tool_result_consent=config.tool_result_consent,
     )  # fmt: skip
 
     def lifecycle_doors(guard: Guard, admit: Admit) -> Mapping[str, Mapping[str, Handler]]:

@@ -318,7 +318,13 @@ async def test_no_consent_is_issued_when_the_store_is_down():
 
 
 @ceiling
-async def test_an_unknown_idp_kid_refetches_the_jwks_once_first():
+async def test_an_unknown_idp_kid_is_refetched_once_by_the_loopback_faces_guard():
+    # The face's guard re-reads the JWKS for every door (the door no longer does it a second time).
+    from dataclasses import replace
+
+    from cotal_trio.http import build_loopback_app
+    from tests.http.test_loopback import HEADERS, _context
+
     rotated = IssuerKey.generate(bytes(range(64, 96)))
     keys = parse_jwks(jwks(DEV_IDP))
     fetched: list[str] = []
@@ -327,9 +333,11 @@ async def test_an_unknown_idp_kid_refetches_the_jwks_once_first():
         fetched.append(kid)
         keys[kid] = rotated.verify_key
 
-    ctx = _doors(MemoryRecords(), idp_keys=lambda: keys, refetch_idp_keys=refetch)
-    status, body, _ = await _post(ctx, CONSENT_PATH, _consent(idpToken=_token(key=rotated)))
-    assert (status, fetched) == (200, [rotated.kid]), body
+    face_ctx = replace(_context(), idp_keys=lambda: keys, refetch_idp_keys=refetch)
+    doors = _doors(MemoryRecords(), idp_keys=lambda: keys)
+    app = build_loopback_app(face_ctx, doors=[lambda guard, admit: routes(doors, guard=guard)])
+    response = await app.test_client().post(CONSENT_PATH, json=_consent(idpToken=_token(key=rotated)), headers=HEADERS)
+    assert (response.status_code, fetched) == (200, [rotated.kid]), await response.get_json()
 
 
 @ceiling
