@@ -5,8 +5,8 @@ step 8 and 9; docs/issued-authority.md "Issued authority at connect").
 After the ledger re-check, the callout asks :func:`plan_connect_authority` what the connect is
 owed:
 
-* an **issued** ``manager-caller`` view (an interactive row, or a managed seat whose row and
-  bearer scope both hold ``run``): a generation whose rows reach the registry's ``endpoints``
+* an **issued** ``manager-caller`` view (an interactive row, or an eligible managed seat,
+  :func:`run_seat_eligible`): a generation whose rows reach the registry's ``endpoints``
   and, with ``run`` signed, the manager commands that need the binding (:data:`BOUND_VERBS`);
 * a **listing** generation for an ``agent`` connection (no view) and an unissued
   ``manager-caller`` view: one request row reaching only ``registry`` ``endpoints``;
@@ -22,8 +22,10 @@ under the token gives its generation again only for the same caller triple, a li
 on this horizon and a byte-identical ceiling; otherwise the connect gets no rows (there is never
 a second generation under one token).
 
-The direct parent's ``run`` (spec: "whose direct parent's fresh same-owner grant also contains
-``run``") is not checked here: the callout reads only the seat's own rows.
+A managed seat is eligible only when its own row and its bearer both hold ``run`` and its
+direct spawner's fresh same-owner row holds ``run`` too (spec: "whose direct parent's fresh
+same-owner grant also contains ``run``. An admin parent's containment bypass does not count"):
+:func:`spawner_to_read` names the row the shell reads fresh for that, and only for such a seat.
 
 Pure and synchronous.
 """
@@ -36,6 +38,7 @@ from typing import Literal
 
 from . import wire
 from .bearer import ValidatedBearer
+from .identity import split_principal
 from .issued import Ceiling, Evidence, IssuedRef, accepted_key, ceiling_from_native, horizon_of, manager_caller_horizon
 from .ledger import LedgerKind, LedgerRow
 from .profiles import Permissions
@@ -51,7 +54,9 @@ __all__ = [
     "ep_v1_reply_subject",
     "plan_connect_authority",
     "reusable",
+    "run_seat_eligible",
     "same_ceiling",
+    "spawner_to_read",
     "widen",
 ]
 
@@ -114,20 +119,65 @@ def accepted_read_subject(space: str, token: str) -> str:
     return wire.js_direct_get(wire.kv_stream(bucket), wire.kv_subject(bucket, accepted_key(token)))
 
 
+def _run_seat(bearer: ValidatedBearer, row: LedgerRow) -> bool:
+    """A managed seat asking as a ``manager-caller`` with ``run`` in its row and signed."""
+    return (
+        bearer.view == "manager-caller" and row.kind is LedgerKind.MANAGED and "run" in row.scope and "run" in bearer.scope
+    )
+
+
+def spawner_to_read(bearer: ValidatedBearer, row: LedgerRow) -> tuple[str, str] | None:
+    """``(owner, actor)`` of the spawner whose fresh row decides a managed ``run`` seat, or None.
+
+    Only a ``manager-caller`` bearer on a managed row holding ``run`` (in the row and signed)
+    whose ``parent`` is of the same owner needs it; every other connect is decided without it
+    (a seat with no parent, or a parent of another owner, is not eligible).
+    """
+    if not _run_seat(bearer, row) or row.parent is None:
+        return None
+    owner, actor = split_principal(row.parent)
+    return (owner, actor) if owner == row.owner else None
+
+
+def run_seat_eligible(bearer: ValidatedBearer, row: LedgerRow, spawner: LedgerRow | None) -> bool:
+    """Whether a managed seat's ``manager-caller`` view is issued (spec "User-auth manager callers").
+
+    True when ``row`` (managed) and ``bearer`` both hold ``run``, and ``spawner`` is the fresh
+    row of ``row.parent`` (same owner, same principal) whose own scope holds ``run``. A spawner
+    holding ``admin`` but not ``run`` does not count: its containment bypass lets it delegate,
+    not issue.
+
+    Args:
+        bearer: the validated bearer.
+        row: the seat's fresh row.
+        spawner: the fresh row read for :func:`spawner_to_read` (``None``: absent or not read).
+    """
+    if spawner_to_read(bearer, row) is None or spawner is None:
+        return False
+    return spawner.principal == row.parent and spawner.owner == row.owner and "run" in spawner.scope
+
+
 def plan_connect_authority(
-    *, space: str, bearer: ValidatedBearer, row: LedgerRow, inbox_nonce: str
+    *, space: str, bearer: ValidatedBearer, row: LedgerRow, inbox_nonce: str, spawner: LedgerRow | None = None
 ) -> AuthorityPlan | None:
     """What a connect authorized by ``row`` is owed on the ``ep.v1`` rail, or None.
 
     An ``agent`` bearer (no view) gets a listing generation. A ``manager-caller`` bearer gets an
-    issued view when ``row`` is interactive, or managed with ``run`` in both the row's and the
-    bearer's scope (the parent's grant is not checked: the callout does not read it); a listing
-    generation otherwise. Other views get nothing.
+    issued view when ``row`` is interactive, or a managed seat :func:`run_seat_eligible` with
+    ``spawner``; a listing generation otherwise. Other views get nothing. An issued view with
+    ``run`` signed also reaches :data:`BOUND_VERBS` on ``manager``.
+
+    Args:
+        space: the space.
+        bearer: the validated bearer.
+        row: the fresh row that granted the connect.
+        inbox_nonce: the connection's inbox nonce (its connect name).
+        spawner: the fresh row of :func:`spawner_to_read`, when that named one.
     """
     if bearer.view not in (None, "manager-caller"):
         return None
     issued = bearer.view == "manager-caller" and (
-        row.kind is LedgerKind.INTERACTIVE or ("run" in row.scope and "run" in bearer.scope)
+        row.kind is LedgerKind.INTERACTIVE or run_seat_eligible(bearer, row, spawner)
     )
     requests: tuple[tuple[str, str], ...] = (LISTING_REQUEST,)
     if issued and "run" in bearer.scope:

@@ -6,6 +6,10 @@ re-check, it returns the rows to add to the grant, or None for none. It reads th
 under the connect's token; with one there it reuses that generation or gives no rows; with none
 it issues a fresh generation (evidence, attempt ``active``) and then writes the accepted row.
 
+A managed ``run`` seat's spawner row is read fresh through the ``read_ledger`` port first
+(:func:`~cotal_trio.core.connect_authority.spawner_to_read`); an unreadable or absent spawner
+row makes the seat a listing caller, never a refused connect.
+
 A store that fails (missing, drifted, unreachable) or a lost race for the token costs the
 connect its rows, never the connect: the credential is minted on the legacy rail, as one issued
 before this existed (spec "User-auth manager callers": a failed issuance never retries on that
@@ -28,6 +32,7 @@ from ..core.connect_authority import (
     plan_connect_authority,
     reusable,
     same_ceiling,
+    spawner_to_read,
     widen,
 )
 from ..core.errors import CodecError, Refused, Unavailable
@@ -35,6 +40,7 @@ from ..core.issued import Evidence, IssuedRef
 from ..core.ledger import LedgerRow
 from ..core.profiles import Permissions
 from ..core.wire import accepted_bucket, issued_bucket, js_msg_get, kv_stream
+from .callout import ReadLedger
 from .issued import IssuedStores, issued_permissions
 from .records import merge_permissions
 
@@ -59,10 +65,12 @@ class ConnectAuthority:
     Args:
         stores: the space's :class:`~cotal_trio.lanes.issued.IssuedStores` over the lane's store
             connection.
+        read_ledger: the callout's ledger port, for a managed ``run`` seat's spawner row; without
+            one no managed seat is issued (spec "User-auth manager callers").
     """
 
-    def __init__(self, stores: IssuedStores) -> None:
-        self._stores = stores
+    def __init__(self, stores: IssuedStores, *, read_ledger: ReadLedger | None = None) -> None:
+        self._stores, self._read_ledger = stores, read_ledger
 
     async def __call__(
         self, bearer: ValidatedBearer, grant: ConnectGrant, row: LedgerRow, inbox_nonce: str, now: float
@@ -71,7 +79,10 @@ class ConnectAuthority:
 
         A checkpoint only when rows are owed (``agent`` and ``manager-caller`` bearers).
         """
-        plan = plan_connect_authority(space=self._stores.space, bearer=bearer, row=row, inbox_nonce=inbox_nonce)
+        spawner = await self._spawner(bearer, row)
+        plan = plan_connect_authority(
+            space=self._stores.space, bearer=bearer, row=row, inbox_nonce=inbox_nonce, spawner=spawner
+        )
         if plan is None:
             return None
         try:
@@ -82,6 +93,19 @@ class ConnectAuthority:
                 plan.space, plan.owner, plan.actor, plan.kind, exc,
             )
             return None
+
+    async def _spawner(self, bearer: ValidatedBearer, row: LedgerRow) -> LedgerRow | None:
+        """The fresh row of a managed ``run`` seat's spawner (managed if any, else interactive),
+        or None: not such a seat, no ledger port, no row, or an unreadable one (logged)."""
+        principal = spawner_to_read(bearer, row)
+        if principal is None or self._read_ledger is None:
+            return None
+        try:
+            interactive, managed = await self._read_ledger(*principal)
+        except (CodecError, Refused) as exc:
+            log.warning("auth callout: space=%s spawner %s of %s unreadable: %s", self._stores.space, row.parent, row.principal, exc)
+            return None
+        return managed if managed is not None else interactive
 
     async def _rows(self, plan: AuthorityPlan, permissions: Permissions, now: float) -> Permissions | None:
         ref = await self._stores.accepted_ref(plan.token, now=now)

@@ -278,10 +278,11 @@ async def run_lane(
         if exchange is not None:
             provision = Provisioner(store_conn, config.space)
             exchange = dataclasses.replace(exchange, records=records, provision=provision.principal)
+        read_ledger = read_in_threads(ledger, max_threads=config.limits.max_in_flight)
         responder = CalloutResponder(
             keys=keys,
             verifier=verifier,
-            read_ledger=read_in_threads(ledger, max_threads=config.limits.max_in_flight),
+            read_ledger=read_ledger,
             recall_ledger=ledger.recall,
             row_expiries=row_expiries,
             limits=config.limits,
@@ -291,7 +292,7 @@ async def run_lane(
             connect_limits=limiter,
             on_answer=metrics.callout_answered,
             confirm_view=view_confirmer(records),
-            issue_authority=ConnectAuthority(IssuedStores(store_conn, config.space)),  # issue 6 item 6
+            issue_authority=ConnectAuthority(IssuedStores(store_conn, config.space), read_ledger=read_ledger),  # issue 6 item 6
         )
         metrics.watch(responder.statistics, limits=limiter.statistics)
         async with trio.open_nursery() as nursery:

@@ -14,6 +14,7 @@ from cotal_trio.core.connect_authority import (
     plan_connect_authority,
     reusable,
     same_ceiling,
+    spawner_to_read,
     widen,
 )
 from cotal_trio.core.identity import derive_owner
@@ -39,10 +40,11 @@ def _bearer(view=None, scope=("spawn",)) -> ValidatedBearer:
     )
 
 
-def _row(kind=LedgerKind.INTERACTIVE, scope=("spawn",)) -> LedgerRow:
+def _row(kind=LedgerKind.INTERACTIVE, scope=("spawn",), *, actor="cli", owner=OWNER, parent=None) -> LedgerRow:
     return LedgerRow(
-        kind=kind, owner=OWNER, actor="cli", scope=scope, allow_subscribe=("team.>",), allow_publish=("team.news",),
+        kind=kind, owner=owner, actor=actor, scope=scope, allow_subscribe=("team.>",), allow_publish=("team.news",),
         token_hash="c" * 64 if kind is LedgerKind.MANAGED else None, lifecycle_uid=UID, granted_at="2026-11-29T10:00:00Z",
+        parent=parent,
     )
 
 
@@ -71,22 +73,65 @@ def test_an_agent_gets_a_listing_generation_with_exactly_three_rows():
 
 
 MANAGER_VERBS = ("run-start", "run-start-keyed", "run-submission-status")
+SPAWNER = f"{OWNER}.boss"
+OTHER_OWNER = derive_owner(bytes(32) + b"x", "https://idp.example", "mallory")
 PLANS = [
-    # (row kind, row scope, bearer scope) -> kind, extra request verbs on `manager`
-    ("interactive", ("spawn",), ("spawn",), "manager-caller", ()),
-    ("interactive", ("run",), ("run",), "manager-caller", MANAGER_VERBS),
-    ("managed", ("run",), ("run",), "manager-caller", MANAGER_VERBS),
-    ("managed", ("spawn",), ("spawn",), "listing", ()),
-    ("managed", ("run",), (), "listing", ()),  # run not signed
+    # (row kind, row scope, bearer scope, row parent, parent's fresh row) -> kind, extra verbs on `manager`
+    ("interactive, no run", "interactive", ("spawn",), ("spawn",), None, None, "manager-caller", ()),
+    ("interactive, run", "interactive", ("run",), ("run",), None, None, "manager-caller", MANAGER_VERBS),
+    ("managed, run, parent with run", "managed", ("run",), ("run",), SPAWNER, ("run",), "manager-caller", MANAGER_VERBS),
+    ("managed, run, managed parent with run", "managed", ("run",), ("run",), SPAWNER, ("run", "managed"), "manager-caller",
+     MANAGER_VERBS),
+    ("managed, no run", "managed", ("spawn",), ("spawn",), SPAWNER, ("run",), "listing", ()),
+    ("managed, run not signed", "managed", ("run",), (), SPAWNER, ("run",), "listing", ()),
+    ("managed, run, no parent", "managed", ("run",), ("run",), None, None, "listing", ()),
+    ("managed, run, parent no longer granted", "managed", ("run",), ("run",), SPAWNER, None, "listing", ()),
+    ("managed, run, parent without run", "managed", ("run",), ("run",), SPAWNER, ("spawn",), "listing", ()),
+    # spec "User-auth manager callers": an admin parent's containment bypass does not count
+    ("managed, run, admin parent without run", "managed", ("run",), ("run",), SPAWNER, ("admin",), "listing", ()),
+    ("managed, run, admin parent with run", "managed", ("run",), ("run",), SPAWNER, ("admin", "run"), "manager-caller",
+     MANAGER_VERBS),
 ]
 
 
-@pytest.mark.parametrize(("kind", "row_scope", "scope", "expected", "verbs"), PLANS)
-def test_a_manager_caller_view_is_issued_for_an_interactive_row_or_a_managed_seat_with_run(kind, row_scope, scope, expected, verbs):
-    row = _row(kind=LedgerKind(kind), scope=row_scope)
-    plan = plan_connect_authority(space=SPACE, bearer=_bearer("manager-caller", scope), row=row, inbox_nonce=NONCE)
+def _parent_row(scope):
+    if scope is None:
+        return None
+    kind = LedgerKind.MANAGED if "managed" in scope else LedgerKind.INTERACTIVE
+    return _row(kind=kind, scope=tuple(s for s in scope if s != "managed"), actor="boss")
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "row_scope", "scope", "parent", "parent_scope", "expected", "verbs"), PLANS, ids=[p[0] for p in PLANS]
+)
+def test_a_manager_caller_view_is_issued_for_an_interactive_row_or_an_eligible_managed_seat(
+    name, kind, row_scope, scope, parent, parent_scope, expected, verbs
+):
+    row = _row(kind=LedgerKind(kind), scope=row_scope, parent=parent)
+    bearer = _bearer("manager-caller", scope)
+    plan = plan_connect_authority(
+        space=SPACE, bearer=bearer, row=row, inbox_nonce=NONCE, spawner=_parent_row(parent_scope)
+    )
     assert plan is not None and plan.kind == expected and plan.horizon == EXP
     assert plan.requests == (("registry", "endpoints"), *(("manager", v) for v in verbs))
+
+
+def test_only_a_managed_run_seat_with_a_spawner_needs_the_spawner_read():
+    managed = _row(kind=LedgerKind.MANAGED, scope=("run",), parent=SPAWNER)
+    assert spawner_to_read(_bearer("manager-caller", ("run",)), managed) == (OWNER, "boss")
+    assert spawner_to_read(_bearer("manager-caller", ("spawn",)), managed) is None  # run not signed
+    assert spawner_to_read(_bearer(None, ("run",)), managed) is None  # an agent: a listing anyway
+    assert spawner_to_read(_bearer("manager-caller", ("run",)), _row(kind=LedgerKind.MANAGED, scope=("run",))) is None
+    assert spawner_to_read(_bearer("manager-caller", ("run",)), _row(scope=("run",), parent=None)) is None
+
+
+def test_a_spawner_of_another_owner_or_another_principal_does_not_count():
+    row = _row(kind=LedgerKind.MANAGED, scope=("run",), parent=SPAWNER)
+    bearer = _bearer("manager-caller", ("run",))
+    for wrong in (_row(scope=("run",), actor="other"), _row(scope=("run",), actor="boss", owner=OTHER_OWNER)):
+        plan = plan_connect_authority(space=SPACE, bearer=bearer, row=row, inbox_nonce=NONCE, spawner=wrong)
+        assert plan is not None and plan.kind == "listing"
+    assert spawner_to_read(bearer, _row(kind=LedgerKind.MANAGED, scope=("run",), parent=f"{OTHER_OWNER}.boss")) is None
 
 
 @pytest.mark.parametrize("view", ["admin", "session-caller", "purger"])

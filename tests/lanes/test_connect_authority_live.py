@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,7 +15,9 @@ import pytest
 import trio
 
 from cotal_trio.core.connect_authority import accepted_token
+from cotal_trio.core.identity import mint_lifecycle_uid
 from cotal_trio.core.issued import ceiling_from_native, horizon_of
+from cotal_trio.core.ledger import LedgerKind, LedgerRow, hash_actor_token, new_actor_token
 from cotal_trio.core.profiles import agent_permissions
 from cotal_trio.lanes.issued import IssuedStores
 from cotal_trio.lanes.service_endpoints import open_store_user
@@ -126,3 +129,41 @@ async def test_a_manager_caller_view_is_issued_with_its_own_generation_and_rows(
     }
     assert set(got["sub"]["allow"]) == {f"_INBOX_{nonce}.>", *(f"{prefix}.{v}.reply.>" for v in verbs)}
     assert horizon_of(g) == _exp(bearer) and evidence.permissions.canonical() == ceiling_from_native(got).canonical()
+
+
+def _seat(stack: Stack, spawner: LedgerRow, actor: str, token: str) -> LedgerRow:
+    row = LedgerRow(
+        kind=LedgerKind.MANAGED, owner=spawner.owner, actor=actor, scope=("run",), allow_subscribe=("team.>",),
+        allow_publish=("team.>",), role=None, parent=spawner.principal, label=None, token_hash=hash_actor_token(token),
+        lifecycle_uid=mint_lifecycle_uid(os.urandom(20)), granted_at="2026-11-29T10:00:00Z",
+    )  # fmt: skip
+    write_row(stack.space_paths, row)
+    return row
+
+
+async def _seat_verbs(stack: Stack, seat: LedgerRow, token: str) -> set[str]:
+    """The ``ep.v1`` verbs a managed seat's ``manager-caller`` connect is given."""
+    body = {"owner": seat.owner, "actor": seat.actor, "actorToken": token, "view": "manager-caller"}
+    status, answer = await stack.exchange(body)
+    assert status == 200, answer
+    with trio.fail_after(20):
+        async with client(stack, answer["token"]) as conn:
+            got = await _permissions(conn)
+    return {s.split(f".{seat.actor}.", 1)[1] for s in got["pub"]["allow"] if ".ep.v1." in s}
+
+
+async def test_a_managed_run_seat_is_issued_only_when_its_spawner_holds_run(stack):
+    """Spec "User-auth manager callers": a managed seat with ``run`` gets the bound verbs only when
+    its direct parent's fresh same-owner grant holds ``run``; an admin parent's containment
+    bypass does not count, and a re-grant of the parent without ``run`` bites the next connect."""
+    stack.grant("alice", "mgr", scope=("supervise",))
+    await _register(stack, "alice", "mgr")
+    boss = stack.grant("alice", "boss", scope=("run",))
+    chief = stack.grant("alice", "chief", scope=("admin",))
+    token = new_actor_token(os.urandom(32))
+    bound = {"registry.endpoints", "manager.run-start", "manager.run-start-keyed", "manager.run-submission-status"}
+    worker = _seat(stack, boss, "worker", token)
+    assert await _seat_verbs(stack, worker, token) == bound
+    assert await _seat_verbs(stack, _seat(stack, chief, "helper", token), token) == {"registry.endpoints"}
+    stack.grant("alice", "boss", scope=("admin",))  # re-granted without run: the seat's next connect lists only
+    assert await _seat_verbs(stack, worker, token) == {"registry.endpoints"}

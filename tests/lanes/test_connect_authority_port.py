@@ -9,8 +9,9 @@ import trio
 from cotal_trio.core.bearer import ValidatedBearer
 from cotal_trio.core.callout import ConnectGrant
 from cotal_trio.core.connect_authority import accepted_token
-from cotal_trio.core.errors import RefusalCode, Refused, Unavailable
+from cotal_trio.core.errors import CodecError, RefusalCode, Refused, Unavailable
 from cotal_trio.core.issued import IssuedRef, new_generation
+from cotal_trio.core.ledger import LedgerKind
 from cotal_trio.lanes.connect_authority import ConnectAuthority
 from tests.core.test_connect_authority import EXP, NONCE, NOW, OWNER, SPACE, UID, _agent, _bearer, _row
 
@@ -100,3 +101,61 @@ async def test_views_without_rows_touch_no_store():
     )
     assert await ConnectAuthority(stores)(bearer, GRANT, _row(scope=("admin",)), NONCE, NOW) is None  # type: ignore[arg-type]
     assert stores.calls == []
+
+
+def _seat_bearer() -> ValidatedBearer:
+    return ValidatedBearer(
+        owner=OWNER, actor="cli", scope=("run",), lifecycle_uid=UID, parent=None, view="manager-caller", credential_id=None,
+        iat=NOW, exp=EXP, manager_instance_id="b" * 26,
+    )
+
+
+SEAT = _row(kind=LedgerKind.MANAGED, scope=("run",), parent=f"{OWNER}.boss")
+
+
+class Ledger:
+    """The fresh ledger reads the port makes, recorded; ``rows`` is what each read gives."""
+
+    def __init__(self, rows=None, error: Exception | None = None) -> None:
+        self.rows, self.error, self.reads = rows or (None, None), error, []
+
+    async def __call__(self, owner, actor):
+        await trio.lowlevel.checkpoint()
+        self.reads.append((owner, actor))
+        if self.error is not None:
+            raise self.error
+        return self.rows
+
+
+def _verbs(extra) -> list[str]:
+    return sorted(s.rsplit(".", 2)[-1] for s in extra.pub_allow if ".ep.v1." in s)
+
+
+@pytest.mark.parametrize(
+    ("rows", "error", "verbs"),
+    [
+        ((_row(scope=("run",), actor="boss"), None), None, ["endpoints", "run-start", "run-start-keyed", "run-submission-status"]),
+        ((None, _row(kind=LedgerKind.MANAGED, scope=("run",), actor="boss")), None,
+         ["endpoints", "run-start", "run-start-keyed", "run-submission-status"]),
+        ((_row(scope=("admin",), actor="boss"), None), None, ["endpoints"]),  # admin's bypass does not count
+        ((None, None), None, ["endpoints"]),  # the spawner is no longer granted
+        (None, CodecError("corrupt row"), ["endpoints"]),  # an unreadable spawner row: a listing only
+    ],
+    ids=["interactive spawner with run", "managed spawner with run", "admin spawner", "spawner gone", "spawner unreadable"],
+)
+async def test_a_managed_run_seat_reads_its_spawner_fresh(rows, error, verbs):
+    ledger = Ledger(rows, error)
+    extra = await ConnectAuthority(FakeStores(), read_ledger=ledger)(_seat_bearer(), GRANT, SEAT, NONCE, NOW)  # type: ignore[arg-type]
+    assert ledger.reads == [(OWNER, "boss")]
+    assert extra is not None and _verbs(extra) == verbs
+
+
+async def test_only_a_managed_run_seat_reads_the_ledger():
+    ledger = Ledger()
+    assert await ConnectAuthority(FakeStores(), read_ledger=ledger)(_bearer(), GRANT, _row(), NONCE, NOW) is not None  # type: ignore[arg-type]
+    assert ledger.reads == []
+
+
+async def test_without_a_ledger_port_a_managed_seat_gets_a_listing_only():
+    extra = await ConnectAuthority(FakeStores())(_seat_bearer(), GRANT, SEAT, NONCE, NOW)  # type: ignore[arg-type]
+    assert extra is not None and _verbs(extra) == ["endpoints"]
