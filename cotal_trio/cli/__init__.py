@@ -35,8 +35,10 @@ app.command("cotal_trio.cli.space:space_app", name="space", help="Add, remove an
 app.command("cotal_trio.cli.manager:manager_app", name="manager", help="Register, list and retire the manager instances of a space.")
 app.command("cotal_trio.cli.check:check", help="Run the whole path against the running root and name any failing step.")
 app.command("cotal_trio.cli.status:status", help="One line per space of the running root: state, pid, exchange URL, callout counts.")
+app.command("cotal_trio.cli.watch:watch", help="Live view of the root's spaces from their event streams (--json: the raw events).")
 app.command("cotal_trio.cli.auth:auth_app", name="auth", help="Mint and revoke the credentials of a static space.")
 app.command("cotal_trio.cli.doctor:doctor_app", name="doctor", help="Check the root and name the next command to run.")
+app.command("cotal_trio.cli.service:service_app", name="service", help="Write systemd units for `cotal auth-service` and its callout replicas.")
 
 
 def configure_logging() -> None:

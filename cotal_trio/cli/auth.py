@@ -7,6 +7,12 @@ the space's data-account service signing key, so the broker accepts the file by 
 static space has no callout). A revocation re-signs the data account JWT with the operator
 signing key, its ``revocations`` rebuilt from every record of the space, saves it in
 ``accounts.json`` and pushes it to the running broker the way ``cotal space add`` does.
+
+``cotal auth mint --endpoint E --out PATH [--channels a,b]`` (issue 6 item 7; spec "Standalone
+callers") mints a standalone caller: it asks the endpoint for its surface now, then records the
+label pending, creates the private create-only issuance intent, provisions the native footprint
+and writes the file, in that order (``cli/_auth_caller.py``; the I/O steps are
+:mod:`cotal_trio.lanes.callers`, the rules :mod:`cotal_trio.core.callers`).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import json
 import os
 import secrets
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -27,8 +33,8 @@ from .. import natsio
 from ..broker import provision
 from ..broker.accounts import open_system_connection, push_accounts
 from ..broker.spaces import MODE_STATIC, resolve_server_url, space_mode
+from ..core import callers, natsjwt, profiles
 from ..core import credentials as rules
-from ..core import natsjwt, profiles
 from ..core.credentials import Credential, LabelRecord
 from ..core.creds import format_creds, parse_creds
 from ..core.errors import CodecError, ConfigError
@@ -56,9 +62,23 @@ from ..state.credentials import (
 from .actor import as_config_error, provisioned, split_list
 from .common import Where
 
-__all__ = ["auth_app", "mint", "revoke_credential", "trust_conflict"]
+__all__ = [
+    "MintFlags",
+    "MintPlan",
+    "auth_app",
+    "check_label_state",
+    "creds_text",
+    "mint",
+    "mint_native",
+    "new_credential",
+    "plan_mint",
+    "revoke_credential",
+    "trust_conflict",
+    "undo_record",
+]
 
 auth_app = cyclopts.App(name="auth", help="Mint and revoke the credentials of a static space.")
+auth_app.command("cotal_trio.cli._auth_caller:recreate_issued_stores", name="recreate-issued-stores")
 
 LIFECYCLE_UID_RANDOM_BYTES = 20
 INBOX_NONCE_BYTES = 16
@@ -69,6 +89,8 @@ PUSH_DEADLINE_S = 30
 Flag = Parameter(negative="")
 Json = Annotated[bool, Parameter(name="--json", negative="", help="Print a JSON object.")]
 Server = Annotated[str | None, Parameter(help="Broker URL (default: the root's broker on 127.0.0.1, if it runs).")]
+CallerServer = Annotated[str | None, Parameter(
+    help="With --endpoint: the broker URL (default: the root's broker on 127.0.0.1, if it runs).")]
 
 
 # -- checks before anything is signed --------------------------------------------------------------
@@ -172,7 +194,20 @@ def read_identity(path: str, material: SpaceMaterial) -> tuple[KeyPair, str, str
 
 
 def permissions_of(cred: Credential) -> dict:
-    """The NATS ``{pub, sub}`` of ``cred``'s profile (:func:`cotal_trio.core.profiles.profile_permissions`)."""
+    """The NATS ``{pub, sub}`` of ``cred``'s profile (:func:`cotal_trio.core.profiles.profile_permissions`),
+    or of a standalone caller (:func:`cotal_trio.core.callers.standalone_caller_permissions`).
+
+    Raises:
+        ConfigError: an input breaks its grammar.
+
+    Spec "Provisioning" / "Standalone callers".
+    """
+    if cred.endpoint is not None:
+        with as_config_error():
+            return callers.standalone_caller_permissions(
+                space=cred.space, owner=cred.owner, actor=cred.actor, channels=cred.allow_publish,
+                inbox_nonce=cred.inbox_nonce, endpoint=cred.endpoint, verbs=cred.verbs,
+            ).to_nats()  # fmt: skip
     context: dict = {"space": cred.space, "inbox_nonce": cred.inbox_nonce}
     if cred.profile == "agent":
         context.update(owner=cred.owner, actor=cred.actor, allow_publish=cred.allow_publish,
@@ -192,8 +227,156 @@ def _check_out(out: Path, record: LabelRecord | None, identity: str | None) -> N
 # -- mint ------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MintFlags:
+    """The flags every mint shares (``cotal auth mint``'s parameters, as given).
+
+    Spec "Provisioning" / "Standalone callers".
+    """
+
+    profile: str
+    label: str | None
+    out: str | None
+    expires_in: int | None
+    expires_at: int | None
+    no_expiry: bool
+    replace: bool
+    identity: str | None
+    where: Where
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MintPlan:
+    """What a mint signs with and where it writes, once the space, label and folders checked out.
+
+    Spec "Provisioning" / "Standalone callers".
+    """
+
+    sp: SpacePaths
+    material: SpaceMaterial
+    paths: RootPaths
+    now: int
+    exp: int | None
+    key: KeyPair
+    owner: str
+    actor: str
+    label: str
+    target: Path
+
+
+def plan_mint(flags: MintFlags) -> MintPlan:
+    """The space, lifetime, key, principal, label and file of a mint (blocking file reads).
+
+    Raises:
+        ConfigError: not a static space, a lifetime flag, an ``--identity`` or label problem, or
+            trust held for another root (:func:`trust_conflict`).
+
+    Spec "Provisioning" / "Standalone callers".
+    """
+    sp, material = static_space(flags.where)
+    now = int(time.time())
+    exp = rules.choose_expiry(now=now, expires_in=flags.expires_in, expires_at=flags.expires_at, no_expiry=flags.no_expiry)
+    if flags.identity is not None:
+        key, owner, actor = read_identity(flags.identity, material)
+    else:
+        key, owner, actor = KeyPair.generate(Prefix.USER), rules.static_owner(load_owner_secret(sp.owner_secret_json)), None
+    name = rules.check_label(flags.label if flags.label is not None else actor or flags.profile)
+    paths = flags.where.paths()
+    target = Path(flags.out).expanduser().absolute() if flags.out is not None else default_creds_path(paths, sp.space, name)
+    conflict = trust_conflict(paths, sp.space, material.data_account, [Path.cwd(), target.parent])
+    if conflict is not None:
+        raise ConfigError(conflict)
+    return MintPlan(sp=sp, material=material, paths=paths, now=now, exp=exp, key=key, owner=owner,
+                    actor=actor or name, label=name, target=target)  # fmt: skip
+
+
+def check_label_state(plan: MintPlan, flags: MintFlags) -> tuple[LabelRecord | None, int]:
+    """``(the label's record, the new JWT's iat)``; hold the credential lock (blocking reads).
+
+    Raises:
+        ConfigError: the label may not be minted (:func:`~cotal_trio.core.credentials.check_replace`,
+            an interrupted standalone-caller mint included), ``--out`` is another file, or the
+            expiry is not after the issue time.
+
+    Spec "Provisioning" / "Standalone callers".
+    """
+    record = load_record(plan.sp, plan.label)
+    if flags.identity is not None:
+        _check_identity_label(plan.sp, plan.label, plan.key.public_key, flags.identity)
+    pending_file = record is not None and record.current.pending and Path(record.current.path).exists()
+    rules.check_replace(record, replace=flags.replace, space=plan.sp.space, now=plan.now, pending_file=pending_file)
+    _check_out(plan.target, record, flags.identity)
+    iat = rules.issue_time(record, plan.key.public_key, now=plan.now)
+    if plan.exp is not None and plan.exp <= iat:
+        raise ConfigError(f"the expiry {plan.exp} is not after the issue time {iat} - pass a later --expires-at")
+    return record, iat
+
+
+def new_credential(plan: MintPlan, flags: MintFlags, *, iat: int, grant: dict, uid: str | None = None, **caller) -> Credential:
+    """The credential a mint records: lifecycle ``uid`` (default a fresh one) and a fresh inbox
+    nonce (``caller``: a standalone caller's ``endpoint``, ``surface_digest``, ``verbs``, ``pending``).
+
+    Raises:
+        ConfigError: a field breaks its grammar (a flag the checks let through).
+
+    Spec "Provisioning" / "Standalone callers".
+    """
+    uid = uid or mint_lifecycle_uid(os.urandom(LIFECYCLE_UID_RANDOM_BYTES))
+    with as_config_error():
+        return Credential(
+            label=plan.label, space=plan.sp.space, profile=flags.profile, owner=plan.owner, actor=plan.actor,
+            lifecycle_uid=uid, user_key=plan.key.public_key,
+            issued_at=iat, expires_at=plan.exp, path=str(plan.target),
+            inbox_nonce=secrets.token_urlsafe(INBOX_NONCE_BYTES), **grant, **caller,
+        )  # fmt: skip
+
+
+def creds_text(cred: Credential, plan: MintPlan) -> tuple[str, dict]:
+    """``(the .creds text, its NATS permissions)``: the JWT signed by the data account's service key.
+
+    Spec "Provisioning" / "Standalone callers".
+    """
+    permissions = permissions_of(cred)
+    claims = rules.credential_claims(cred, data_account=plan.material.data_account, permissions=permissions)
+    return format_creds(natsjwt.encode(claims, plan.material.data_service_signing, iat=cred.issued_at), plan.key.seed), permissions
+
+
+def undo_record(sp: SpacePaths, label: str, record: LabelRecord | None) -> None:
+    """Put the label's record back as it was before a mint (none: remove it). Blocking.
+
+    Spec "Provisioning" / "Standalone callers".
+    """
+    if record is None:
+        record_path(sp, label).unlink(missing_ok=True)
+    else:
+        save_record(sp, record)
+
+
+def mint_native(flags: MintFlags, grant: dict) -> tuple[Credential, LabelRecord, bool]:
+    """A profile mint (blocking): checks, the record, then the file; a failed write undoes the record.
+
+    Returns:
+        ``(the credential, the label's record now, whether it replaced one)``.
+
+    Spec "Provisioning" / "Standalone callers".
+    """
+    plan = plan_mint(flags)
+    with hold_credentials(plan.sp):
+        record, iat = check_label_state(plan, flags)
+        cred = new_credential(plan, flags, iat=iat, grant=grant)
+        text, _ = creds_text(cred, plan)
+        fresh = LabelRecord(current=cred) if record is None else record.replace_with(cred, now=plan.now)
+        save_record(plan.sp, fresh)  # first: a file that exists is always recorded, so it can be revoked
+        try:
+            write_creds(plan.target, text)
+        except BaseException:  # the file never existed (its seed was never written): undo the record
+            undo_record(plan.sp, plan.label, record)
+            raise
+    return cred, fresh, record is not None
+
+
 @auth_app.command
-def mint(
+async def mint(
     *,
     profile: Literal["agent", "observer", "admin"] = "agent",
     label: str | None = None,
@@ -206,6 +389,9 @@ def mint(
     allow_subscribe: str | None = None,
     allow_publish: str | None = None,
     role: str | None = None,
+    endpoint: str | None = None,
+    channels: str | None = None,
+    server: CallerServer = None,
     as_json: Json = False,
     where: Where = Where(),
 ) -> None:
@@ -238,50 +424,27 @@ def mint(
         Agent only: comma-separated channel patterns it may post to.
     role
         Agent only: its role (its task queue).
+    endpoint
+        A standalone caller of this endpoint: its describe and surface verbs, from the surface
+        the endpoint answers now (needs --out and a running broker).
+    channels
+        With --endpoint: comma-separated channel patterns it may read and post to.
     """
-    sp, material = static_space(where)
-    grant = agent_grant(profile, allow_subscribe, allow_publish, role)
-    now = int(time.time())
-    exp = rules.choose_expiry(now=now, expires_in=expires_in, expires_at=expires_at, no_expiry=no_expiry)
-    if identity is not None:
-        key, owner, actor = read_identity(identity, material)
+    flags = MintFlags(profile=profile, label=label, out=out, expires_in=expires_in, expires_at=expires_at,
+                      no_expiry=no_expiry, replace=replace, identity=identity, where=where)  # fmt: skip
+    if endpoint is None:
+        if channels is not None or server is not None:
+            raise ConfigError(f"{'--channels' if channels is not None else '--server'} goes with --endpoint (a standalone "
+                              "caller) - for an agent pass --allow-subscribe and --allow-publish, or add --endpoint")  # fmt: skip
+        grant = agent_grant(profile, allow_subscribe, allow_publish, role)
+        cred, record, replaced = await trio.to_thread.run_sync(mint_native, flags, grant)
     else:
-        key, owner, actor = KeyPair.generate(Prefix.USER), rules.static_owner(load_owner_secret(sp.owner_secret_json)), None
-    name = rules.check_label(label if label is not None else actor or profile)
-    paths = where.paths()
-    target = Path(out).expanduser().absolute() if out is not None else default_creds_path(paths, sp.space, name)
-    conflict = trust_conflict(paths, sp.space, material.data_account, [Path.cwd(), target.parent])
-    if conflict is not None:
-        raise ConfigError(conflict)
-    with hold_credentials(sp):
-        record = load_record(sp, name)
-        if identity is not None:
-            _check_identity_label(sp, name, key.public_key, identity)
-        rules.check_replace(record, replace=replace, space=sp.space, now=now)
-        _check_out(target, record, identity)
-        iat = rules.issue_time(record, key.public_key, now=now)
-        if exp is not None and exp <= iat:
-            raise ConfigError(f"the expiry {exp} is not after the issue time {iat} - pass a later --expires-at")
-        with as_config_error():
-            cred = Credential(
-                label=name, space=sp.space, profile=profile, owner=owner, actor=actor or name,
-                lifecycle_uid=mint_lifecycle_uid(os.urandom(LIFECYCLE_UID_RANDOM_BYTES)),
-                user_key=key.public_key, issued_at=iat, expires_at=exp, path=str(target),
-                inbox_nonce=secrets.token_urlsafe(INBOX_NONCE_BYTES), **grant,
-            )  # fmt: skip
-        claims = rules.credential_claims(cred, data_account=material.data_account, permissions=permissions_of(cred))
-        text = format_creds(natsjwt.encode(claims, material.data_service_signing, iat=iat), key.seed)
-        fresh = LabelRecord(current=cred) if record is None else record.replace_with(cred, now=now)
-        save_record(sp, fresh)  # first: a file that exists is always recorded, so it can be revoked
-        try:
-            write_creds(target, text)
-        except BaseException:  # the file never existed (its seed was never written): undo the record
-            if record is None:
-                record_path(sp, name).unlink(missing_ok=True)
-            else:
-                save_record(sp, record)
-            raise
-    _print_receipt(cred, fresh, replaced=record is not None, as_json=as_json)
+        from ._auth_caller import check_caller_flags, mint_caller  # it builds on this module's mint steps
+
+        check_caller_flags(flags, allow_subscribe, allow_publish, role)
+        chosen = split_list(channels, check_channel_pattern)
+        cred, record, replaced = await mint_caller(flags, callers.check_endpoint(endpoint), chosen, server)
+    _print_receipt(cred, record, replaced=replaced, as_json=as_json)
 
 
 def _print_receipt(cred: Credential, record: LabelRecord, *, replaced: bool, as_json: bool) -> None:
@@ -291,8 +454,12 @@ def _print_receipt(cred: Credential, record: LabelRecord, *, replaced: bool, as_
     expiry = "never (--no-expiry: `cotal doctor auth` warns about it)" if cred.expires_at is None else (
         f"{cred.expires_at} ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(cred.expires_at))})")
     print(f"{'replaced' if replaced else 'minted'} {cred.profile} credential {cred.label} in space {cred.space}")
-    for name, value in (("principal", cred.principal), ("lifecycle", cred.lifecycle_uid), ("user key", cred.user_key),
-                        ("expires", expiry), ("file", cred.path), ("inbox", f"_INBOX_{cred.inbox_nonce} (the client's inbox prefix)")):  # fmt: skip
+    rows = [("principal", cred.principal), ("lifecycle", cred.lifecycle_uid), ("user key", cred.user_key),
+            ("expires", expiry), ("file", cred.path), ("inbox", f"_INBOX_{cred.inbox_nonce} (the client's inbox prefix)")]  # fmt: skip
+    if cred.endpoint is not None:
+        rows += [("endpoint", cred.endpoint), ("surface", cred.surface_digest), ("verbs", ", ".join(cred.verbs)),
+                 ("channels", ", ".join(cred.allow_publish) or "none")]  # fmt: skip
+    for name, value in rows:
         print(f"  {name:<10}{value}")
     for old in rules.unbounded_replaced(record):
         print(f"  note: the replaced credential {old.user_key} has no expiry and still connects - revoke it with "

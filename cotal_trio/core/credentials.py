@@ -21,6 +21,12 @@ Rules, all pure (the shell passes ``now`` in unix seconds):
   ``revocations`` map lists for its key. So a revoked key stays usable for a later JWT (``--identity``)
   whose ``iat`` is later (:func:`issue_time`); :func:`revocations` is the map the data account
   carries.
+* **Standalone callers** (spec "Standalone callers"; :mod:`cotal_trio.core.callers`): a credential
+  minted with ``--endpoint`` also records its ``endpoint``, the surface digest and verbs it was
+  minted from, and ``pending`` while its mint is between the private issuance intent and the
+  handed-out file. A live pending credential refuses every later mint of its label, naming the
+  interrupted lifecycle UID, whether its file is there, and the remedy (:func:`check_replace`,
+  :func:`interrupted_sentence`), so an interrupted mint is never replayed blindly.
 * **Principal**: a static space has one owner, the root holding its signing key:
   :func:`static_owner` derives it like any owner, from the space's owner secret, with the fixed
   issuer ``cotal:static`` and subject ``root``. A fresh mint's actor is its label.
@@ -31,6 +37,7 @@ Pure and synchronous: no clock, no file, no randomness (keys, nonces and UIDs co
 from __future__ import annotations
 
 import enum
+import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -50,6 +57,7 @@ from .identity import (
     principal,
 )
 from .nkeys import Prefix, looks_like_public_key
+from .sessions import is_endpoint
 
 __all__ = [
     "DEFAULT_LIFETIME_S",
@@ -65,8 +73,10 @@ __all__ = [
     "check_replace",
     "classify",
     "credential_claims",
+    "credential_tags",
     "credential_findings",
     "describe_state",
+    "interrupted_sentence",
     "issue_time",
     "mint_command",
     "principal_of_claims",
@@ -169,6 +179,11 @@ class Credential:
         inbox_nonce: the agent's reply inbox is ``_INBOX_<nonce>``.
         role, allow_publish, allow_subscribe: the agent's flags as minted.
         revoked_at: unix seconds it was revoked with ``cotal auth revoke-credential``, or None.
+        endpoint: a standalone caller's endpoint (``--endpoint``), else None; then also
+            ``surface_digest`` (``sha256:<hex>``), ``verbs`` (the surface's, in its order) and
+            ``pending`` (True from before its issuance intent until its file is written). A
+            standalone caller is an ``agent`` with no role, the same read and post channels, and
+            an expiry. Records without these fields (older ones) read as None, (), False.
 
     Raises:
         CodecError: a field breaks its grammar (so a record read back is never half-valid).
@@ -189,6 +204,10 @@ class Credential:
     allow_publish: tuple[str, ...] = ()
     allow_subscribe: tuple[str, ...] = ()
     revoked_at: int | None = None
+    endpoint: str | None = None
+    surface_digest: str | None = None
+    verbs: tuple[str, ...] = ()
+    pending: bool = False
 
     def __post_init__(self) -> None:
         checks = (
@@ -203,10 +222,24 @@ class Credential:
             (self.role is None or is_role(self.role), "role"),
             (_patterns(self.allow_publish) and _patterns(self.allow_subscribe), "channel list"),
             (self.revoked_at is None or _is_time(self.revoked_at), "revocation time"),
+            (self.endpoint is None or self._caller_ok(), "standalone caller"),
+            (self.endpoint is not None or (self.surface_digest, self.verbs, self.pending) == (None, (), False), "endpoint"),
         )  # fmt: skip
         for ok, what in checks:
             if not ok:
                 raise _bad(f"has a malformed {what}")
+
+    def _caller_ok(self) -> bool:
+        """A standalone caller's fields: an endpoint, a digest, 1+ distinct verbs, an agent with no
+        role, the same read and post channels, and an expiry."""
+        verbs = self.verbs
+        return (
+            is_endpoint(self.endpoint) and self.endpoint != "v1" and isinstance(self.surface_digest, str)
+            and _DIGEST.fullmatch(self.surface_digest) is not None and isinstance(verbs, tuple) and bool(verbs)
+            and all(is_endpoint(v) for v in verbs) and len(set(verbs)) == len(verbs) and type(self.pending) is bool
+            and self.profile == "agent" and self.role is None and self.allow_publish == self.allow_subscribe
+            and self.expires_at is not None
+        )  # fmt: skip
 
     @property
     def principal(self) -> str:
@@ -214,14 +247,19 @@ class Credential:
         return principal(self.owner, self.actor)
 
     def to_json(self) -> dict[str, Any]:
-        """The record's JSON object (camelCase)."""
-        return {
+        """The record's JSON object (camelCase); a standalone caller's adds ``endpoint``,
+        ``surfaceDigest``, ``verbs`` and ``pending``."""
+        obj = {
             "label": self.label, "space": self.space, "profile": self.profile, "owner": self.owner,
             "actor": self.actor, "lifecycleUid": self.lifecycle_uid, "userKey": self.user_key,
             "issuedAt": self.issued_at, "expiresAt": self.expires_at, "path": self.path,
             "inboxNonce": self.inbox_nonce, "role": self.role, "allowPublish": list(self.allow_publish),
             "allowSubscribe": list(self.allow_subscribe), "revokedAt": self.revoked_at,
         }  # fmt: skip
+        if self.endpoint is not None:
+            obj |= {"endpoint": self.endpoint, "surfaceDigest": self.surface_digest, "verbs": list(self.verbs),
+                    "pending": self.pending}  # fmt: skip
+        return obj
 
     @classmethod
     def from_json(cls, obj: object) -> Credential:
@@ -230,15 +268,19 @@ class Credential:
         Raises:
             CodecError: not an object of exactly those fields, or a field is malformed.
         """
-        if not isinstance(obj, dict) or set(obj) != _FIELDS:
+        if not isinstance(obj, dict) or set(obj) not in (_FIELDS, _FIELDS | _CALLER_FIELDS):
             raise _bad("is not an object of the credential fields")
+        caller: dict[str, Any] = {}
+        if "endpoint" in obj:
+            caller = {"endpoint": obj["endpoint"], "surface_digest": obj["surfaceDigest"],
+                      "verbs": _tuple(obj["verbs"]), "pending": obj["pending"]}  # fmt: skip
         try:
             return cls(
                 label=obj["label"], space=obj["space"], profile=obj["profile"], owner=obj["owner"],
                 actor=obj["actor"], lifecycle_uid=obj["lifecycleUid"], user_key=obj["userKey"],
                 issued_at=obj["issuedAt"], expires_at=obj["expiresAt"], path=obj["path"],
                 inbox_nonce=obj["inboxNonce"], role=obj["role"], allow_publish=_tuple(obj["allowPublish"]),
-                allow_subscribe=_tuple(obj["allowSubscribe"]), revoked_at=obj["revokedAt"],
+                allow_subscribe=_tuple(obj["allowSubscribe"]), revoked_at=obj["revokedAt"], **caller,
             )  # fmt: skip
         except TypeError:
             raise _bad("has a field of the wrong type") from None
@@ -248,6 +290,8 @@ _FIELDS = {
     "label", "space", "profile", "owner", "actor", "lifecycleUid", "userKey", "issuedAt", "expiresAt",
     "path", "inboxNonce", "role", "allowPublish", "allowSubscribe", "revokedAt",
 }
+_CALLER_FIELDS = {"endpoint", "surfaceDigest", "verbs", "pending"}
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def _patterns(value: object) -> bool:
@@ -256,7 +300,7 @@ def _patterns(value: object) -> bool:
 
 def _tuple(value: object) -> tuple[Any, ...]:
     if not isinstance(value, list):
-        raise _bad("has a channel list that is not a list")
+        raise _bad("has a list field that is not a list")
     return tuple(value)
 
 
@@ -351,21 +395,26 @@ def describe_state(cred: Credential, *, now: int) -> str:
     return f"it is live until {cred.expires_at} ({cred.expires_at - now} s left)"  # type: ignore[operator]
 
 
-def check_replace(record: LabelRecord | None, *, replace: bool, space: str, now: int) -> None:
+def check_replace(record: LabelRecord | None, *, replace: bool, space: str, now: int, pending_file: bool = False) -> None:
     """Whether a mint may write the label of ``record`` (None: the label is new).
 
     ``--replace`` on a new label mints it (nothing to replace).
 
     Raises:
-        ConfigError: the label has a credential and ``replace`` is not set (the sentence names
-            ``--replace`` when it would be allowed); or ``replace`` is set and the credential is
-            live with an expiry and an unrevoked key.
+        ConfigError: the label's live credential is a standalone caller whose mint was
+            interrupted (``pending``: its intent may exist), named with its lifecycle UID, whether
+            its file is there (``pending_file``: the shell looked at its path) and the remedy
+            (:func:`interrupted_sentence`); the label has a credential and ``replace`` is
+            not set (the sentence names ``--replace`` when it would be allowed); or ``replace`` is
+            set and the credential is live with an expiry and an unrevoked key.
     """
     if record is None:
         return
     cred, label = record.current, record.label
     state = describe_state(cred, now=now)
     live = classify(cred, now=now) in (Health.HEALTHY, Health.NEAR_EXPIRY)
+    if live and cred.pending:
+        raise ConfigError(interrupted_sentence(cred, file_exists=pending_file))
     if live:
         raise ConfigError(
             f"label {label} already has a credential and --replace is refused: {state} - revoke it first "
@@ -373,6 +422,24 @@ def check_replace(record: LabelRecord | None, *, replace: bool, space: str, now:
         )
     if not replace:
         raise ConfigError(f"label {label} already has a credential ({state}) - pass --replace to replace it")
+
+
+def interrupted_sentence(cred: Credential, *, file_exists: bool) -> str:
+    """Why a label whose standalone-caller mint did not finish refuses another mint, and the fix.
+
+    Args:
+        cred: the pending credential; file_exists: whether a file is at its path (then it is
+            usable until revoked, and the sentence says so).
+
+    Spec "Standalone callers" ("blocks blind replay after interruption").
+    """
+    head = f"the mint of label {cred.label} (lifecycle {cred.lifecycle_uid}, endpoint {cred.endpoint})"
+    remedy = f"run `cotal auth revoke-credential {cred.label} --space {cred.space}`, then mint again with --replace"
+    if file_exists:
+        return (f"{head} did not finish: its file {cred.path} was written but never recorded as handed out, and it "
+                f"connects until revoked - {remedy}")  # fmt: skip
+    return (f"{head} was interrupted after its issuance intent: the intent may exist but the file was never handed out, "
+            f"and the mint is not run again blindly - {remedy}")  # fmt: skip
 
 
 def issue_time(record: LabelRecord | None, user_key: str, *, now: int) -> int:
@@ -440,9 +507,16 @@ def credential_claims(cred: Credential, *, data_account: str, permissions: Mappi
     return natsjwt.user_claims(
         user=cred.user_key, name=f"{cred.owner}-{cred.actor}", issuer_account=data_account,
         permissions=permissions, exp=cred.expires_at,
-        tags=(f"owner:{cred.owner}", f"actor:{cred.actor}", f"principal:{cred.principal}",
-              f"profile:{cred.profile}", f"lifecycle:{cred.lifecycle_uid}", f"label:{cred.label}"),
+        tags=credential_tags(owner=cred.owner, actor=cred.actor, profile=cred.profile, uid=cred.lifecycle_uid,
+                             label=cred.label),
     )  # fmt: skip
+
+
+def credential_tags(*, owner: str, actor: str, profile: str, uid: str, label: str) -> tuple[str, ...]:
+    """A minted credential's JWT tags, in order: ``owner:``, ``actor:``, ``principal:``,
+    ``profile:``, ``lifecycle:``, ``label:`` (the host check of a standalone caller rebuilds them)."""
+    return (f"owner:{owner}", f"actor:{actor}", f"principal:{principal(owner, actor)}", f"profile:{profile}",
+            f"lifecycle:{uid}", f"label:{label}")  # fmt: skip
 
 
 def principal_of_claims(claims: Mapping[str, Any]) -> tuple[str, str]:
@@ -463,13 +537,18 @@ def principal_of_claims(claims: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def receipt(cred: Credential, *, replaced: bool) -> dict[str, Any]:
-    """What ``cotal auth mint`` prints (``--json``): no secret, everything a client needs."""
-    return {
+    """What ``cotal auth mint`` prints (``--json``): no secret, everything a client needs; a
+    standalone caller's adds ``endpoint``, ``surfaceDigest``, ``verbs`` and ``channels``."""
+    obj = {
         "space": cred.space, "label": cred.label, "principal": cred.principal, "profile": cred.profile,
         "lifecycleUid": cred.lifecycle_uid, "userKey": cred.user_key, "issuedAt": cred.issued_at,
         "expiresAt": cred.expires_at, "path": cred.path, "inboxPrefix": f"_INBOX_{cred.inbox_nonce}",
         "replaced": replaced,
     }  # fmt: skip
+    if cred.endpoint is not None:
+        obj |= {"endpoint": cred.endpoint, "surfaceDigest": cred.surface_digest, "verbs": list(cred.verbs),
+                "channels": list(cred.allow_publish)}  # fmt: skip
+    return obj
 
 
 # -- doctor ---------------------------------------------------------------------------------------
@@ -507,12 +586,18 @@ def mint_command(cred: Credential, *, flags: str, identity: str | None = None) -
 
     Args:
         flags: ``--space <s>`` (and ``--root <r>``), shell-quoted by the caller.
-        identity: the shell-quoted path of the current file, to keep its nkey and principal.
+        identity: the shell-quoted path of the current file, to keep its nkey and principal
+            (ignored for a standalone caller: ``--identity`` is refused with ``--endpoint``).
     """
     parts = ["cotal auth mint", flags, f"--profile {cred.profile}", f"--label {cred.label}"]
-    if cred.allow_publish:
+    if cred.endpoint is not None:  # a standalone caller: --identity is refused with --endpoint
+        parts += [f"--endpoint {cred.endpoint}", f"--out {shlex.quote(cred.path)}"]
+        if cred.allow_publish:
+            parts.append(f"--channels {shlex.quote(','.join(cred.allow_publish))}")
+        identity = None
+    elif cred.allow_publish:
         parts.append(f"--allow-publish {shlex.quote(','.join(cred.allow_publish))}")  # `tasks.>` is a redirect
-    if cred.allow_subscribe:
+    if cred.allow_subscribe and cred.endpoint is None:
         parts.append(f"--allow-subscribe {shlex.quote(','.join(cred.allow_subscribe))}")
     if cred.role is not None:
         parts.append(f"--role {cred.role}")
@@ -537,6 +622,13 @@ def credential_findings(record: LabelRecord, *, now: int, flags: str, identity: 
     revoke = f"cotal auth revoke-credential {label} {flags}"
     health = classify(cred, now=now)
     found: list[Finding] = []
+    if cred.pending and health in (Health.HEALTHY, Health.NEAR_EXPIRY):
+        mint = f"its standalone-caller mint (lifecycle {cred.lifecycle_uid})"
+        problem = (f"{mint} did not finish: its file was written but never recorded as handed out, and it connects until "
+                   "revoked") if identity is not None else f"{mint} was interrupted after its issuance intent; its file was never handed out"  # fmt: skip
+        found.append(Finding(severity=Severity.FINDING, subject=subject, problem=problem,
+                             next=f"{revoke} && {mint_command(cred, flags=flags)}"))  # fmt: skip
+        return found
     if health is Health.EXPIRED:
         found.append(Finding(severity=Severity.FINDING, subject=subject, problem=f"expired at {cred.expires_at}",
                              next=mint_command(cred, flags=flags)))

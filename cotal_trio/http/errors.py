@@ -39,6 +39,7 @@ __all__ = [
     "LOGGER",
     "MAX_BODY_BYTES",
     "REFUSAL_STATUS",
+    "ROUTES_CONFIG",
     "Rejected",
     "answer_error",
     "error_body",
@@ -52,6 +53,9 @@ Handler = Callable[[], Awaitable[Any]]
 
 # Methods the catch-all rules accept, so that the closed table (not werkzeug) answers 405.
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+# The app.config key holding an app's route table, {path: (method, ...)} (install_edge).
+ROUTES_CONFIG = "COTAL_ROUTES"
 
 # Largest request body either face reads (DESIGN 7: 64 KiB, else 413).
 MAX_BODY_BYTES = 65536
@@ -176,8 +180,12 @@ def install_edge(app: Quart, *, routes: Mapping[str, Mapping[str, Handler]], unk
         routes: ``{"/path": {"GET": handler}}``; handlers take no arguments and return what a
             quart view returns. Copied, so later changes to the caller's dict do not apply.
         unknown_path: the face's 404 sentence (it lists the face's routes).
+
+    The table's paths and methods are kept in ``app.config[ROUTES_CONFIG]`` as
+    ``{path: (method, ...)}`` (read by the test that every route is documented, issue 7 item 5).
     """
     table = {path: dict(methods) for path, methods in routes.items()}
+    app.config[ROUTES_CONFIG] = {path: tuple(sorted(methods)) for path, methods in table.items()}
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["PROPAGATE_EXCEPTIONS"] = False
 

@@ -7,6 +7,9 @@ Closed, exact-match route table (anything else is a JSON 404, a wrong method a J
 ``GET /jwks``      ``{"keys": [<public JWK>]}`` with ``Cache-Control: max-age=300``
 ``POST /exchange`` a bearer for an IdP token (human) or an actor token (agent)
 ``GET /metrics``   the lane's Prometheus text (:mod:`cotal_trio.lanes.metrics`), when given
+``GET /``          the status page (:mod:`cotal_trio.http.status_page`; capability once, then a cookie)
+``/events``        websocket: the host's live events (:mod:`cotal_trio.lanes.events`, docs/events.md),
+                   when the lane has an event bus; a plain HTTP request to it is a JSON 426
 ``POST /tool-result-human-proof/verify``
                    host-only door: is ``{idpToken, subject}`` a fresh password proof of the
                    host's session subject? (``faces.answer_password_proof``; decides only)
@@ -33,22 +36,33 @@ shared refused-exchange window (spec "Listener policy": 30 per rolling 60 s); on
 refusal answers 429 instead of its reason, while a valid credential still mints. The proof door
 takes the same pre-checks and counts its refusals in the same window.
 
+``/events`` (issue 7 item 1) refuses its handshake before accepting: an ``Origin`` header other
+than the face's own ``http://127.0.0.1:<port>`` is 403 (cross-site websocket hijacking); then
+either the status page's session cookie of this port (``status_page.session_cookie_name`` and
+``cookie_ok``) or ``Authorization: Bearer <capability>`` (the same check and bad-capability
+window as every door: 401, then 429). ``GET /?cap=`` counts in that window too. Once
+accepted it sends the subscription's hello, then each event as one JSON text message; a
+consumer the bus drops for being slow gets what was already written to its socket, then close
+code 1008 with the bus's reason.
+
 Per-app state is the two windows, held by the handlers' closure (no module state, no nursery).
 """
 
 from __future__ import annotations
 
 import hmac
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from quart import request
+from quart import request, websocket
 from quart_trio import QuartTrio
 from werkzeug.datastructures import Headers
 
 from cotal_trio.core.errors import RefusalCode, Refused
+from cotal_trio.core.events import SLOW_CONSUMER_CODE
 from cotal_trio.core.windows import SlidingWindow
-from cotal_trio.http.errors import Handler, install_edge
+from cotal_trio.http.errors import Handler, Rejected, answer_error, install_edge
 from cotal_trio.http.faces import (
     JWKS_MAX_AGE_S,
     ExchangeContext,
@@ -61,11 +75,19 @@ from cotal_trio.http.faces import (
     refetch_for_unknown_idp_key,
 )
 from cotal_trio.http.mesh_routes import MANAGER_AUTHORITY_PATH, answer_mesh_route
+from cotal_trio.http.status_page import cookie_ok, face_port, session_cookie_name, status_routes
+from cotal_trio.lanes.events import EventBus
 
-__all__ = ["JWKS_MAX_AGE_S", "PROOF_PATH", "UNKNOWN_PATH", "build_loopback_app"]
+__all__ = ["EVENTS_PATH", "JWKS_MAX_AGE_S", "PROOF_PATH", "UNKNOWN_PATH", "build_loopback_app"]
 
 PROOF_PATH = "/tool-result-human-proof/verify"
-UNKNOWN_PATH = f"unknown path - /health, /jwks, /exchange, /metrics, {MANAGER_AUTHORITY_PATH}, and the host-only doors (docs/host-doors.md)"
+EVENTS_PATH = "/events"
+UNKNOWN_PATH = (
+    f"unknown path - /health, /jwks, /exchange, /metrics, {MANAGER_AUTHORITY_PATH}, /events, / (the status page), "
+    "and the host-only doors (docs/host-doors.md)"
+)
+NOT_A_WEBSOCKET = f"{EVENTS_PATH} is a websocket - connect with ws:// and the capability (`cotal watch` does)"
+FOREIGN_ORIGIN = f"{EVENTS_PATH} accepts no cross-site connection - open the status page on this face itself"
 BAD_CAPABILITY = "missing/invalid exchange capability - read it from the space's auth-service.json"
 TOO_MANY_BAD_CAPABILITIES = "too many invalid-capability attempts - wait a minute and retry"
 
@@ -84,9 +106,17 @@ class _LoopbackFace:
         self._bad_capabilities = SlidingWindow()
         self._refusals = SlidingWindow()
 
-    def _check_capability(self, headers: Headers) -> None:
-        """Constant-time capability check with its own window (upstream-notes 4.1)."""
-        presented = _presented_capability(headers)
+    def check_capability(self, presented: str | None) -> None:
+        """Constant-time check of a presented capability with its own window (upstream-notes 4.1).
+
+        ``presented`` is the Bearer value (:func:`_presented_capability`), a status page's
+        ``?cap``, or ``None`` when none was presented (that counts as a bad one). Sync.
+
+        Raises:
+            Refused: BAD_CAPABILITY (401) for a missing or wrong value, counted in the window;
+                RATE_LIMITED (429, :data:`TOO_MANY_BAD_CAPABILITIES`) once the window is full.
+                The right capability passes even then.
+        """
         expected = self._ctx.capability.encode("ascii")
         if presented is not None and hmac.compare_digest(presented.encode("utf-8", "replace"), expected):
             return
@@ -102,7 +132,7 @@ class _LoopbackFace:
         """
         with counted_exchange(self._ctx) as tally:
             check_transport(request.headers)
-            self._check_capability(request.headers)
+            self.check_capability(_presented_capability(request.headers))
             body = await read_json_body()
             await refetch_for_unknown_idp_key(self._ctx, body)
             return await answer_exchange(
@@ -112,7 +142,7 @@ class _LoopbackFace:
     async def guard(self) -> object:
         """A host-only door's pre-checks: transport, capability, then the decoded JSON body."""
         check_transport(request.headers)
-        self._check_capability(request.headers)
+        self.check_capability(_presented_capability(request.headers))
         body = await read_json_body()
         await refetch_for_unknown_idp_key(self._ctx, body)
         return body
@@ -134,6 +164,59 @@ class _LoopbackFace:
         return answer_password_proof(self._ctx, body, admit_refusal=self._refusals.try_acquire)
 
 
+class _EventsDoor:
+    """``/events``: the lane's event bus over a websocket (issue 7 item 1; docs/events.md)."""
+
+    def __init__(self, face: _LoopbackFace, ctx: ExchangeContext, bus: EventBus) -> None:
+        self._face, self._ctx, self._bus = face, ctx, bus
+
+    def _refusal(self) -> tuple[dict[str, object], int, dict[str, str]] | None:
+        """The handshake's HTTP refusal (403 foreign ``Origin``, 401/429 no credential), or None."""
+        origin = websocket.headers.get("Origin")
+        port = face_port(websocket.scope)
+        if origin is not None and origin != f"http://127.0.0.1:{port}":
+            return answer_error(Rejected(403, FOREIGN_ORIGIN), unknown_path=UNKNOWN_PATH)
+        if cookie_ok(websocket.cookies.get(session_cookie_name(port)), self._ctx.capability):
+            return None
+        try:
+            self._face.check_capability(_presented_capability(websocket.headers))
+        except Refused as refused:
+            return answer_error(refused, unknown_path=UNKNOWN_PATH)
+        return None
+
+    async def serve(self) -> tuple[dict[str, object], int, dict[str, str]] | None:
+        """Refuse the handshake, or accept and stream until the client leaves or is dropped.
+
+        Each event is one JSON text message. A dropped consumer gets what was already written
+        to its socket (the send in progress completes first), then close code 1008 with the
+        bus's reason. The events still queued for a dropped consumer are discarded. A send to
+        a consumer that stopped reading cannot be cancelled (hypercorn shields its socket
+        writes): it waits until the consumer reads, leaves, or its shut window outlasts the
+        face's ``TCP_USER_TIMEOUT`` (:data:`~cotal_trio.http.serve.USER_TIMEOUT_S`), which cuts
+        the connection; it holds this task and its socket buffers, never the bus or the
+        callout. Cancelled (quart does it) when the client disconnects. Returns a refusal as
+        ``(JSON body, status, headers)``, which quart sends as the handshake's HTTP answer;
+        None once accepted.
+        """
+        refusal = self._refusal()
+        if refusal is not None:
+            return refusal
+        await websocket.accept()
+        async with self._bus.subscribe(self._ctx.space) as feed:
+            async for event in feed.events:
+                if feed.reason is not None:
+                    break
+                await websocket.send(json.dumps(event, separators=(",", ":")))
+            reason = feed.reason
+        if reason is not None:
+            await websocket.close(SLOW_CONSUMER_CODE, reason)
+        return None
+
+
+async def _not_a_websocket() -> Any:
+    raise Rejected(426, NOT_A_WEBSOCKET, {"Upgrade": "websocket"})
+
+
 def _metrics_route(exposition: Callable[[], tuple[bytes, str]]) -> Handler:
     async def scrape() -> tuple[bytes, int, dict[str, str]]:
         body, content_type = exposition()
@@ -149,7 +232,8 @@ capability, then the JSON body) and its shared refused-request window."""
 
 
 def build_loopback_app(
-    ctx: ExchangeContext, *, metrics: Callable[[], tuple[bytes, str]] | None = None, doors: Sequence[DoorTable] = ()
+    ctx: ExchangeContext, *, metrics: Callable[[], tuple[bytes, str]] | None = None, doors: Sequence[DoorTable] = (),
+    events: EventBus | None = None,
 ) -> QuartTrio:
     """Build the loopback face for one space (DESIGN 7; upstream-notes 4.1).
 
@@ -160,6 +244,8 @@ def build_loopback_app(
             path is a 404.
         doors: host-only door tables (:data:`DoorTable`), each given the face's guard and
             its shared window; a door path is served only when a table names it.
+        events: the host's event bus, streamed on the ``/events`` websocket (module
+            docstring); without it that path is a 404.
 
     Returns:
         A quart-trio app; serve it with :func:`cotal_trio.http.serve.serve_app`. Each call
@@ -175,5 +261,9 @@ def build_loopback_app(
         routes.update(table(face.guard, face.admit_refusal))
     if metrics is not None:
         routes["/metrics"] = {"GET": _metrics_route(metrics)}
+    routes.update(status_routes(ctx.capability, face.check_capability))
+    if events is not None:
+        routes[EVENTS_PATH] = {"GET": _not_a_websocket}
+        app.add_websocket(EVENTS_PATH, "events", _EventsDoor(face, ctx, events).serve)
     install_edge(app, routes=routes, unknown_path=UNKNOWN_PATH)
     return app

@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import os
+import socket
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 
@@ -25,15 +27,18 @@ __all__ = ["serve_app"]
 
 # How long an in-flight request may finish after a graceful shutdown trigger (seconds).
 GRACEFUL_TIMEOUT_S = 3.0
+# How long a peer may leave sent data unacknowledged (or its window shut) before its connection
+# is cut (seconds; TCP_USER_TIMEOUT, see _bound_socket).
+USER_TIMEOUT_S = 10.0
 # Bind failures that are the operator's to fix, and how the sentence names them.
 _BIND_ERRNOS: Mapping[int, str] = MappingProxyType(
     {errno.EADDRINUSE: "busy", errno.EADDRNOTAVAIL: "not an address of this host", errno.EACCES: "not permitted"}
 )
 
 
-def _config(host: str, port: int) -> Config:
+def _config(fd: int) -> Config:
     config = Config()
-    config.bind = [f"{host}:{port}"]
+    config.bind = [f"fd://{fd}"]
     config.accesslog = None
     # hypercorn logs "Running on ..." at INFO; our banner says where we listen.
     server_log = LOGGER.getChild("hypercorn")
@@ -44,26 +49,32 @@ def _config(host: str, port: int) -> Config:
     return config
 
 
-async def _probe_bind(host: str, port: int) -> None:
-    """Bind ``host:port`` the way hypercorn will, then release it.
+def _bound_socket(host: str, port: int, user_timeout_s: float) -> socket.socket:
+    """A TCP socket bound to ``host:port`` for hypercorn to listen on (handed over as ``fd://``).
 
-    hypercorn leaks its socket when its own bind fails (a ``ResourceWarning`` at garbage
-    collection), so the common failures are found here first, on a socket we close. A port
-    taken between this probe and hypercorn's bind still fails below, as the same ConfigError.
+    Binding here, on a socket we close on failure, keeps the operator's bind failures clean
+    (hypercorn leaks its own socket when its bind fails). ``TCP_USER_TIMEOUT`` is set on it, and
+    Linux gives every accepted connection the same: data a peer leaves unacknowledged, or a
+    window it keeps shut, for ``user_timeout_s`` seconds ends the connection. hypercorn shields
+    its socket writes from cancellation, so without this a peer that stops reading (an
+    ``/events`` consumer) would hold its handler, and the face's shutdown, forever.
 
     Raises:
         ConfigError: as :func:`_bind_error`; any other ``OSError`` propagates.
     """
-    family = trio.socket.AF_INET6 if ":" in host else trio.socket.AF_INET
-    with trio.socket.socket(family, trio.socket.SOCK_STREAM) as probe:
-        probe.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
-        try:
-            await probe.bind((host, port))
-        except OSError as exc:
-            error = _bind_error(exc, host, port)
-            if error is None:
-                raise
-            raise error from None
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(user_timeout_s * 1000))
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        error = _bind_error(exc, host, port)
+        if error is None:
+            raise
+        raise error from None
+    return sock
 
 
 def _bind_error(error: BaseException, host: str, port: int) -> ConfigError | None:
@@ -81,6 +92,7 @@ async def serve_app(
     host: str = "127.0.0.1",
     port: int = 0,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    user_timeout_s: float = USER_TIMEOUT_S,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` over HTTP/1.1 on ``host:port``; runs until cancelled.
@@ -95,6 +107,10 @@ async def serve_app(
         shutdown_trigger: optional; when the awaitable it returns completes, hypercorn stops
             accepting, lets in-flight requests finish for up to :data:`GRACEFUL_TIMEOUT_S`, and
             this function returns. Without it, only cancellation ends the server.
+        user_timeout_s: seconds a peer may leave sent data unacknowledged (or its receive
+            window shut) before its connection is cut (``TCP_USER_TIMEOUT``,
+            :func:`_bound_socket`); this also bounds how long a peer that stopped reading holds
+            the server's shutdown.
         task_status: from ``nursery.start``; receives the bound port (int).
 
     Raises:
@@ -103,18 +119,10 @@ async def serve_app(
 
     Cancellation: closes the listener and every connection; nothing is left open.
     """
-    await _probe_bind(host, port)
-    config = _config(host, port)
-    trigger = shutdown_trigger if shutdown_trigger is not None else trio.sleep_forever
-    bound = False
-    try:
+    with _bound_socket(host, port, user_timeout_s) as ours:
+        # hypercorn takes its own descriptor of the socket (and closes it); ours closes here.
+        config = _config(os.dup(ours.fileno()))
+        trigger = shutdown_trigger if shutdown_trigger is not None else trio.sleep_forever
         async with trio.open_nursery() as nursery:
             binds = await nursery.start(functools.partial(serve, app, config, shutdown_trigger=trigger))
-            bound = True
             task_status.started(int(binds[0].rsplit(":", 1)[1]))
-    except (OSError, BaseExceptionGroup) as failure:
-        # Only a failure to bind is the operator's; anything after binding propagates as is.
-        error = None if bound else _bind_error(failure, host, port)
-        if error is None:
-            raise
-        raise error from None

@@ -95,8 +95,9 @@ class ConnectAuthority:
             return None
 
     async def _spawner(self, bearer: ValidatedBearer, row: LedgerRow) -> LedgerRow | None:
-        """The fresh row of a managed ``run`` seat's spawner (managed if any, else interactive),
-        or None: not such a seat, no ledger port, no row, or an unreadable one (logged)."""
+        """The fresh row of a managed ``run`` seat's spawner (its one row, of either kind), or None:
+        not such a seat, no ledger port, no row, rows of both kinds (a broken ledger, which the
+        connect check refuses too) or an unreadable one (logged)."""
         principal = spawner_to_read(bearer, row)
         if principal is None or self._read_ledger is None:
             return None
@@ -104,6 +105,9 @@ class ConnectAuthority:
             interactive, managed = await self._read_ledger(*principal)
         except (CodecError, Refused) as exc:
             log.warning("auth callout: space=%s spawner %s of %s unreadable: %s", self._stores.space, row.parent, row.principal, exc)
+            return None
+        if interactive is not None and managed is not None:  # a broken ledger: never a spawner
+            log.warning("auth callout: space=%s spawner %s holds rows of both kinds", self._stores.space, row.parent)
             return None
         return managed if managed is not None else interactive
 

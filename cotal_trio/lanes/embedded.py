@@ -73,6 +73,7 @@ from ..state import (
     save_idp_pin,
     save_policy,
 )
+from .events import EventBus
 from .host import Host, HostConfig, run_host
 from .hosting import check_public_flags, given_public_flags, lane_factory, public_fields
 from .idp_keys import fetch_jwks
@@ -111,6 +112,9 @@ class UpConfig:
             them (module docstring).
         recreate_issued_stores: back the space's issued stores up into this folder (missing or
             empty), delete and recreate them before the lanes start; None: leave them.
+        events: the event bus the host and its lanes publish on and the faces' ``/events``
+            stream (issue 7 item 1); None: a fresh :class:`~cotal_trio.lanes.events.EventBus`.
+            No flag sets it (an embedding program or a test passes its own).
 
     Raises:
         ConfigError: a public-face setting the manifest would refuse, named by its flag.
@@ -128,6 +132,7 @@ class UpConfig:
     exchange_trusted_proxy: bool = False
     advertised_server: str | None = None
     recreate_issued_stores: Path | None = None
+    events: EventBus | None = None
 
     def __post_init__(self) -> None:
         check_public_flags(public_fields(self))
@@ -454,12 +459,15 @@ async def _serve(
     serves, when ``serving`` is set too."""
     async with trio.open_nursery() as nursery:
         dev_url = await _start_idp(nursery, config, prepared)
+        events = config.events if config.events is not None else EventBus()  # one per process (issue 7)
         start_lane = lane_factory(
             root=config.paths, server_url=server_url, limits=limits, callout_only=False,
             http_ports={config.space: config.http_port},
-            dev_idp_url=dev_url,
+            dev_idp_url=dev_url, events=events,
         )
-        host = await nursery.start(run_host, HostConfig(manifest=config.paths.spaces_manifest, start_lane=start_lane))
+        host = await nursery.start(run_host, HostConfig(
+            manifest=config.paths.spaces_manifest, start_lane=start_lane, events=events,
+        ))
         await _wait_serving(host, config.space, lease_s=DEFAULT_LEASE.lease_s)
         serving.set()
         service = read_json(config.paths.space(config.space).auth_service_json)

@@ -20,6 +20,13 @@ table of transitions) and ``stopping`` when the manifest drops or changes it. A 
 or run raises any ``Exception`` is named in the log and in ``.applied`` and retried every
 ``retry_s``; the other lanes and the host carry on (DESIGN.md 5, STYLE.md practice 10).
 ``<manifest>.applied`` is rewritten atomically after every reconcile and every state change.
+
+With an event bus (``HostConfig.events``; issue 7 item 1) the host publishes, synchronously at
+the moment it happens: a ``lane`` event on every state change (``starting`` when a lane is
+created, then each transition of :data:`_NEXT`), ``fenced`` (with the reason) when a lane's
+start or run ended because it lost its plane claim, just before its ``retrying``, and
+``stopped`` once a dropped or changed lane has fully exited; and a ``manifest`` event for every
+apply (``applied``, with the reconcile) and every refusal (``refused``).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import trio
 from watchfiles import Change, awatch
 
 from ..core.errors import AuthServiceError, ConfigError, leaves
+from ..core.events import lane_event, manifest_applied, manifest_refused
 from ..core.manifest import (
     LaneStatus,
     Manifest,
@@ -52,6 +60,8 @@ from ..core.manifest import (
     render_applied,
 )
 from ..state.files import atomic_write
+from .events import EventBus
+from .plane import Fenced
 
 __all__ = ["DEFAULT_SETTLE_S", "Host", "HostConfig", "HostStatistics", "LaneOutcome", "run_host"]
 
@@ -99,6 +109,8 @@ class HostConfig:
         settle_s: seconds of quiet awaited after a trigger before rereading (coalesces bursts).
         watch: watch the manifest's folder for file events (off: SIGHUP and backstop only).
         clock: wall time in unix seconds, for ``appliedAt``.
+        events: the process's event bus, for lane and manifest events (module docstring); None:
+            none are published.
 
     Raises:
         ConfigError: a duration is not a positive number.
@@ -112,6 +124,7 @@ class HostConfig:
     settle_s: float = DEFAULT_SETTLE_S
     watch: bool = True
     clock: Callable[[], float] = time.time
+    events: EventBus | None = None
 
     def __post_init__(self) -> None:
         for name in ("retry_s", "backstop_s", "settle_s"):
@@ -250,6 +263,7 @@ class Host:
         except ManifestRefused as exc:
             log.warning("manifest %s refused, the current lanes keep serving: %s", self._path, exc)
             self._refused = str(exc)
+            self._emit(manifest_refused(self._refused))
             await self._publish()
             return
         await self._apply(nursery, new)
@@ -266,6 +280,9 @@ class Host:
             del self._lanes[space]
         self._manifest, self._refused = new, None
         self._counts["reconciles"] += 1
+        self._emit(manifest_applied(
+            sha256=new.sha256, spaces=new.names, added=change.added, removed=change.removed, changed=change.changed,
+        ))
         for space in change.changed + change.added:
             entry = new.entry(space)
             assert entry is not None  # diff only names spaces of `new` here
@@ -283,11 +300,18 @@ class Host:
             await self._publish()
         for lane in lanes:
             await lane.done.wait()
+            self._emit(lane_event(lane.entry.space, "stopped"))
 
     def _start(self, nursery: trio.Nursery, entry: SpaceEntry) -> None:
         lane = _Lane(entry=entry)
         self._lanes[entry.space] = lane
+        self._emit(lane_event(entry.space, lane.status.state))
         nursery.start_soon(self._supervise, lane, name=f"lane[{entry.space}]")
+
+    def _emit(self, event: dict[str, object]) -> None:
+        """Publish ``event`` on the host's event bus, if it has one (sync, never blocks)."""
+        if self._config.events is not None:
+            self._config.events.publish(event)
 
     # --- one lane ---------------------------------------------------------------------------
 
@@ -325,6 +349,8 @@ class Host:
             log.warning("space %s: lane ended without an error, retrying in %g s", space, self._config.retry_s)
             return "the lane ended without an error"
         reason = _one_line(failure)
+        if any(isinstance(leaf, Fenced) for leaf in leaves(failure)) and lane.status.state != "stopping":
+            self._emit(lane_event(space, "fenced", reason))  # DESIGN.md 8: it lost its plane claim
         bug = not all(isinstance(leaf, AuthServiceError) for leaf in leaves(failure))
         log.warning(
             "space %s: lane failed, retrying in %g s: %s", space, self._config.retry_s, reason,
@@ -344,6 +370,8 @@ class Host:
             raise RuntimeError(f"no lane transition from {lane.status.state} on {event} (a host bug)") from None
         status = LaneStatus(state=state, reason=reason if state == "retrying" else None)
         changed, lane.status = status != lane.status, status
+        if changed:
+            self._emit(lane_event(lane.entry.space, status.state, status.reason))
         return changed
 
     def _wake_waiters(self) -> None:

@@ -33,13 +33,16 @@ from nacl.signing import VerifyKey
 
 from ..core.admission import CalloutLimits
 from ..core.errors import ConfigError
+from ..core.events import lane_event
 from ..core.idp import parse_jwks
 from ..core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimits
 from ..core.manifest import SpaceEntry, public_face_problems
 from ..devidp import DevIdpMaterial, jwks
 from ..state import RootPaths, load_idp_pin, missing
+from .events import EventBus
 from .host import HostConfig, run_host
 from .idp_keys import IdpKeyCache, open_pinned_keys
+from .notify import ServiceNotifier
 from .plane import holder_id
 from .space import LaneConfig, LaneInfo, PublicFace, run_lane
 
@@ -120,7 +123,7 @@ def lane_factory(
     *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
     clock: Callable[[], float] = time.time, reconnect: bool = True,
     http_ports: Mapping[str, int] | None = None, dev_idp_url: str | None = None,
-    connect_limits: ConnectLimits = DEFAULT_LIMITS,
+    connect_limits: ConnectLimits = DEFAULT_LIMITS, events: EventBus | None = None,
 ) -> Callable[[SpaceEntry], Startable]:
     """The host's ``start_lane``: ``entry -> startable`` serving ``entry.space`` from ``root``.
 
@@ -132,6 +135,7 @@ def lane_factory(
     add`` pin it); an unpinned space's lane fails and is retried.
     ``dev_idp_url`` is where the development IdP is served (``cotal up``), which a public face names.
     ``connect_limits`` go to every lane (spec "Connect limits"; replicas keep the defaults).
+    ``events`` is the process's event bus, given to every lane (issue 7 item 1).
 
     The startable raises (before ``started``) ``ConfigError`` for missing or corrupt material
     or pin, and ``Unavailable`` for an unreachable broker or IdP; the host then marks the lane
@@ -146,7 +150,7 @@ def lane_factory(
             http_port=(http_ports or {}).get(entry.space, 0), service_endpoints=entry.service_endpoints,
             public=PublicFace.of(entry), dev_idp_url=dev_idp_url, connect_limits=connect_limits,
             holder=holders.setdefault(entry.space, holder_id()),
-            tool_result_consent=entry.tool_result_consent and not callout_only,
+            tool_result_consent=entry.tool_result_consent and not callout_only, events=events,
         )
         return functools.partial(_run_space, config, root=root)
     return start_lane
@@ -288,25 +292,36 @@ async def run_service(
     With a manifest, a lane failure is retried by the host and never ends this function. With
     one space, a lane failure propagates (a single-space replica exits non-zero).
 
+    Under systemd (``$NOTIFY_SOCKET``) it sends READY once every lane serves, STATUS on lane
+    changes, WATCHDOG pings and STOPPING when cancelled (:mod:`cotal_trio.lanes.notify`).
+
     Raises:
         ConfigError, Unavailable: one space's lane could not start, or ended.
     """
+    events = EventBus(clock=config.clock)  # one per process: the lanes' /events (issue 7 item 1)
     start_lane = lane_factory(
         root=config.root, server_url=config.server_url, limits=config.limits,
         callout_only=config.callout_only, clock=config.clock, connect_limits=config.connect_limits,
         reconnect=config.manifest is not None,  # one space: a lost broker ends the process
+        events=events,
     )
+    notifier = ServiceNotifier.from_environ()  # systemd's Type=notify (lanes/notify.py; issue 7 item 4)
     async with trio.open_nursery() as nursery:
+        await nursery.start(notifier.run)
         if config.manifest is None:
             assert config.space is not None  # __post_init__
             entry = SpaceEntry(space=config.space, service_endpoints=config.service_endpoints, **public_fields(config))
+            events.publish(lane_event(config.space, "starting"))
             lane = await nursery.start(start_lane(entry))
+            events.publish(lane_event(config.space, "serving"))
+            notifier.serving(config.space)
             task_status.started(ServiceInfo(spaces=(config.space,), lane=lane))
         else:
             host = await nursery.start(run_host, HostConfig(
                 manifest=config.manifest, start_lane=start_lane, callout_only=config.callout_only,
-                clock=config.clock,
+                clock=config.clock, events=events,
             ))
+            nursery.start_soon(notifier.follow, host)
             task_status.started(ServiceInfo(
                 spaces=tuple(host.current_states()), manifest=config.manifest,
                 applied=_applied(config.manifest),

@@ -77,6 +77,7 @@ from ..state import (
 )
 from .callout import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder, read_in_threads
 from .connect_authority import ConnectAuthority, replica_issued_permissions
+from .events import EventBus, callout_hook, exchange_hook
 from .issuance import RowExpiries, issuance_store, replica_permissions, run_issuance_sweep
 from .issued import IssuedStores, issued_permissions
 from .metrics import LaneMetrics
@@ -164,6 +165,9 @@ class LaneConfig:
             start could not release (broker gone); None: a fresh id per start.
         tool_result_consent: serve the opt-in host-only door ``POST /tool-result-consent/issue``
             (full lanes; the manifest entry's ``toolResultConsent``).
+        events: the host process's event bus (issue 7 item 1): the lane publishes each callout
+            answer and each exchange answer on it, and its loopback face streams it on
+            ``/events``; None: no events, no ``/events``.
 
     Raises:
         ConfigError: ``service_endpoints``, a public face or connect limits other than the
@@ -187,6 +191,7 @@ class LaneConfig:
     dev_idp_url: str | None = None
     holder: str | None = None
     tool_result_consent: bool = False
+    events: EventBus | None = None
 
     def __post_init__(self) -> None:
         if self.callout_only and self.public is not None:
@@ -240,7 +245,7 @@ def _exchange_context(
         refetch_idp_keys=config.refetch_idp_keys,
         read_ledger=functools.partial(read_principal, config.paths),
         clock=config.clock,
-        metrics=metrics.exchange_answered,
+        metrics=exchange_hook(metrics.exchange_answered, config.events, space=config.space, face="loopback"),
         peek_limits=functools.partial(_peek_limits, limiter),
     )
 
@@ -290,7 +295,7 @@ async def run_lane(
             publish=conn.publish_nowait,
             store=issuance_store(store_conn, config.space),
             connect_limits=limiter,
-            on_answer=metrics.callout_answered,
+            on_answer=callout_hook(metrics.callout_answered, config.events),  # metrics, then the event (issue 7)
             confirm_view=view_confirmer(records),
             issue_authority=ConnectAuthority(IssuedStores(store_conn, config.space), read_ledger=read_ledger),  # issue 6 item 6
         )
@@ -310,7 +315,9 @@ async def run_lane(
                 # (upstream-notes 4.1), and names the public face when there is one.
                 public_url = None
                 if exchange is not None and config.public is not None:
-                    public_url = await _open_public_face(nursery, config, config.public, exchange, material)
+                    public = dataclasses.replace(exchange, metrics=exchange_hook(
+                        metrics.exchange_answered, config.events, space=config.space, face="public"))
+                    public_url = await _open_public_face(nursery, config, config.public, public, material)
                 url = None
                 if exchange is not None:
                     doors = _door_tables(config, exchange, material, records, store_conn)
@@ -463,7 +470,7 @@ async def _open_face(
     doors: tuple[DoorTable, ...],
 ) -> str:
     """Serve the loopback face, then write the readiness file ``{ver, url, pid, cap[, publicUrl]}``."""
-    app = build_loopback_app(ctx, metrics=metrics.exposition, doors=doors)
+    app = build_loopback_app(ctx, metrics=metrics.exposition, doors=doors, events=config.events)
     port = await nursery.start(functools.partial(serve_app, app, port=config.http_port))
     url = f"http://127.0.0.1:{port}"
     record: dict[str, object] = {"ver": 1, "url": url, "pid": os.getpid(), "cap": ctx.capability}

@@ -36,7 +36,7 @@ How a call crosses the bridge (every async method of :class:`Connection`):
   of a refused connect) and closed in a shielded, bounded ``finally`` inside the lane's loop.
 """
 
-from ._conn import Connection, Message, Subscription, open_connection
+from ._conn import Connection, Message, NoResponders, Subscription, open_connection
 from ._jsapi import ConsumerDrift, ack, consumer_info, consumer_names, ensure_consumer, pull_next
 from ._kv import (
     KeyExists,
@@ -71,6 +71,7 @@ __all__ = [
     "KeyExists",
     "KvEntry",
     "Message",
+    "NoResponders",
     "Subscription",
     "WrongRevision",
     "delete_bucket",

@@ -113,7 +113,8 @@ class StreamMessage:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamShape:
     """A stream's exact configuration: file storage, limits retention, no age, count or size
-    limit, ``discard: new``, one replica, plus the flags below.
+    limit, ``discard: new``, created with one replica (any count is accepted later), plus the
+    flags below.
 
     Attributes:
         name: the stream name.
@@ -162,13 +163,18 @@ class StreamShape:
         """Sync: how an existing stream's ``config`` (as ``STREAM.INFO`` reports it) differs.
 
         Every field of :meth:`config` is compared; a field the broker left out reads as Go's zero
-        value (the server omits ``false`` for some flags). Empty when the shape matches.
+        value (the server omits ``false`` for some flags). Empty when the shape matches. The one
+        exception is ``num_replicas``: any count of 1 or more matches, because replication is the
+        operator's durability choice (a stream scaled to R3 on a cluster), not a shape a read
+        relies on.
         """
         differences = []
         for field, want in self.config().items():
             have = config.get(field, _ZERO.get(type(want)))
             if field == "subjects":
                 have, want = sorted(have or []), sorted(want)
+            if field == "num_replicas" and isinstance(have, int) and have >= 1:
+                continue  # created R1; an operator may scale it (R3 in a cluster: docs/deploy.md)
             if have != want:
                 differences.append(f"{field} is {json.dumps(have)}, not {json.dumps(want)}")
         # Fields that bring messages in from elsewhere or send them on: none of our streams has one.

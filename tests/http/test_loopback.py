@@ -128,14 +128,14 @@ async def test_jwks_publishes_the_issuer_key_with_a_cache_header(client):
     assert "Access-Control-Allow-Origin" not in response.headers
 
 
-@pytest.mark.parametrize("path", ["/nope", "/", "/health/", "//health", "/jwks/x", "/EXCHANGE"])
+@pytest.mark.parametrize("path", ["/nope", "/health/", "//health", "/jwks/x", "/EXCHANGE"])  # "/": the status page
 @ceiling
 async def test_unknown_path_is_a_json_404(client, path):
     response = await client.get(path)
     assert response.status_code == 404
     assert await response.get_json() == {
-        "error": "unknown path - /health, /jwks, /exchange, /metrics, /manager-service-authority, "
-        "and the host-only doors (docs/host-doors.md)"
+        "error": "unknown path - /health, /jwks, /exchange, /metrics, /manager-service-authority, /events, "
+        "/ (the status page), and the host-only doors (docs/host-doors.md)"
     }
 
 

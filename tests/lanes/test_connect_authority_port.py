@@ -140,8 +140,12 @@ def _verbs(extra) -> list[str]:
         ((_row(scope=("admin",), actor="boss"), None), None, ["endpoints"]),  # admin's bypass does not count
         ((None, None), None, ["endpoints"]),  # the spawner is no longer granted
         (None, CodecError("corrupt row"), ["endpoints"]),  # an unreadable spawner row: a listing only
+        # both kinds at once is a broken ledger (authorize_connect refuses that principal): no spawner
+        ((_row(scope=("run",), actor="boss"), _row(kind=LedgerKind.MANAGED, scope=("run",), actor="boss")), None,
+         ["endpoints"]),
     ],
-    ids=["interactive spawner with run", "managed spawner with run", "admin spawner", "spawner gone", "spawner unreadable"],
+    ids=["interactive spawner with run", "managed spawner with run", "admin spawner", "spawner gone", "spawner unreadable",
+         "spawner with both rows"],
 )
 async def test_a_managed_run_seat_reads_its_spawner_fresh(rows, error, verbs):
     ledger = Ledger(rows, error)

@@ -75,6 +75,11 @@ async def minted(stack: Stack, profile: str | None, **context) -> AsyncIterator[
         yield conn
 
 
+def nonce_of(conn: Connection) -> str:
+    """The connection's ``name`` (the inbox nonce ``minted`` chose)."""
+    return conn._nc.options["name"]
+
+
 async def provision(stack: Stack, principals=(), roles=()) -> None:
     async with minted(stack, "provisioner") as conn:
         await ensure_space_streams(conn, SPACE)
@@ -236,6 +241,10 @@ async def test_an_observer_reads_chat_and_presence_but_cannot_publish_nor_read_d
             await refused(conn, f"$JS.API.CONSUMER.MSG.NEXT.{DM}.{inbox.name}")
             await refused(conn, f"$JS.API.CONSUMER.CREATE.{DM}")
             await refused(conn, f"$JS.API.STREAM.MSG.GET.{DM}")
+            # No consumer create on chat either, not even a history reader of its own name: a
+            # created consumer may push to any deliver subject, so a create would let it write.
+            await refused(conn, f"$JS.API.CONSUMER.CREATE.COTAL_CHAT_{SPACE}.hist__{nonce_of(conn)}.cotal.{SPACE}.ch.>")
+            await refused(conn, f"$JS.API.CONSUMER.DELETE.COTAL_CHAT_{SPACE}.hist__{nonce_of(conn)}")
             await root.flush()
     assert [m.data for m in chat] == [b"hello"]
     assert roster.data == b"online"

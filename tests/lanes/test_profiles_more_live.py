@@ -16,7 +16,6 @@ import trio
 from cotal_trio.core import wire
 from cotal_trio.lanes.streams import ensure_delivery_durables, ensure_replay
 from cotal_trio.natsio import (
-    Connection,
     Message,
     ack,
     consumer_info,
@@ -39,6 +38,7 @@ from .test_profiles_live import (
     RUN,
     js,
     minted,
+    nonce_of,
     provision,
     refused,
     refused_subscription,
@@ -55,11 +55,6 @@ ACCEPTED = f"cotal_accepted_{SPACE}"
 AUTH = f"cotal_auth_{SPACE}"
 TOKEN = "tok_" + "a" * 20
 OTHER_TOKEN = "tok_" + "b" * 20
-
-
-def nonce_of(conn: Connection) -> str:
-    """The connection's ``name`` (the inbox nonce ``minted`` chose)."""
-    return conn._nc.options["name"]
 
 
 async def test_an_admin_reads_dms_and_chat_live_but_publishes_nothing_that_writes(stack):

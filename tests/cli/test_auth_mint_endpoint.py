@@ -1,0 +1,74 @@
+"""``cotal auth mint --endpoint``'s flag refusals (cotal_trio/cli/auth.py; spec "Standalone callers";
+docs/static-credentials.md). No broker: each refusal comes before any connection, exits 1 with one
+sentence, and writes nothing (no file, no record; no intent, as nothing connected)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cotal_trio.state.credentials import load_record
+
+from .test_auth_mint import STATIC, mint, one_sentence, static  # noqa: F401  (the static fixture)
+
+OUT = "caller.creds"
+
+
+@pytest.mark.parametrize(("argv", "sentence"), [
+    (["--no-expiry"], "--no-expiry is refused with --endpoint: an issuance with no lifecycle gate must carry an expiry - "
+                      "pass --expires-in or --expires-at, or neither for 24 h"),
+    (["--identity", "some.creds"], "--identity does not combine with --endpoint: another file is not reinterpreted as a "
+                                   "standalone caller - drop --identity (the mint makes a fresh key)"),
+    (["--allow-publish", "a"], "--allow-publish do not combine with --endpoint - use --channels (read and post), a "
+                               "standalone caller has no role"),
+    (["--allow-subscribe", "a", "--role", "r"], "--allow-subscribe, --role do not combine with --endpoint"),
+    (["--profile", "observer"], "--endpoint mints an agent footprint; profile observer does not combine with it - drop --profile"),
+    (["--endpoint", "v1"], "--endpoint v1 is not an endpoint name - pass 1 to 64 letters, digits, _ and - (not v1)"),
+    (["--endpoint", "a.b"], "--endpoint a.b is not an endpoint name"),
+    (["--channels", "a..b"], "a channel pattern is dot-separated segments"),
+])  # fmt: skip
+def test_flags_that_do_not_combine_with_endpoint_are_refused_before_anything(static, capsys, tmp_path, argv, sentence):  # noqa: F811
+    out = tmp_path / OUT
+    first = [] if "--endpoint" in argv else ["--endpoint", "weather"]
+    code, _, err = mint(static, capsys, "--label", "caller", *first, "--out", str(out), *argv)
+    assert code == 1 and one_sentence(err).startswith(sentence), err
+    assert not out.exists() and load_record(static.paths.space(STATIC), "caller") is None
+
+
+def test_endpoint_needs_out(static, capsys):  # noqa: F811
+    code, _, err = mint(static, capsys, "--endpoint", "weather")
+    assert code == 1 and one_sentence(err) == (
+        "--endpoint needs --out PATH: a standalone caller file is private and handed out by you - pass --out"
+    )
+    assert not (static.paths.root / "auth").exists()
+
+
+@pytest.mark.parametrize("flag", [["--channels", "a"], ["--server", "nats://127.0.0.1:1"]])
+def test_caller_flags_need_endpoint(static, capsys, flag):  # noqa: F811
+    code, _, err = mint(static, capsys, *flag)
+    assert code == 1 and one_sentence(err).startswith(f"{flag[0]} goes with --endpoint (a standalone caller)")
+
+
+def test_a_user_auth_space_refuses_a_standalone_caller(root, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = root.run(capsys, "auth", "mint", "--space", "default", "--endpoint", "weather", "--out", str(tmp_path / OUT))
+    assert (code, out) == (1, "")
+    assert one_sentence(err).startswith("space default is a user-auth space: its agents join under a logged-in user")
+    assert not (tmp_path / OUT).exists() and not (root.paths.root / "auth").exists()
+
+
+def test_no_broker_is_refused_naming_the_fix(static, capsys, tmp_path):  # noqa: F811
+    # The root's policy port (4333) has nothing listening: nothing to ask the surface of.
+    code, _, err = mint(static, capsys, "--label", "caller", "--endpoint", "weather", "--out", str(tmp_path / OUT))
+    assert code == 1 and one_sentence(err) == (
+        f"no broker answers for the root {static.paths.root} - start it (`cotal up`), or pass --server nats://host:port: "
+        "--endpoint asks the endpoint itself"
+    )
+    assert load_record(static.paths.space(STATIC), "caller") is None
+
+
+def test_the_caller_path_is_its_own_module_and_mint_stays_one_command():
+    from cotal_trio.cli import _auth_caller, auth
+
+    assert _auth_caller.mint_caller.__module__ == "cotal_trio.cli._auth_caller"
+    assert not hasattr(auth, "mint_caller") and not hasattr(auth, "check_caller_flags")
+    assert "mint" in auth.auth_app and "recreate-issued-stores" in auth.auth_app
