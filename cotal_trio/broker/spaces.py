@@ -232,6 +232,28 @@ def _provision(paths: RootPaths, space: str, static: bool, iat: int) -> tuple[Br
     return broker, existed
 
 
+def _check_same_mode(paths: RootPaths, space: str, static: bool) -> None:
+    """Refuse a re-add that would change an existing space's mode (static <-> user-auth).
+
+    A static space made user-auth by a bare re-add would be hosted while its minted files still
+    connect, and mint would then refuse it; the other way round would drop a served space's lane.
+
+    Raises:
+        ConfigError: the space exists in the other mode; names the re-add that keeps it and the
+            remove that changing it needs.
+    """
+    sp = paths.space(space)
+    if not sp.callout_json.exists():
+        return
+    current, wanted = space_mode(sp), MODE_STATIC if static else MODE_USER_AUTH
+    if current != wanted:
+        keep = f"cotal space add {space}{' --static' if current == MODE_STATIC else ''}"
+        raise ConfigError(
+            f"space {space} is a {current} space - `{keep}` re-pushes it as it is; to make it a {wanted} space, "
+            f"`cotal space remove {space}` first, then add it again"
+        )
+
+
 def _check_name(space: str) -> None:
     if not is_space(space):
         raise ConfigError(f"{space!r} is not a space name - use 1 to 64 letters, digits, _ and -")
@@ -294,6 +316,7 @@ async def add_space(
         Unavailable: the broker did not answer, or LOOKUP disagreed with the push.
     """
     _check_name(space)
+    await trio.to_thread.run_sync(_check_same_mode, paths, space, static)
     iat = int(now)
     url = await resolve_server_url(paths, server_url)
     await trio.to_thread.run_sync(hosted_entries, paths)  # refuse a broken manifest before writing

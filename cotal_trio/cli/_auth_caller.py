@@ -19,7 +19,7 @@ import trio
 
 from .. import natsio
 from ..broker.provision import mint_service_user
-from ..broker.spaces import resolve_server_url
+from ..broker.spaces import MODE_STATIC, resolve_server_url, space_mode
 from ..core import callers
 from ..core import credentials as rules
 from ..core.credentials import Credential, LabelRecord
@@ -40,7 +40,7 @@ from ..lanes.issued import recreate_issued_stores as lanes_recreate
 from ..lanes.records import merge_permissions
 from ..state import SpacePaths
 from ..state.credentials import hold_credentials, save_record, write_creds
-from .actor import as_config_error
+from .actor import as_config_error, provisioned
 from .auth import (
     INBOX_NONCE_BYTES,
     LIFECYCLE_UID_RANDOM_BYTES,
@@ -98,7 +98,7 @@ def check_caller_flags(flags: MintFlags, allow_subscribe: str | None, allow_publ
     if flags.out is None:
         raise ConfigError("--endpoint needs --out PATH: a standalone caller file is private and handed out by you - pass --out")
     if given:
-        raise ConfigError(f"{', '.join(given)} do not combine with --endpoint - use --channels (read and post), "
+        raise ConfigError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not combine with --endpoint - use --channels (read and post), "
                           "a standalone caller has no role")  # fmt: skip
     if flags.no_expiry:
         raise ConfigError("--no-expiry is refused with --endpoint: an issuance with no lifecycle gate must carry an "
@@ -142,12 +142,14 @@ async def fresh_surface(conn: natsio.Connection, plan: MintPlan, endpoint: str) 
     """
     with trio.move_on_after(DESCRIBE_DEADLINE_S):
         data = await fetch_surface(conn, space=plan.sp.space, endpoint=endpoint, owner=plan.owner, actor=plan.actor)
-        if data is not None:
-            surface = callers.parse_describe_answer(data, endpoint=endpoint)
-            callers.check_supported(surface)
-            return surface
-    raise ConfigError(f"no endpoint {endpoint} answered describe in space {plan.sp.space} within {DESCRIBE_DEADLINE_S} s - "
-                      "start its host, or check the name given to --endpoint")  # fmt: skip
+        if data is None:  # the broker's no-responders status: nothing subscribes
+            raise ConfigError(f"nothing serves endpoint {endpoint} in space {plan.sp.space} (no host subscribes to its "
+                              "describe) - start its host, or check the name given to --endpoint")  # fmt: skip
+        surface = callers.parse_describe_answer(data, endpoint=endpoint)
+        callers.check_supported(surface)
+        return surface
+    raise ConfigError(f"endpoint {endpoint} did not answer describe in space {plan.sp.space} within {DESCRIBE_DEADLINE_S:g} s "
+                      "- check that its host runs, or the name given to --endpoint")  # fmt: skip
 
 
 async def mint_caller(
@@ -346,6 +348,12 @@ async def recreate_issued_stores(
     backup_dir
         A new or empty folder for the backup.
     """
+    sp = provisioned(where)
+    if space_mode(sp) != MODE_STATIC:  # its stores are its auth service's (a lane creates them)
+        raise ConfigError(
+            f"space {sp.space} is a user-auth space: its issued stores belong to its auth service - stop it, its "
+            f"callout replicas and managers, then run `cotal up --space {sp.space} --recreate-issued-stores <backup-dir>`"
+        )
     sp, material = static_space(where)
     check_backup_dir(backup_dir)
     paths = where.paths()

@@ -156,7 +156,8 @@ def agent_grant(profile: str, allow_subscribe: str | None, allow_publish: str | 
     given = [name for name, value in (("--allow-subscribe", allow_subscribe), ("--allow-publish", allow_publish),
                                       ("--role", role)) if value is not None]  # fmt: skip
     if given and profile != "agent":
-        raise ConfigError(f"{', '.join(given)} shape an agent's grant; profile {profile} has a fixed one - drop them")
+        shape, them = ("shapes", "it") if len(given) == 1 else ("shape", "them")
+        raise ConfigError(f"{', '.join(given)} {shape} an agent's grant; profile {profile} has a fixed one - drop {them}")
     if role is not None:
         with as_config_error():
             check_role(role)
@@ -486,15 +487,18 @@ def _revoke_in_root(paths: RootPaths, sp: SpacePaths, label: str, key: str | Non
         revoked = {c.lifecycle_uid: replace(c, revoked_at=c.revoked_at or max(now, c.issued_at)) for c in matches}
         record = LabelRecord(current=revoked.get(record.current.lifecycle_uid, record.current),
                              replaced=tuple(revoked.get(c.lifecycle_uid, c) for c in record.replaced))  # fmt: skip
-        save_record(sp, record)
+        # Everything that can refuse comes before the first write: a revocation is recorded only
+        # together with the account that carries it (then the account; a re-run re-signs it).
         records, bad = list_records(sp)
         if bad:
             raise ConfigError(f"{bad[0][1]} - the account cannot carry the revocations of a record it cannot read")
+        records = [record if other.current.label == label else other for other in records]
         keys = rules.revocations(records, now=now)
         accounts = provision.load_space_accounts(paths, broker, sp.space)
         previous = natsjwt.verify(accounts.data_jwt)
         claims = rules.with_revocations(previous, keys)
         data_jwt = natsjwt.encode(claims, broker.operator_signing, iat=max(now, int(previous.get("iat", 0)) + 1))
+        save_record(sp, record)
         save_accounts(sp.accounts_json, replace(accounts, data_jwt=data_jwt))
     return revoked[matches[0].lifecycle_uid], data_jwt, len(keys)
 

@@ -214,14 +214,18 @@ def install_callout_replica(*, serve: Serve, unit: Unit = Unit(), target: Target
 @render_app.command(name="auth-service")
 def render_auth_service(*, serve: Serve, full: Full = Full(), unit: Unit = Unit()) -> int:
     """Print the unit ``install auth-service`` would write."""
-    print(render_unit(_unit(serve, full, unit, callout_only=False)), end="")
+    rendered = _unit(serve, full, unit, callout_only=False)
+    _name(unit, serve, "auth-service")  # the same name check as install
+    print(render_unit(rendered), end="")
     return 0
 
 
 @render_app.command(name="callout-replica")
 def render_callout_replica(*, serve: Serve, unit: Unit = Unit()) -> int:
     """Print the unit ``install callout-replica`` would write."""
-    print(render_unit(_unit(serve, Full(), unit, callout_only=True)), end="")
+    rendered = _unit(serve, Full(), unit, callout_only=True)
+    _name(unit, serve, "callout-replica")  # the same name check as install
+    print(render_unit(rendered), end="")
     return 0
 
 

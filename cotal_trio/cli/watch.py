@@ -74,6 +74,8 @@ async def watch(
     Runs until Ctrl-C or SIGTERM, then exits 0. ``--json`` prints the raw events instead.
     """
     paths = Where(root=root).paths()
+    if not paths.root.is_dir():
+        raise ConfigError(f"there is no root at {paths.root} - pass --root of a root (`cotal up` makes one)")
     for name in space:
         Where(root=root, space=name).space_paths()  # ConfigError for a bad name
     config = WatchConfig(paths=paths, spaces=tuple(dict.fromkeys(space)), as_json=as_json)
@@ -276,7 +278,7 @@ def render_view(views: Iterable[SpaceView]) -> str:
     state follows in parentheses); a state with a reason shows it after `` - ``.
     """
     blocks = [_block(view) for view in views]
-    return "\n\n".join(blocks) if blocks else "no spaces to watch - start `cotal up` or pass --space"
+    return "\n\n".join(blocks) if blocks else "no space serves a face yet - start `cotal up`, or pass --space"
 
 
 def _block(view: SpaceView) -> str:

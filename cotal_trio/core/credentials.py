@@ -15,7 +15,8 @@ Rules, all pure (the shell passes ``now`` in unix seconds):
   expired, when it has no expiry, or when its key was revoked (:func:`check_replace`).
 * **Health** (:func:`classify`): ``expired`` at or after ``exp``; ``near-expiry`` with less than
   10 % of its lifetime left; ``no-expiry`` (a warning: minted on purpose with
-  ``--no-expiry``); ``revoked``; else ``healthy``. A replaced credential that can still connect
+  ``--no-expiry``); ``revoked``; ``pending`` (a live standalone caller whose mint did not
+  finish); else ``healthy``. A replaced credential that can still connect
   forever is a finding (:func:`unbounded_replaced`).
 * **Revocation**: NATS refuses a user JWT whose ``iat`` is at or before the time its account's
   ``revocations`` map lists for its key. So a revoked key stays usable for a later JWT (``--identity``)
@@ -366,10 +367,12 @@ class Health(enum.StrEnum):
     EXPIRED = "expired"
     NO_EXPIRY = "no-expiry"
     REVOKED = "revoked"
+    PENDING = "pending"
 
 
 def classify(cred: Credential, *, now: int) -> Health:
-    """The health of ``cred`` at ``now`` (module docstring)."""
+    """The health of ``cred`` at ``now`` (module docstring); a live standalone caller whose mint
+    did not finish is ``pending``."""
     if cred.revoked_at is not None:
         return Health.REVOKED
     if cred.expires_at is None:
@@ -377,6 +380,8 @@ def classify(cred: Credential, *, now: int) -> Health:
     left = cred.expires_at - now
     if left <= 0:
         return Health.EXPIRED
+    if cred.pending:
+        return Health.PENDING
     lifetime = cred.expires_at - cred.issued_at
     if left < NEAR_EXPIRY_FRACTION * lifetime:
         return Health.NEAR_EXPIRY
@@ -412,12 +417,12 @@ def check_replace(record: LabelRecord | None, *, replace: bool, space: str, now:
         return
     cred, label = record.current, record.label
     state = describe_state(cred, now=now)
-    live = classify(cred, now=now) in (Health.HEALTHY, Health.NEAR_EXPIRY)
+    live = classify(cred, now=now) in (Health.HEALTHY, Health.NEAR_EXPIRY, Health.PENDING)
     if live and cred.pending:
         raise ConfigError(interrupted_sentence(cred, file_exists=pending_file))
     if live:
         raise ConfigError(
-            f"label {label} already has a credential and --replace is refused: {state} - revoke it first "
+            f"label {label} already has a live credential, which cannot be replaced: {state} - revoke it first "
             f"with `cotal auth revoke-credential {label} --space {space}`, or choose another --label"
         )
     if not replace:
@@ -622,7 +627,7 @@ def credential_findings(record: LabelRecord, *, now: int, flags: str, identity: 
     revoke = f"cotal auth revoke-credential {label} {flags}"
     health = classify(cred, now=now)
     found: list[Finding] = []
-    if cred.pending and health in (Health.HEALTHY, Health.NEAR_EXPIRY):
+    if health is Health.PENDING:
         mint = f"its standalone-caller mint (lifecycle {cred.lifecycle_uid})"
         problem = (f"{mint} did not finish: its file was written but never recorded as handed out, and it connects until "
                    "revoked") if identity is not None else f"{mint} was interrupted after its issuance intent; its file was never handed out"  # fmt: skip

@@ -165,22 +165,20 @@ def stamped(event: Mapping[str, Any], *, seq: int, at: float) -> Event:
 def view_for(event: Event, space: str | None) -> Event | None:
     """What the face of ``space`` streams of ``event`` (``None``: all of it, unfiltered).
 
-    Its own space's events and host-level ones (``space`` null) as they are; another space's
-    lane event without its ``reason`` (names and states only); any other event of another
-    space not at all (``None``). Never copies an event it passes whole.
+    Its own space's events, host-level ones (``space`` null) and every space's lane events, as
+    they are (a lane that cannot start has no face of its own, so the others carry its state and
+    reason; every face's capability is the root holder's); any other event of another space not
+    at all (``None``). Never copies an event.
     """
-    if space is None or event.get("space") in (None, space):
+    if space is None or event.get("space") in (None, space) or event.get("type") == "lane":
         return event
-    if event.get("type") == "lane":
-        return {**event, "reason": None}
     return None
 
 
 def hello_event(space: str | None, lanes: Mapping[str, Mapping[str, Any]], *, seq: int, at: float) -> Event:
-    """A connection's first message: every lane's ``{"state", "reason"}`` now, filtered as
-    :func:`view_for` filters lane events, and the last ``seq`` assigned."""
-    shown = {name: {"state": lane["state"], "reason": lane.get("reason") if space in (None, name) else None}
-             for name, lane in sorted(lanes.items())}
+    """A connection's first message: every lane's ``{"state", "reason"}`` now (as
+    :func:`view_for` passes lane events) and the last ``seq`` assigned."""
+    shown = {name: {"state": lane["state"], "reason": lane.get("reason")} for name, lane in sorted(lanes.items())}
     return {"seq": seq, "at": at, "type": "hello", "space": space, "lanes": shown}
 
 

@@ -26,6 +26,7 @@ Every async function here is trio-flavoured and a checkpoint, bounded by the cal
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -125,7 +126,8 @@ async def open_minter(
     prefix ``_INBOX_<inbox_nonce>``. Must be entered inside an ``open_loop()``.
 
     Raises:
-        Unavailable: the broker refused the connect or did not answer.
+        Unavailable: nothing reachable at ``server_url`` (the sentence names the fix), or the
+            broker refused the connect or did not answer.
         Refused: BAD_REQUEST, a malformed name (a caller bug: the CLI checked them).
 
     Spec "Standalone callers".
@@ -135,8 +137,18 @@ async def open_minter(
                                      inbox_nonce=inbox_nonce).to_nats()  # fmt: skip
     creds = mint_service_user(material, name=f"cotal:caller-mint:{space}", permissions=permissions, iat=now,
                               exp=now + MINTER_LIFETIME_S)  # fmt: skip
-    async with open_connection(server_url, creds=creds, name=inbox_nonce, inbox_prefix=f"_INBOX_{inbox_nonce}",
-                               reconnect=False) as conn:  # fmt: skip
+    connect = open_connection(server_url, creds=creds, name=inbox_nonce, inbox_prefix=f"_INBOX_{inbox_nonce}",
+                              reconnect=False)  # fmt: skip
+    try:
+        conn = await connect.__aenter__()
+    except (Unavailable, OSError) as exc:  # nothing listens there, it is no broker, or it refused us
+        detail = str(exc).removeprefix(f"connect {server_url}: ")
+        raise Unavailable(
+            f"cannot reach the broker at {server_url} ({detail}) - start the root's broker (`cotal up`), or pass "
+            "--server nats://host:port of a running one that trusts the space's account"
+        ) from None
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_exit(connect)
         yield conn
 
 

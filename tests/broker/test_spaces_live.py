@@ -192,3 +192,23 @@ def test_add_static_with_idp_is_refused(tmp_path, capsys):
     assert main(["space", "add", "frozen", "--static", "--idp", "https://idp.example", "--root", str(tmp_path / "r")]) == 1
     assert capsys.readouterr().err.startswith("cotal: --idp pins a user-auth space's IdP; a --static space has none")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(("first", "again", "now_is"), [(["--static"], [], "static"), ([], ["--static"], "user-auth")])
+def test_adding_a_space_again_never_changes_its_mode(tmp_path, capsys, first, again, now_is):
+    """Found by the fresh-user check: `cotal space add lab` on a static space made it a user-auth
+    space (hosted, its minted files still connecting, mint then refused). A re-add keeps the
+    mode or is refused, naming both ways on."""
+    root = str(tmp_path / "root")
+    assert main(["space", "add", "lab", *first, "--root", root]) == 0
+    mode = (tmp_path / "root" / "spaces").glob("*/mode.json")
+    before = {p: p.read_bytes() for p in mode}
+    manifest = (tmp_path / "root" / "spaces.json").read_bytes() if (tmp_path / "root" / "spaces.json").exists() else None
+    capsys.readouterr()
+    assert main(["space", "add", "lab", *again, "--root", root]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"cotal: space lab is a {now_is} space - ")
+    assert "cotal space remove lab" in err
+    assert {p: p.read_bytes() for p in (tmp_path / "root" / "spaces").glob("*/mode.json")} == before
+    after = (tmp_path / "root" / "spaces.json").read_bytes() if (tmp_path / "root" / "spaces.json").exists() else None
+    assert after == manifest

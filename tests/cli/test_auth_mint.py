@@ -125,7 +125,7 @@ def test_text_receipt_and_no_expiry(static, capsys):
 
 
 @pytest.mark.parametrize(("argv", "sentence"), [
-    (["--profile", "observer", "--allow-publish", "a"], "--allow-publish shape an agent's grant; profile observer has a fixed one - drop them"),
+    (["--profile", "observer", "--allow-publish", "a"], "--allow-publish shapes an agent's grant; profile observer has a fixed one - drop it"),
     (["--profile", "admin", "--role", "r", "--allow-subscribe", "a"], "--allow-subscribe, --role shape an agent's grant"),
     (["--expires-in", "60", "--no-expiry"], "--expires-in and --no-expiry both set the lifetime"),
     (["--label", "a.b"], "--label is 1 to 64 letters, digits and _"),
@@ -190,7 +190,7 @@ def test_replace_is_refused_on_a_live_credential_and_allowed_once_expired(static
     code, first, _ = mint(static, capsys, "--label", "bot")
     assert code == 0
     code, _, err = mint(static, capsys, "--label", "bot")
-    assert code == 1 and one_sentence(err).startswith("label bot already has a credential and --replace is refused: it is live until")
+    assert code == 1 and one_sentence(err).startswith("label bot already has a live credential, which cannot be replaced: it is live until")
     code, _, err = mint(static, capsys, "--label", "bot", "--replace")
     assert code == 1 and one_sentence(err).endswith(
         f"- revoke it first with `cotal auth revoke-credential bot --space {STATIC}`, or choose another --label"
@@ -309,3 +309,18 @@ def test_a_creds_file_that_cannot_be_written_leaves_no_record(static, capsys, tm
     assert code == 1 and "Traceback" not in err
     assert load_record(static.paths.space(STATIC), "lost") is None
     assert mint(static, capsys, "--label", "lost")[0] == 0  # the label is free
+
+
+@pytest.mark.parametrize("broken", ["record", "accounts"])
+def test_a_revoke_that_cannot_sign_the_account_records_nothing(static, capsys, broken):
+    """Found by the fresh-user check: with another label's record (or accounts.json) corrupt,
+    revoke-credential exited 1 but had already marked the key revoked, while the account (and
+    so the broker) never carried it. The revocation is recorded only with the account signed."""
+    assert mint(static, capsys, "--label", "bot")[0] == 0
+    assert mint(static, capsys, "--label", "other")[0] == 0
+    sp = static.paths.space(STATIC)
+    target = record_path(sp, "other") if broken == "record" else sp.accounts_json
+    target.write_text("{")
+    code, _, err = static.run(capsys, "auth", "revoke-credential", "bot", "--space", STATIC)
+    assert code == 1 and err.startswith("cotal: "), err
+    assert load_record(sp, "bot").current.revoked_at is None

@@ -18,7 +18,7 @@ OUT = "caller.creds"
                       "pass --expires-in or --expires-at, or neither for 24 h"),
     (["--identity", "some.creds"], "--identity does not combine with --endpoint: another file is not reinterpreted as a "
                                    "standalone caller - drop --identity (the mint makes a fresh key)"),
-    (["--allow-publish", "a"], "--allow-publish do not combine with --endpoint - use --channels (read and post), a "
+    (["--allow-publish", "a"], "--allow-publish does not combine with --endpoint - use --channels (read and post), a "
                                "standalone caller has no role"),
     (["--allow-subscribe", "a", "--role", "r"], "--allow-subscribe, --role do not combine with --endpoint"),
     (["--profile", "observer"], "--endpoint mints an agent footprint; profile observer does not combine with it - drop --profile"),
@@ -72,3 +72,29 @@ def test_the_caller_path_is_its_own_module_and_mint_stays_one_command():
     assert _auth_caller.mint_caller.__module__ == "cotal_trio.cli._auth_caller"
     assert not hasattr(auth, "mint_caller") and not hasattr(auth, "check_caller_flags")
     assert "mint" in auth.auth_app and "recreate-issued-stores" in auth.auth_app
+
+
+def test_recreate_on_a_user_auth_space_names_cotal_up(root, capsys, tmp_path, monkeypatch):
+    """Found by the fresh-user check: it answered with mint's refusal ("never with a handed-out
+    credential file"); a user-auth space's stores are recreated by `cotal up`."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = root.run(capsys, "auth", "recreate-issued-stores", "--space", "default", str(tmp_path / "backup"))
+    assert (code, out) == (1, "")
+    assert one_sentence(err) == (
+        "space default is a user-auth space: its issued stores belong to its auth service - stop it, its callout "
+        "replicas and managers, then run `cotal up --space default --recreate-issued-stores <backup-dir>`"
+    )
+    assert not (tmp_path / "backup").exists()
+
+
+def test_an_unreachable_server_is_refused_naming_the_fix(static, capsys, tmp_path):  # noqa: F811
+    """Found by the fresh-user check: `--server nats://127.0.0.1:1` printed the socket error alone."""
+    out = tmp_path / OUT
+    code, _, err = mint(static, capsys, "--label", "caller", "--endpoint", "weather", "--out", str(out),
+                        "--server", "nats://127.0.0.1:1")  # fmt: skip
+    assert code == 1
+    sentence = one_sentence(err)
+    assert sentence.startswith("cannot reach the broker at nats://127.0.0.1:1 (") and sentence.endswith(
+        ") - start the root's broker (`cotal up`), or pass --server nats://host:port of a running one that trusts the "
+        "space's account"), sentence
+    assert not out.exists() and load_record(static.paths.space(STATIC), "caller") is None

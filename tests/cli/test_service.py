@@ -256,3 +256,11 @@ def test_a_read_only_file_system_is_one_sentence(tmp_path):
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == (
         f"cotal: cannot write {unit} (read-only file system) - pass --out a writable folder, then `systemctl link` the unit\n")
+
+
+@pytest.mark.parametrize("kind", ["auth-service", "callout-replica"])
+def test_render_checks_the_name_as_install_does(capsys, kind):
+    """Found by the fresh-user check: `render --name ../evil` printed a unit install refuses."""
+    serve = ("--spaces", "m") if kind == "auth-service" else ("--space", "a")
+    code, out, err = cotal(capsys, "render", kind, *serve, "--server", SERVER, "--name", "../evil")
+    assert (code, out) == (1, "") and err.startswith("cotal: --name ../evil is not a unit name")

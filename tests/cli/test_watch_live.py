@@ -207,4 +207,15 @@ def test_render_view_exact_text():
         "  callout (60 s)     -\n"
         "  limit denials      0"
     )
-    assert render_view([]) == "no spaces to watch - start `cotal up` or pass --space"
+    assert render_view([]) == "no space serves a face yet - start `cotal up`, or pass --space"
+
+
+def test_a_root_that_does_not_exist_is_refused_at_once(tmp_path, capsys):
+    """Found by the fresh-user check: `cotal watch --root /nonexistent` repeated its empty view
+    forever."""
+    from cotal_trio.cli import main
+
+    assert main(["watch", "--root", str(tmp_path / "nowhere")]) == 1
+    assert capsys.readouterr().err == (
+        f"cotal: there is no root at {tmp_path / 'nowhere'} - pass --root of a root (`cotal up` makes one)\n"
+    )

@@ -336,6 +336,15 @@ def test_an_interrupted_mint_refuses_the_label_naming_its_uid_and_the_remedy():
     assert rules.receipt(caller_credential(pending=False), replaced=False)["verbs"] == ["invoke", "forecast"]
 
 
+def test_doctor_shows_a_live_pending_credential_as_pending_not_healthy():
+    """Found by the fresh-user check: doctor's table said ``healthy`` beside the finding that
+    the mint was interrupted."""
+    assert rules.classify(caller_credential(), now=IAT + 1) is rules.Health.PENDING
+    assert rules.classify(caller_credential(pending=False), now=IAT + 1) is rules.Health.HEALTHY
+    assert rules.classify(caller_credential(revoked_at=IAT + 2), now=IAT + 3) is rules.Health.REVOKED
+    assert rules.classify(caller_credential(), now=EXP) is rules.Health.EXPIRED
+
+
 # -- review fixes -------------------------------------------------------------------------------
 
 BUILT = caller_permissions(verbs=GOOD.verbs).to_nats()

@@ -115,7 +115,7 @@ def test_check_replace():
     with pytest.raises(ConfigError) as caught:
         rules.check_replace(live, replace=True, space="st", now=NOW + 10)
     assert str(caught.value) == (
-        f"label bot already has a credential and --replace is refused: it is live until {NOW + DAY} "
+        f"label bot already has a live credential, which cannot be replaced: it is live until {NOW + DAY} "
         f"({DAY - 10} s left) - revoke it first with `cotal auth revoke-credential bot --space st`, "
         "or choose another --label"
     )

@@ -107,8 +107,10 @@ def test_lane_manifest_exchange_and_stamp():
         ({"type": "callout", "space": "beta"}, "alpha", None),
         ({"type": "exchange", "space": "beta"}, "alpha", None),
         ({"type": "manifest", "space": None}, "alpha", {"type": "manifest", "space": None}),
+        # Found by the fresh-user check: a lane that cannot start has no face of its own, so the
+        # other faces carry its reason (every face's capability is the root holder's)
         ({"type": "lane", "space": "beta", "state": "retrying", "reason": "x"}, "alpha",
-         {"type": "lane", "space": "beta", "state": "retrying", "reason": None}),
+         {"type": "lane", "space": "beta", "state": "retrying", "reason": "x"}),
         ({"type": "lane", "space": "alpha", "state": "retrying", "reason": "x"}, "alpha",
          {"type": "lane", "space": "alpha", "state": "retrying", "reason": "x"}),
         ({"type": "callout", "space": "beta"}, None, {"type": "callout", "space": "beta"}),
@@ -118,11 +120,11 @@ def test_view_for_streams_own_space_host_events_and_every_lane_state(event, spac
     assert view_for(event, space) == shown
 
 
-def test_hello_shows_reasons_of_its_own_space_only():
+def test_hello_shows_every_lane_with_its_reason():
     lanes = {"beta": {"state": "retrying", "reason": "no pin"}, "alpha": {"state": "serving", "reason": None}}
     assert hello_event("alpha", lanes, seq=41, at=2.0) == {
         "seq": 41, "at": 2.0, "type": "hello", "space": "alpha",
-        "lanes": {"alpha": {"state": "serving", "reason": None}, "beta": {"state": "retrying", "reason": None}},
+        "lanes": {"alpha": {"state": "serving", "reason": None}, "beta": {"state": "retrying", "reason": "no pin"}},
     }
     assert hello_event(None, lanes, seq=0, at=0.0)["lanes"]["beta"] == {"state": "retrying", "reason": "no pin"}
 
