@@ -172,7 +172,10 @@ def callout_hook(
 
     def answered(record: CalloutRecord) -> None:
         metrics(record)
-        bus.publish(callout_event(record))
+        try:
+            bus.publish(callout_event(record))
+        except Exception:  # our bug: the answer went out; lose the event, never the lane
+            log.exception("events: space %s lost the event of one callout answer", getattr(record, "space", "?"))
 
     return answered
 
@@ -193,6 +196,9 @@ def exchange_hook(
 
     def answered(arm: str, status: int) -> None:
         metrics(arm, status)
-        bus.publish(exchange_event(space, arm=arm, face=face, status=status))
+        try:
+            bus.publish(exchange_event(space, arm=arm, face=face, status=status))
+        except Exception:  # our bug: the answer stands; lose the event, never the request
+            log.exception("events: space %s lost the event of one exchange answer", space)
 
     return answered

@@ -292,8 +292,9 @@ async def run_service(
     With a manifest, a lane failure is retried by the host and never ends this function. With
     one space, a lane failure propagates (a single-space replica exits non-zero).
 
-    Under systemd (``$NOTIFY_SOCKET``) it sends READY once every lane serves, STATUS on lane
-    changes, WATCHDOG pings and STOPPING when cancelled (:mod:`cotal_trio.lanes.notify`).
+    Under systemd (``$NOTIFY_SOCKET``) it sends READY once every lane has its outcome (serving,
+    or retrying with its reason), STATUS on lane changes, WATCHDOG pings and STOPPING when
+    cancelled (:mod:`cotal_trio.lanes.notify`).
 
     Raises:
         ConfigError, Unavailable: one space's lane could not start, or ended.

@@ -210,3 +210,22 @@ def test_watch_model_only_shows_the_given_spaces_and_ignores_foreign_shapes():
     model.add({"type": "mystery", "space": "alpha"})
     [view] = model.views(2.0)
     assert (view.space, view.connected, view.state, view.p50_ms, view.rates["minted"]) == ("alpha", False, "unknown", None, 0.0)
+
+
+def test_a_failing_event_never_fails_the_answer(caplog):
+    """STYLE practice 10: a bug building an event loses that event, never the callout answer or
+    the exchange answer (their metrics are still counted)."""
+    from cotal_trio.lanes.events import EventBus, callout_hook, exchange_hook
+
+    counted: list[object] = []
+    hook = callout_hook(counted.append, EventBus())
+    hook(object())  # not a CalloutRecord: building its event fails
+    assert len(counted) == 1 and "lost the event of one callout answer" in caplog.text
+
+    class Broken:
+        def publish(self, event):
+            raise RuntimeError("a bus bug")
+
+    exchange = exchange_hook(lambda arm, status: counted.append((arm, status)), Broken(), space="alpha", face="loopback")
+    exchange("human", 200)
+    assert counted[-1] == ("human", 200) and "lost the event of one exchange answer" in caplog.text
