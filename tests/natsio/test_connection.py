@@ -225,10 +225,14 @@ async def test_a_burst_of_slow_callbacks_lets_other_trio_tasks_run(plain_broker:
         async with open_loop(), open_connection(plain_broker) as conn, trio.open_nursery() as nursery:
             await conn.subscribe("burst.slow", on_message=slow)
             await conn.flush()
+            # The ticker runs before the burst arrives (CI found it started late under load: the
+            # first callbacks then all saw tick 0 before it was ever scheduled).
+            nursery.start_soon(ticker)
+            while ticks == 0:
+                await trio.sleep(0)
             async with open_connection(plain_broker) as sender:
                 for i in range(20):
                     sender.publish_nowait("burst.slow", b"%d" % i)
-            nursery.start_soon(ticker)
             while len(seen) < 20:
                 await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
