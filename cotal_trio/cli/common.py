@@ -12,8 +12,8 @@ import trio
 from cyclopts import Parameter
 
 from ..core.admission import DEADLINE_MARGIN_S
-from ..core.identity import check_space
 from ..core.errors import ConfigError, Refused
+from ..core.identity import check_space
 from ..state import RootPaths, SpacePaths, resolve_root
 from ..state.records import MAX_AUTH_TIMEOUT_S
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import CodecError
-from .nkeys import KeyPair, Prefix, is_public_key, looks_like_public_key, verify as verify_signature
+from .nkeys import KeyPair, Prefix, is_public_key, looks_like_public_key
+from .nkeys import verify as verify_signature
 
 __all__ = [
     "ALGORITHM",

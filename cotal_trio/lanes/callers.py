@@ -33,15 +33,12 @@ from contextlib import asynccontextmanager
 
 from ..broker.provision import load_space_accounts, mint_service_user
 from ..core import natsjwt, wire
+from ..core.caller_checks import CallerIntent, DataAccount, check_caller_intent, check_caller_jwt
 from ..core.callers import (
     CALLER_JWT_HEADER,
     DESCRIBE,
-    CallerIntent,
-    DataAccount,
     Intent,
     Surface,
-    check_caller_intent,
-    check_caller_jwt,
     intent_key,
     intent_ttl_s,
     minter_permissions,
@@ -281,10 +278,10 @@ async def check_caller_request(
     conn: Connection, msg: Message, *, space: str, endpoint: str, surface: Surface, account: DataAccount, now: int,
 ) -> CallerIntent:
     """Trio: what a host runs on a standalone caller's describe (with ``Cotal-Caller-Jwt``) or any
-    other verb ``msg``: :func:`~cotal_trio.core.callers.check_caller_jwt` on the header first (no
+    other verb ``msg``: :func:`~cotal_trio.core.caller_checks.check_caller_jwt` on the header first (no
     intent is read for a request that fails it), then the intent read by the coordinates it
     verified (the subject's owner and actor, the ``lifecycle:`` tag), then
-    :func:`~cotal_trio.core.callers.check_caller_intent`.
+    :func:`~cotal_trio.core.caller_checks.check_caller_intent`.
 
     The intent selects coordinates; it is no wire grant, accepted-generation proof or live
     lifecycle check. Broker admission remains a separate requirement.

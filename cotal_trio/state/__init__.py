@@ -20,7 +20,6 @@ from .files import (
 )
 from .inventory import SecretInventory, SecretKey, deprovision_secret_keys
 from .layout import RootPaths, SpacePaths, resolve_root, space_dir_name
-from .lock import hold_root
 from .ledger_files import (
     LedgerReader,
     kind_dir,
@@ -31,6 +30,7 @@ from .ledger_files import (
     row_path,
     write_row,
 )
+from .lock import hold_root
 from .material import (
     OWNER_SECRET_BYTES,
     AccountsRecord,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cotal_trio.core import callers, natsjwt
+from cotal_trio.core import caller_checks, callers, natsjwt
 from cotal_trio.core import credentials as rules
 from cotal_trio.core.callers import Intent, Surface
 from cotal_trio.core.credentials import Credential, LabelRecord
@@ -217,12 +217,12 @@ def caller_jwt(*, signer=SIGNER, user=USER, perms=None, exp=EXP, iat=IAT, princi
     return natsjwt.encode(claims, signer, iat=iat)
 
 
-DATA = callers.DataAccount(key=ACCOUNT, signers=frozenset({SIGNER.public_key}))
+DATA = caller_checks.DataAccount(key=ACCOUNT, signers=frozenset({SIGNER.public_key}))
 
 
 def check(jwt: str, *, verb="invoke", subject=None, intent=None, now=IAT + 10, surface=GOOD, account=DATA):
     subject = subject or f"cotal.{SPACE}.ep.{ENDPOINT}.{verb}.{OWNER}.{ACTOR}"
-    return callers.check_standalone_caller(
+    return caller_checks.check_standalone_caller(
         jwt, subject=subject, space=SPACE, endpoint=ENDPOINT, surface=surface, account=account,
         intent=callers.render_intent(intent or make_intent()), now=now,
     )  # fmt: skip
@@ -270,15 +270,15 @@ def test_the_host_refuses_each_failed_check_with_its_reason(jwt, kwargs, code, r
 
 def test_an_intent_that_does_not_parse_is_refused():
     with pytest.raises(Refused, match="its issuance intent is unreadable"):
-        callers.check_standalone_caller(caller_jwt(), subject=f"cotal.{SPACE}.ep.{ENDPOINT}.invoke.{OWNER}.{ACTOR}", space=SPACE,
+        caller_checks.check_standalone_caller(caller_jwt(), subject=f"cotal.{SPACE}.ep.{ENDPOINT}.invoke.{OWNER}.{ACTOR}", space=SPACE,
                                         endpoint=ENDPOINT, surface=GOOD, account=DATA, intent=b"{}", now=IAT)  # fmt: skip
 
 
 def test_account_signers_reads_plain_and_scoped_keys():
     claims = {"nats": {"signing_keys": [SIGNER.public_key, {"kind": "user_scope", "key": OTHER_SIGNER.public_key}, "junk"]}}
-    assert callers.account_signers(claims) == {SIGNER.public_key, OTHER_SIGNER.public_key}
+    assert caller_checks.account_signers(claims) == {SIGNER.public_key, OTHER_SIGNER.public_key}
     claims = {"sub": ACCOUNT, "nats": {**claims["nats"], "revocations": {USER.public_key: IAT, "*": 5, "bad": "x"}}}
-    assert callers.DataAccount.from_claims(claims) == callers.DataAccount(
+    assert caller_checks.DataAccount.from_claims(claims) == caller_checks.DataAccount(
         key=ACCOUNT, signers=frozenset({SIGNER.public_key, OTHER_SIGNER.public_key}), revocations={USER.public_key: IAT, "*": 5})
 
 
@@ -422,16 +422,16 @@ def test_the_checks_that_need_no_intent_run_without_one():
     """check_caller_jwt decides signature, issuer, revocation, window and tags with no intent at
     hand; what it returns selects the intent's key."""
     subject = f"cotal.{SPACE}.ep.{ENDPOINT}.forecast.{OWNER}.{ACTOR}"
-    found = callers.check_caller_jwt(caller_jwt(), subject=subject, space=SPACE, endpoint=ENDPOINT, surface=GOOD,
+    found = caller_checks.check_caller_jwt(caller_jwt(), subject=subject, space=SPACE, endpoint=ENDPOINT, surface=GOOD,
                                      account=DATA, now=IAT + 1)  # fmt: skip
     assert (found.owner, found.actor, found.uid, found.verb) == (OWNER, ACTOR, UID, "forecast")
     assert callers.intent_key(found.owner, found.actor, found.uid) == make_intent().key
     for jwt in (caller_jwt(signer=OTHER_SIGNER), caller_jwt()[:-4] + "AAAA"):
         with pytest.raises(Refused) as refused:
-            callers.check_caller_jwt(jwt, subject=subject, space=SPACE, endpoint=ENDPOINT, surface=GOOD, account=DATA, now=IAT + 1)
+            caller_checks.check_caller_jwt(jwt, subject=subject, space=SPACE, endpoint=ENDPOINT, surface=GOOD, account=DATA, now=IAT + 1)
         assert refused.value.code is RefusalCode.BAD_CREDENTIAL
     intent = callers.render_intent(make_intent())
-    assert callers.check_caller_intent(found, intent, space=SPACE, endpoint=ENDPOINT, surface=GOOD, account=DATA).verb == "forecast"
+    assert caller_checks.check_caller_intent(found, intent, space=SPACE, endpoint=ENDPOINT, surface=GOOD, account=DATA).verb == "forecast"
 
 
 json_values = st.recursive(

@@ -16,7 +16,7 @@ import json
 import pytest
 import trio
 
-from cotal_trio.core import callers
+from cotal_trio.core import caller_checks, callers
 from cotal_trio.core.errors import RefusalCode, Refused
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.lanes.callers import check_caller_request, create_intent
@@ -68,7 +68,7 @@ def request(jwt: str | None, *, verb: str = "invoke", actor: str = ACTOR) -> Mes
     return Message(f"cotal.{SPACE}.ep.{ENDPOINT}.{verb}.{OWNER}.{actor}", "_INBOX_x.1", b"", headers)
 
 
-async def run_check(store: FakeStore, msg: Message, *, account: callers.DataAccount = DATA, now: int = IAT + 10):
+async def run_check(store: FakeStore, msg: Message, *, account: caller_checks.DataAccount = DATA, now: int = IAT + 10):
     with trio.fail_after(CEILING_S):
         return await check_caller_request(store, msg, space=SPACE, endpoint=ENDPOINT, surface=GOOD,  # type: ignore[arg-type]
                                           account=account, now=now)  # fmt: skip
