@@ -38,7 +38,7 @@ from ..lanes.callers import (
 from ..lanes.issued import check_backup_dir, issued_permissions
 from ..lanes.issued import recreate_issued_stores as lanes_recreate
 from ..lanes.records import merge_permissions
-from ..state import SpacePaths
+from ..state import SpacePaths, load_space
 from ..state.credentials import hold_credentials, save_record, write_creds
 from .actor import as_config_error, provisioned
 from .auth import (
@@ -51,7 +51,6 @@ from .auth import (
     creds_text,
     new_credential,
     plan_mint,
-    static_space,
     undo_record,
 )
 from .common import Where
@@ -354,7 +353,7 @@ async def recreate_issued_stores(
             f"space {sp.space} is a user-auth space: its issued stores belong to its auth service - stop it, its "
             f"callout replicas and managers, then run `cotal up --space {sp.space} --recreate-issued-stores <backup-dir>`"
         )
-    sp, material = static_space(where)
+    material = load_space(sp.callout_json, sp.space)
     check_backup_dir(backup_dir)
     paths = where.paths()
     url = await resolve_server_url(paths, server)

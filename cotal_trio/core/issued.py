@@ -38,7 +38,7 @@ from typing import Any, Literal, TypeVar
 
 from .errors import CodecError, RefusalCode, Refused
 from .identity import is_actor, is_lifecycle_uid, is_space
-from .wire import accepted_bucket, issued_bucket  # the one source of bucket names (re-exported)
+from .wire import accepted_bucket, is_generation, is_subject, issued_bucket  # one source of these (re-exported)
 
 __all__ = [
     "ACCEPTED_PREFIX",
@@ -108,14 +108,11 @@ ATTEMPT_STATES = ("prepared", "active", "aborted", "revoked")
 # Largest integer JSON carries exactly (I-JSON, RFC 7493 section 2.2; RFC 8785 relies on it).
 _MAX_SAFE_INT = 2**53 - 1
 _HORIZON_HEX = 8
-_GENERATION = re.compile(r"[0-9a-f]{32}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _ACCEPTED_TOKEN = re.compile(r"[0-9a-f]{32}")
 # A KV key: tokens of [-/_=A-Za-z0-9] joined by dots (nats-py's VALID_KEY_RE, no empty token).
 _KV_KEY = re.compile(r"[-/_=A-Za-z0-9]+(?:\.[-/_=A-Za-z0-9]+)*")
 _BUCKET = re.compile(r"[A-Za-z0-9_-]{1,255}")
-# A NATS subject or pattern: non-empty tokens without whitespace, ">" only as the last token.
-_SUBJECT = re.compile(r"[^\s.]+(?:\.[^\s.]+)*")
 
 
 # -- canonical JSON ------------------------------------------------------------------------------
@@ -209,11 +206,6 @@ def _require(ok: bool, what: str, problem: str) -> None:
 
 
 # -- generations and horizons -------------------------------------------------------------------
-
-
-def is_generation(value: object) -> bool:
-    """True when ``value`` is 32 lowercase hex digits."""
-    return isinstance(value, str) and _GENERATION.fullmatch(value) is not None
 
 
 def new_generation(horizon: int, random12: bytes) -> str:
@@ -436,9 +428,7 @@ Mode = Literal["all", "none", "patterns"]
 
 
 def _subjects(value: object, what: str) -> tuple[str, ...]:
-    ok = isinstance(value, list | tuple) and all(
-        isinstance(s, str) and _SUBJECT.fullmatch(s) is not None and ">" not in s.split(".")[:-1] for s in value
-    )
+    ok = isinstance(value, list | tuple) and all(is_subject(s) for s in value)
     _require(ok, what, "subjects must be NATS subjects (no empty tokens, > only last)")
     return tuple(sorted(set(value)))  # type: ignore[arg-type]
 

@@ -65,6 +65,8 @@ __all__ = [
     "ep_subject",
     "ep_v1_subject",
     "inbox_subject",
+    "is_generation",
+    "is_subject",
     "issued_bucket",
     "js_ack",
     "js_consumer_create",
@@ -125,26 +127,40 @@ def _refuse(sentence: str) -> Refused:
     return Refused(RefusalCode.BAD_REQUEST, sentence)
 
 
+def _matching(value: object, pattern: re.Pattern[str], sentence: str) -> str:
+    """``value`` when it is a string ``pattern`` matches whole, else Refused BAD_REQUEST ``sentence``."""
+    if not isinstance(value, str) or pattern.fullmatch(value) is None:
+        raise _refuse(sentence)
+    return value
+
+
+def is_generation(value: object) -> bool:
+    """True when ``value`` is an issued generation: 32 lowercase hex digits (docs/issued-authority.md)."""
+    return isinstance(value, str) and _GENERATION.fullmatch(value) is not None
+
+
+def is_subject(value: object) -> bool:
+    """True when ``value`` is a NATS subject or pattern: non-empty tokens without whitespace,
+    ``>`` only as the last token."""
+    return isinstance(value, str) and _SUBJECT.fullmatch(value) is not None and ">" not in value.split(".")[:-1]
+
+
 def check_run_id(value: object) -> str:
     """Return ``value`` if it is a workflow run id: 26 to 32 of ``[a-z0-9]`` (a lifecycle token).
 
     Raises:
         Refused: BAD_REQUEST otherwise.
     """
-    if not isinstance(value, str) or _RUN_ID.fullmatch(value) is None:
-        raise _refuse("a run id is 26 to 32 characters of a-z and 0-9")
-    return value
+    return _matching(value, _RUN_ID, "a run id is 26 to 32 characters of a-z and 0-9")
 
 
 def check_generation(value: object) -> str:
-    """Return ``value`` if it is an issued generation: 32 lowercase hex (docs/issued-authority.md).
+    """Return ``value`` if it is an issued generation (:func:`is_generation`).
 
     Raises:
         Refused: BAD_REQUEST otherwise.
     """
-    if not isinstance(value, str) or _GENERATION.fullmatch(value) is None:
-        raise _refuse("a generation is 32 lowercase hex characters")
-    return value
+    return _matching(value, _GENERATION, "a generation is 32 lowercase hex characters")
 
 
 def check_checkpoint_token(value: object) -> str:
@@ -153,23 +169,19 @@ def check_checkpoint_token(value: object) -> str:
     Raises:
         Refused: BAD_REQUEST otherwise.
     """
-    if not isinstance(value, str) or _CHECKPOINT.fullmatch(value) is None:
-        raise _refuse("a checkpoint token is 16 to 128 characters of letters, digits, _ and -")
-    return value
+    return _matching(value, _CHECKPOINT, "a checkpoint token is 16 to 128 characters of letters, digits, _ and -")
 
 
 def _check_name(value: object, what: str, *, wildcard: bool = False) -> str:
     if wildcard and value == "*":
         return "*"
-    if not isinstance(value, str) or _NAME.fullmatch(value) is None:
-        raise _refuse(f"a {what} is 1 to 255 characters of letters, digits, _ and -")
-    return value
+    return _matching(value, _NAME, f"a {what} is 1 to 255 characters of letters, digits, _ and -")
 
 
 def _check_subject(value: object, what: str) -> str:
-    if not isinstance(value, str) or _SUBJECT.fullmatch(value) is None or ">" in value.split(".")[:-1]:
+    if not is_subject(value):
         raise _refuse(f"a {what} is dot-separated non-empty tokens without spaces, > only last")
-    return value
+    return value  # type: ignore[return-value]
 
 
 def covers(outer: str, inner: str) -> bool:

@@ -27,6 +27,7 @@ from cotal_trio.core.identity import is_actor
 
 from .files import TEMP_SUFFIX, atomic_write, corrupt, ensure_dir, render_json
 from .layout import RootPaths, SpacePaths, space_dir_name
+from .lock import lock_file
 
 __all__ = [
     "creds_dir",
@@ -138,17 +139,9 @@ def hold_credentials(sp: SpacePaths) -> Iterator[None]:
     Raises:
         ConfigError: the lock file cannot be created.
     """
-    folder = ensure_dir(records_dir(sp))
-    path = folder / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as exc:
-        raise ConfigError(f"cannot create {path} ({exc.strerror}) - check the root's permissions") from exc
-    try:
+    with lock_file(ensure_dir(records_dir(sp)) / LOCK_NAME) as fd:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
-    finally:
-        os.close(fd)
 
 
 def write_creds(path: Path, text: str) -> None:

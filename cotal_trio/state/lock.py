@@ -18,9 +18,27 @@ from cotal_trio.core.errors import ConfigError
 
 from .files import ensure_dir
 
-__all__ = ["hold_root"]
+__all__ = ["hold_root", "lock_file"]
 
 LOCK_NAME = "up.lock"
+
+
+@contextmanager
+def lock_file(path: Path) -> Iterator[int]:
+    """Open (or create, 0600) the lock file ``path`` and yield its descriptor; closed at the end
+    (which drops any ``flock`` taken on it). The caller takes the lock it needs.
+
+    Raises:
+        ConfigError: the file cannot be created (the sentence names it).
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise ConfigError(f"cannot create {path} ({exc.strerror}) - check the root's permissions") from exc
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 @contextmanager
@@ -32,12 +50,7 @@ def hold_root(root: Path) -> Iterator[None]:
             file cannot be created.
     """
     ensure_dir(root)
-    path = root / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as exc:
-        raise ConfigError(f"cannot create {path} ({exc.strerror}) - check the root's permissions") from exc
-    try:
+    with lock_file(root / LOCK_NAME) as fd:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -49,5 +62,3 @@ def hold_root(root: Path) -> Iterator[None]:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
-    finally:
-        os.close(fd)
