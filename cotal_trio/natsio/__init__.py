@@ -50,7 +50,7 @@ from ._kv import (
     kv_put,
     kv_update,
 )
-from ._kv_keys import is_bucket_missing, kv_delete_expiring, kv_keys
+from ._kv_keys import is_bucket_missing, kv_delete_expiring, kv_entries, kv_keys
 from ._loop import open_loop
 from ._streams import (
     StreamDrift,
@@ -80,6 +80,7 @@ __all__ = [
     "kv_create",
     "kv_delete",
     "kv_delete_expiring",
+    "kv_entries",
     "kv_get",
     "kv_keys",
     "kv_put",

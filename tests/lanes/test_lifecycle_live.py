@@ -26,7 +26,7 @@ from quart import request
 from quart_trio import QuartTrio
 
 from cotal_trio.core.identity import derive_owner, mint_lifecycle_uid
-from cotal_trio.core.issuance import IssuanceRow, parse_row, render_row
+from cotal_trio.core.issuance import IssuanceRow, issuance_key, parse_row, render_row
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.core.lifecycle import LifecycleState, parse_record
 from cotal_trio.core.nkeys import KeyPair, Prefix
@@ -88,8 +88,9 @@ class Live:
             space=SPACE, owner=row.owner, actor=row.actor, lifecycle_uid=row.lifecycle_uid, credential_id=None,
             view=None, iat=now, exp=now + 300,
         )  # fmt: skip
-        await self.doors.issuance.create(f"natkey.{user}", render_row(issued), ttl_s=310)
-        return f"natkey.{user}"
+        key = issuance_key(row.owner, row.actor, user)
+        await self.doors.issuance.create(key, render_row(issued), ttl_s=310)
+        return key
 
     async def post(self, path: str, body: dict) -> tuple[int, dict]:
         response = await self.client.post(path, data=json.dumps(body).encode(), headers=HEADERS)
