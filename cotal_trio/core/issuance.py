@@ -2,11 +2,10 @@
 
 Before the auth callout answers a mint it creates, create-only, the row
 ``natkey.<owner>.<actor>.<user nkey>`` in the space's auth bucket ``cotal_auth_<space>``, then
-checks the actor's authority again and
-only then answers (upstream-notes 2.4 item 7; issue 4 item 6). Callout replicas write these rows
-too (spec "Callout replicas": a replica "creates each connect's issuance row"). The broker
-generates a fresh user nkey for every connect, so a row that already exists means the request
-was answered before, and the connect is denied.
+checks the actor's authority again and only then answers (upstream-notes 2.4 item 7; issue 4
+item 6). Callout replicas write these rows too (spec "Callout replicas": a replica "creates each
+connect's issuance row"). The broker generates a fresh user nkey for every connect, so a row
+that already exists means the request was answered before, and the connect is denied.
 
 Key. Upstream keys the row ``natkey.<user nkey>`` (upstream-notes 2.4 item 7); this service puts
 the principal in the key, ``natkey.<owner>.<actor>.<user nkey>`` (owner and actor are single

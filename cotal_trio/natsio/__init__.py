@@ -50,7 +50,7 @@ from ._kv import (
     kv_put,
     kv_update,
 )
-from ._kv_keys import is_bucket_missing, kv_delete_expiring, kv_entries, kv_keys
+from ._kv_keys import ENTRIES_IN_FLIGHT, is_bucket_missing, kv_delete_expiring, kv_entries, kv_keys
 from ._loop import open_loop
 from ._streams import (
     StreamDrift,
@@ -67,6 +67,7 @@ from ._streams import (
 )
 
 __all__ = [
+    "ENTRIES_IN_FLIGHT",
     "Connection",
     "KeyExists",
     "KvEntry",
