@@ -36,6 +36,7 @@ from ._kv import (
     _STREAM_NOT_FOUND,
     EXPECTED_LAST_SUBJECT_SEQ,
     KV_OPERATION,
+    MARKER_REASON,
     KvEntry,
     WrongRevision,
     _api_text,
@@ -43,9 +44,10 @@ from ._kv import (
     _publish,
     _stream,
     _subject,
-    _last,
+    _TOMBSTONE_OPS,
     _ttl_headers,
 )
+from ._streams import last_message
 
 __all__ = ["ENTRIES_IN_FLIGHT", "is_bucket_missing", "kv_delete_expiring", "kv_entries", "kv_keys"]
 
@@ -86,7 +88,8 @@ async def kv_entries(conn: Connection, bucket: str, pattern: str) -> list[KvEntr
 
     One ``STREAM.INFO`` with ``subjects_filter`` ``$KV.<bucket>.<pattern>`` (one page per
     100 000 matching keys) lists the keys that hold a message; each is then read with one
-    ``STREAM.MSG.GET`` ``last_by_subj``, ``ENTRIES_IN_FLIGHT`` at a time. So the requests made
+    ``STREAM.MSG.GET`` ``last_by_subj`` (:func:`~cotal_trio.natsio.last_message`: a plain
+    request, no nats-py JetStream context), ``ENTRIES_IN_FLIGHT`` at a time. So the requests made
     are ``1 + (keys matching)``, whatever else the bucket holds: the broker does the filtering.
     A key whose last message is a delete, a purge or a server marker is left out.
 
@@ -119,13 +122,13 @@ async def kv_entries(conn: Connection, bucket: str, pattern: str) -> list[KvEntr
     async def reader(scope: trio.CancelScope, todo: Iterator[str]) -> None:
         for key in todo:  # the workers share one iterator: each key is read once
             try:
-                last = await _last(conn, bucket, base + key)
+                last = await last_message(conn, stream, base + key)
             except Unavailable as exc:
                 failed.append(exc)
                 scope.cancel()
                 return
-            if last is not None and last.live:
-                found[key] = KvEntry(key=key, value=last.value, revision=last.seq)
+            if last is not None and not _tombstone(last.headers):
+                found[key] = KvEntry(key=key, value=last.data, revision=last.seq)
 
     async with trio.open_nursery() as nursery:
         for _ in range(min(ENTRIES_IN_FLIGHT, len(keys))):
@@ -133,6 +136,12 @@ async def kv_entries(conn: Connection, bucket: str, pattern: str) -> list[KvEntr
     if failed:
         raise failed[0]
     return [found[key] for key in keys if key in found]
+
+
+def _tombstone(headers: dict[str, str]) -> bool:
+    """A delete, a purge or a server marker (as :mod:`._kv` reads them): no live value."""
+    names = {name.lower(): value for name, value in headers.items()}
+    return names.get(KV_OPERATION.lower()) in _TOMBSTONE_OPS or MARKER_REASON.lower() in names
 
 
 async def _subjects_page(conn: Connection, stream: str, subjects: str, *, offset: int) -> tuple[list[str], int]:
