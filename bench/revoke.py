@@ -95,7 +95,8 @@ async def seed(conn: Connection, args: argparse.Namespace, now: int) -> float:
     uids = [mint_lifecycle_uid(os.urandom(20)) for _ in range(args.owners)]
     for i in range(args.others):
         owner = owner_of(i % args.owners)
-        conn.publish_nowait(f"$KV.{BUCKET}.natkey.{owner}.cli.{user_of(i)}", row_of(owner, uids[i % args.owners], now), {"Nats-TTL": "3600"})
+        subject = f"$KV.{BUCKET}.natkey.{owner}.cli.{user_of(i)}"
+        conn.publish_nowait(subject, row_of(owner, uids[i % args.owners], now), {"Nats-TTL": "3600"})
         if i % CHUNK == CHUNK - 1:
             await conn.flush()
     await conn.flush()
@@ -139,8 +140,12 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
                 elapsed_ms = (time.perf_counter() - started) * 1000
                 messages = await sent(conn, monitor) - before
                 times_ms.append(elapsed_ms)
-                print(f"run {repeat + 1}: retired in {elapsed_ms:.1f} ms, {withdrawn} rows withdrawn, {messages} messages to the broker")
-        print(f"median {statistics.median(times_ms):.1f} ms over {args.repeats} runs ({args.others} rows of others in the space)")
+                print(
+                    f"run {repeat + 1}: retired in {elapsed_ms:.1f} ms, {withdrawn} rows withdrawn,"
+                    f" {messages} messages to the broker"
+                )
+        median_ms = statistics.median(times_ms)
+        print(f"median {median_ms:.1f} ms over {args.repeats} runs ({args.others} rows of others in the space)")
         nursery.cancel_scope.cancel()
 
 

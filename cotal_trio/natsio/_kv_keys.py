@@ -34,6 +34,7 @@ from cotal_trio.core.errors import Unavailable
 from ._conn import Connection
 from ._kv import (
     _STREAM_NOT_FOUND,
+    _TOMBSTONE_OPS,
     EXPECTED_LAST_SUBJECT_SEQ,
     KV_OPERATION,
     MARKER_REASON,
@@ -44,7 +45,6 @@ from ._kv import (
     _publish,
     _stream,
     _subject,
-    _TOMBSTONE_OPS,
     _ttl_headers,
 )
 from ._streams import last_message

@@ -161,7 +161,8 @@ async def test_a_ledger_that_stalls_for_one_actor_times_out_at_the_deadline_and_
     assert BUDGET_MS <= timeout["total_ms"] < BUDGET_MS + 50
     assert len(finished) == 5 and max(finished) < STALL_S  # all five connected during the stall
     assert len(minted) == 5 and timeout["req"] not in {line["req"] for line in minted}
-    assert keys == sorted(f"natkey.{line['owner']}.{line['actor']}.{line['req']}" for line in minted)  # none for the stalled connect
+    # none for the stalled connect; keyed by principal (issue 15 item 1)
+    assert keys == sorted(f"natkey.{line['owner']}.{line['actor']}.{line['req']}" for line in minted)
     assert TIMEOUT_REASON.startswith("timeout:")
 
 
