@@ -243,8 +243,11 @@ async def test_a_replica_writes_rows_creates_no_store_and_prunes_nothing(
             await lanes.start(_lane(mesh, "a", callout_only=False))
             lanes.cancel_scope.cancel()
         async with store_reader(mesh.paths.space("a"), mesh.server_url, "a") as conn:
-            # in the upstream key form natkey.<user nkey>, as an earlier version wrote it: pruned too
-            await kv_put(conn, plane_bucket("a"), "natkey.UEXPIRED", _expired_row(owner))
+            # keyed by principal, and in the upstream form natkey.<user nkey> as an earlier version
+            # wrote it: the sweep lists natkey.> and prunes both
+            expired = (f"natkey.{owner}.cli.UEXPIRED", "natkey.UEXPIRED")
+            for key in expired:
+                await kv_put(conn, plane_bucket("a"), key, _expired_row(owner))
             async with trio.open_nursery() as lanes:
                 await lanes.start(_lane(mesh, "a", callout_only=True))
                 async with mesh.client("a", _bearer(mesh, "a", "alice")) as user:
@@ -253,17 +256,18 @@ async def test_a_replica_writes_rows_creates_no_store_and_prunes_nothing(
                 lanes.cancel_scope.cancel()
             [minted] = callout_lines(caplog)[1:]
             replica_row = await kv_get(conn, plane_bucket("a"), f"natkey.{minted['owner']}.cli.{minted['req']}")
-            kept = await kv_get(conn, plane_bucket("a"), "natkey.UEXPIRED")
+            kept = [await kv_get(conn, plane_bucket("a"), key) for key in expired]
 
             # A full lane prunes the expired row at start (a replica never did).
             async with trio.open_nursery() as lanes:
                 await lanes.start(_lane(mesh, "a", callout_only=False))
                 # The sweep runs in the lane's own task and the store has no event for a delete: poll.
-                while await kv_get(conn, plane_bucket("a"), "natkey.UEXPIRED") is not None:  # noqa: ASYNC110
-                    await trio.sleep(0.05)
+                for key in expired:
+                    while await kv_get(conn, plane_bucket("a"), key) is not None:  # noqa: ASYNC110
+                        await trio.sleep(0.05)
                 lanes.cancel_scope.cancel()
     assert (denied["outcome"], denied["reason"]) == ("denied", store_missing_reason("b"))
     assert is_bucket_missing(missing.value)  # the replica created no store
     assert minted["outcome"] == "minted" and replica_row is not None
     assert parse_row(replica_row.value).space == "a" and parse_row(replica_row.value).actor == "cli"
-    assert kept is not None
+    assert None not in kept
