@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 import trio
 
+from cotal_trio.cli import main
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.lanes import lifecycle as lifecycle_lane
 from cotal_trio.state import read_json, read_principal
@@ -53,3 +54,24 @@ async def test_a_revoke_whose_withdrawal_fails_still_refuses_the_next_exchange_a
     assert retired[0] == 503 and "outcome" not in retired[1]  # the withdrawal's failure is still reported
     assert read_principal(stack.space_paths, row.owner, "cli") == (None, None)
     assert exchanged[0] == 401 and exchanged[1]["error"].startswith('actor "cli" is not granted for this user')
+
+
+async def test_cotal_actor_revoke_with_a_failing_withdrawal_exits_1_and_the_actor_is_refused(stack, monkeypatch, capsys):
+    """The same through ``cotal actor revoke`` (the issue's command): an unknown outcome on
+    stderr, exit 1, and the principal refused at its next exchange and connect."""
+    row = stack.grant("alice", "cli")
+    bearer = await stack.bearer("alice", "cli")
+    monkeypatch.setattr(lifecycle_lane, "withdraw_issuance", _fails)
+    with trio.fail_after(CEILING_S):
+        capsys.readouterr()
+        code = await trio.to_thread.run_sync(
+            main, ["actor", "revoke", "cli", "--owner", row.owner, "--space", SPACE, "--root", str(stack.paths.root)]
+        )
+        _, err = capsys.readouterr()
+        exchanged = await stack.exchange({"idpToken": stack.idp_token("alice"), "actor": "cli"})
+        with refused():
+            async with client(stack, bearer):
+                pass
+    assert code == 1 and "has an unknown outcome (HTTP 503" in err.splitlines()[-1]
+    assert read_principal(stack.space_paths, row.owner, "cli") == (None, None)
+    assert exchanged[0] == 401
