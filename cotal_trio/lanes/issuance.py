@@ -352,7 +352,8 @@ async def _withdraw(store: RowStore, sent: _Sent) -> None:
 async def prune_rows(store: RowStore, *, now: float, expiries: RowExpiries | None = None) -> int:
     """Trio: delete the issuance rows past their expiry at ``now`` (unix seconds); how many.
 
-    Rows whose expiry ``expiries`` knows and which are not yet due are not read. Each other row
+    Lists ``natkey.>``, so rows in both key forms are pruned (:mod:`cotal_trio.core.issuance`,
+    Key). Rows whose expiry ``expiries`` knows and which are not yet due are not read. Each other row
     is read (at most ``PRUNE_READS_PER_S`` reads a second) and, when past its expiry, deleted
     by compare-and-set on the revision read, with a marker that expires after
     ``MARKER_TTL_S``. A row that cannot be parsed is left alone (counted in one warning).
