@@ -50,7 +50,8 @@ from ._kv import (
     kv_put,
     kv_update,
 )
-from ._kv_keys import ENTRIES_IN_FLIGHT, is_bucket_missing, kv_delete_expiring, kv_entries, kv_keys
+from ._kv_keys import is_bucket_missing, kv_delete_expiring, kv_keys
+from ._kv_scan import ENTRIES_IN_FLIGHT, kv_entries
 from ._loop import open_loop
 from ._streams import (
     StreamDrift,

@@ -6,9 +6,6 @@ What the issuance rows (:mod:`cotal_trio.lanes.issuance`) need beyond :mod:`._kv
   ``KeyValue.keys()`` runs a watcher (an ordered consumer); this asks the stream instead
   (``$JS.API.STREAM.INFO.KV_<bucket>`` with ``subjects_filter``, paged by ``offset``): one
   request per 100 000 keys, no consumer.
-* :func:`kv_entries`: the live entries whose keys match a pattern (``natkey.<owner>.<actor>.>``),
-  for retiring one principal's issuance rows: one subject-filtered listing, then one read per
-  key it lists, a few in flight at once, so the cost is that principal's rows, not the bucket's.
 * :func:`kv_delete_expiring`: a compare-and-set delete whose marker carries a ``Nats-TTL``, so
   the key leaves nothing behind once the marker expires; with ``last_revision=0`` it lands only
   on a key that has no message at all, which fences off a create still in flight on the same
@@ -23,22 +20,16 @@ from nats-py's error).
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterator
 
 import nats.js.errors
-import trio
 
 from cotal_trio.core.errors import Unavailable
 
 from ._conn import Connection
 from ._kv import (
     _STREAM_NOT_FOUND,
-    _TOMBSTONE_OPS,
     EXPECTED_LAST_SUBJECT_SEQ,
     KV_OPERATION,
-    MARKER_REASON,
-    KvEntry,
     WrongRevision,
     _api_text,
     _Conflict,
@@ -47,14 +38,8 @@ from ._kv import (
     _subject,
     _ttl_headers,
 )
-from ._streams import last_message
 
-__all__ = ["ENTRIES_IN_FLIGHT", "is_bucket_missing", "kv_delete_expiring", "kv_entries", "kv_keys"]
-
-# kv_entries keeps at most this many reads in flight on the connection.
-ENTRIES_IN_FLIGHT = 32
-# A key pattern's token: a key token (nats-py's key characters, no dot), or a whole-token wildcard.
-_PATTERN_TOKEN = re.compile(r"[-/_=a-zA-Z0-9]+|\*")
+__all__ = ["is_bucket_missing", "kv_delete_expiring", "kv_keys"]
 
 
 async def kv_keys(conn: Connection, bucket: str, *, prefix: str = "") -> list[str]:
@@ -81,67 +66,6 @@ async def kv_keys(conn: Connection, bucket: str, *, prefix: str = "") -> list[st
         keys.extend(subject[len(base):] for subject in page)
         if not page or len(keys) >= total:
             return sorted(keys)
-
-
-async def kv_entries(conn: Connection, bucket: str, pattern: str) -> list[KvEntry]:
-    """Trio: the live entries of ``bucket`` whose keys match ``pattern``, sorted by key.
-
-    One ``STREAM.INFO`` with ``subjects_filter`` ``$KV.<bucket>.<pattern>`` (one page per
-    100 000 matching keys) lists the keys that hold a message; each is then read with one
-    ``STREAM.MSG.GET`` ``last_by_subj`` (:func:`~cotal_trio.natsio.last_message`: a plain
-    request, no nats-py JetStream context), ``ENTRIES_IN_FLIGHT`` at a time. So the requests made
-    are ``1 + (keys matching)``, whatever else the bucket holds: the broker does the filtering.
-    A key whose last message is a delete, a purge or a server marker is left out.
-
-    Args:
-        pattern: a key with NATS wildcards as whole tokens: ``*`` one token, ``>`` (last) one
-            or more (``"natkey.u_x.cli.>"``, ``"natkey.*"``).
-
-    Raises:
-        ValueError: an invalid bucket or pattern.
-        Unavailable: the bucket is missing (:func:`is_bucket_missing`), or the broker or
-            JetStream did not answer (the first failed read; the others are cancelled).
-    """
-    stream = _stream(bucket)
-    tokens = pattern.split(".")
-    last_ok = tokens[-1] == ">" and len(tokens) > 1
-    if not all(_PATTERN_TOKEN.fullmatch(t) for t in (tokens[:-1] if last_ok else tokens)):
-        raise ValueError(f"invalid key pattern {pattern!r}: key tokens, '*' tokens, and '>' only as the last token")
-    base = f"$KV.{bucket}."
-    keys: list[str] = []
-    while True:
-        page, total = await _subjects_page(conn, stream, base + pattern, offset=len(keys))
-        keys.extend(subject[len(base):] for subject in page)
-        if not page or len(keys) >= total:
-            break
-    keys.sort()
-    found: dict[str, KvEntry] = {}
-    failed: list[Unavailable] = []
-    todo = iter(keys)
-
-    async def reader(scope: trio.CancelScope, todo: Iterator[str]) -> None:
-        for key in todo:  # the workers share one iterator: each key is read once
-            try:
-                last = await last_message(conn, stream, base + key)
-            except Unavailable as exc:
-                failed.append(exc)
-                scope.cancel()
-                return
-            if last is not None and not _tombstone(last.headers):
-                found[key] = KvEntry(key=key, value=last.data, revision=last.seq)
-
-    async with trio.open_nursery() as nursery:
-        for _ in range(min(ENTRIES_IN_FLIGHT, len(keys))):
-            nursery.start_soon(reader, nursery.cancel_scope, todo)
-    if failed:
-        raise failed[0]
-    return [found[key] for key in keys if key in found]
-
-
-def _tombstone(headers: dict[str, str]) -> bool:
-    """A delete, a purge or a server marker (as :mod:`._kv` reads them): no live value."""
-    names = {name.lower(): value for name, value in headers.items()}
-    return names.get(KV_OPERATION.lower()) in _TOMBSTONE_OPS or MARKER_REASON.lower() in names
 
 
 async def _subjects_page(conn: Connection, stream: str, subjects: str, *, offset: int) -> tuple[list[str], int]:
