@@ -68,7 +68,6 @@ from ._streams import (
 )
 
 __all__ = [
-    "ENTRIES_IN_FLIGHT",
     "Connection",
     "KeyExists",
     "KvEntry",
@@ -82,6 +81,7 @@ __all__ = [
     "kv_create",
     "kv_delete",
     "kv_delete_expiring",
+    "ENTRIES_IN_FLIGHT",
     "kv_entries",
     "kv_get",
     "kv_keys",
