@@ -1,11 +1,22 @@
 """Issuance rows: the callout's record of each user JWT it mints (DESIGN.md 6 step 6, section 8).
 
-Before the auth callout answers a mint it creates, create-only, the row ``natkey.<user nkey>``
-in the space's auth bucket ``cotal_auth_<space>``, then checks the actor's authority again and
-only then answers (upstream-notes 2.4 item 7; issue 4 item 6). Callout replicas write these rows
-too (spec "Callout replicas": a replica "creates each connect's issuance row"). The broker
-generates a fresh user nkey for every connect, so a row that already exists means the request
-was answered before, and the connect is denied.
+Before the auth callout answers a mint it creates, create-only, the row
+``natkey.<owner>.<actor>.<user nkey>`` in the space's auth bucket ``cotal_auth_<space>``, then
+checks the actor's authority again and only then answers (upstream-notes 2.4 item 7; issue 4
+item 6). Callout replicas write these rows too (spec "Callout replicas": a replica "creates each
+connect's issuance row"). The broker generates a fresh user nkey for every connect, so a row
+that already exists means the request was answered before, and the connect is denied.
+
+Key. Upstream keys the row ``natkey.<user nkey>`` (upstream-notes 2.4 item 7); this service puts
+the principal in the key, ``natkey.<owner>.<actor>.<user nkey>`` (owner and actor are single
+subject tokens), so retiring a lifecycle finds its principal's rows with one subject-filtered
+listing, ``natkey.<owner>.<actor>.>`` (:func:`principal_rows`), and costs what that principal
+has, not what the space has (issue 15 item 1). A user nkey is fresh per connect, so the key is
+as unique as before and the replayed-request check is unchanged. Rows in the upstream form
+(written by an earlier version of this service, or a replica not yet upgraded) are
+:data:`LEGACY_ROWS`, ``natkey.*``: a key with exactly one token after ``natkey.``, so that
+listing never matches a keyed-by-principal row. The withdrawal reads them too, and the prune
+sweep lists ``natkey.>``, both forms.
 
 Row (version 1, closed). Upstream describes only the content ("the bearer's
 space/owner/actor/lifecycle/credential/view and the minted JWT's iat/exp", upstream-notes 11
@@ -42,6 +53,7 @@ __all__ = [
     "EXPIRY_TOLERANCE_S",
     "ISSUANCE_KEY_PREFIX",
     "IssuanceRow",
+    "LEGACY_ROWS",
     "PRUNE_EVERY_S",
     "ROW_VERSION",
     "exists_reason",
@@ -49,6 +61,8 @@ __all__ = [
     "issuance_key",
     "issuance_row",
     "parse_row",
+    "principal_prefix",
+    "principal_rows",
     "render_row",
     "row_ttl_s",
     "store_missing_reason",
@@ -57,6 +71,8 @@ __all__ = [
 
 ROW_VERSION = 1
 ISSUANCE_KEY_PREFIX = "natkey."
+# The keys of rows written in the upstream form ``natkey.<user nkey>`` (a KV key pattern).
+LEGACY_ROWS = ISSUANCE_KEY_PREFIX + "*"
 # Upstream prunes at start and every `nativeIssuancePruneMs` (default 60 s).
 PRUNE_EVERY_S = 60.0
 # A row outlives its JWT by the clock tolerance the bearer check allows (seconds).
@@ -66,7 +82,7 @@ _KEYS = ("ver", "space", "owner", "actor", "lifecycleUid", "credentialId", "view
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class IssuanceRow:
-    """One issuance row (the key, ``natkey.<user nkey>``, is not part of it).
+    """One issuance row (its key, :func:`issuance_key`, is not part of it).
 
     Attributes:
         space: the space the connect was for.
@@ -109,16 +125,39 @@ def _is_seconds(value: object) -> bool:
     return type(value) is int and value >= 0
 
 
-def issuance_key(user_nkey: str) -> str:
-    """``natkey.<user nkey>``: the row's key for the broker-generated user key ``U…``.
+def issuance_key(owner: str, actor: str, user_nkey: str) -> str:
+    """``natkey.<owner>.<actor>.<user nkey>``: the key of the row minted for principal
+    ``<owner>.<actor>`` under the broker-generated user key ``U…`` (module docstring, Key).
 
     Raises:
         CodecError: ``user_nkey`` is not a public user nkey (the broker's request is signed,
-            so this is a broken request, never a client's input).
+            so this is a broken request, never a client's input), or owner/actor break their
+            grammar (never for a validated bearer's).
     """
     if not is_public_key(user_nkey, Prefix.USER):
         raise CodecError("issuance row: the request's user_nkey is not a public user nkey")
-    return ISSUANCE_KEY_PREFIX + user_nkey
+    return f"{principal_prefix(owner, actor)}{user_nkey}"
+
+
+def principal_prefix(owner: str, actor: str) -> str:
+    """``natkey.<owner>.<actor>.``: the key prefix of every row of that principal.
+
+    Raises:
+        CodecError: ``owner`` is not a derived owner or ``actor`` not an actor name.
+    """
+    _require(is_owner(owner), "owner is not a derived owner")
+    _require(is_actor(actor), "actor is not an actor name")
+    return f"{ISSUANCE_KEY_PREFIX}{owner}.{actor}."
+
+
+def principal_rows(owner: str, actor: str) -> str:
+    """``natkey.<owner>.<actor>.>``: the KV key pattern matching exactly that principal's rows
+    (a subject filter: ``cli`` does not match ``cli2``).
+
+    Raises:
+        CodecError: as :func:`principal_prefix`.
+    """
+    return principal_prefix(owner, actor) + ">"
 
 
 def issuance_row(bearer: ValidatedBearer, grant: ConnectGrant, *, space: str, iat: int) -> IssuanceRow:
@@ -177,7 +216,7 @@ def row_ttl_s(row: IssuanceRow, *, now: float) -> int:
 def exists_reason(user_nkey: str) -> str:
     """The denial reason when the row is already there: this connect was answered before."""
     return (
-        f"issuance row {ISSUANCE_KEY_PREFIX}{user_nkey} already exists - the broker delivered this"
+        f"the issuance row of user key {user_nkey} already exists - the broker delivered this"
         " connect twice; connect again (the broker generates a new user key)"
     )
 

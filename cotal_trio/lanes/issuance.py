@@ -7,7 +7,7 @@ virtual-time tests run on an in-memory bucket.
 Per request (an :class:`Issuance`, made by the callout responder before the request's deadline
 scope):
 
-1. :meth:`Issuance.write` creates ``natkey.<user nkey>`` create-only, with a per-message TTL that
+1. :meth:`Issuance.write` creates ``natkey.<owner>.<actor>.<user nkey>`` create-only, with a per-message TTL that
    ends ``EXPIRY_TOLERANCE_S`` after the JWT's ``exp``. The bucket always allows such TTLs: the
    full service's plane keeper creates it with ``allow_msg_ttl`` and refuses a bucket without
    (:func:`~cotal_trio.natsio.ensure_bucket`). An existing row is a
@@ -73,6 +73,7 @@ from ..natsio import (
     is_bucket_missing,
     kv_create,
     kv_delete_expiring,
+    kv_entries,
     kv_get,
     kv_keys,
 )
@@ -173,6 +174,11 @@ class RowStore(Protocol):
         """The keys under ``prefix`` that hold any message (live or marker)."""
         ...
 
+    async def entries(self, pattern: str) -> list[KvEntry]:
+        """The live values whose keys match ``pattern`` (NATS wildcards), found by one
+        subject-filtered listing: the cost is the matching keys, not the bucket's."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class KvRowStore:
@@ -197,6 +203,10 @@ class KvRowStore:
         with _bucket_errors(self.bucket):
             return await kv_keys(self.conn, self.bucket, prefix=prefix)
 
+    async def entries(self, pattern: str) -> list[KvEntry]:
+        with _bucket_errors(self.bucket):
+            return await kv_entries(self.conn, self.bucket, pattern)
+
 
 @contextmanager
 def _bucket_errors(bucket: str) -> Iterator[None]:
@@ -217,7 +227,7 @@ def issuance_store(conn: Connection, space: str) -> KvRowStore:
 def replica_permissions(space: str) -> dict[str, dict[str, list[str]]]:
     """A replica's store permissions: the admission read plus writing issuance rows.
 
-    Creating ``natkey.<user nkey>`` is a JetStream publish on ``$KV.cotal_auth_<space>.natkey.>``
+    Creating ``natkey.<owner>.<actor>.<user nkey>`` is a JetStream publish on ``$KV.cotal_auth_<space>.natkey.>``
     (acknowledged on the connection's ``_INBOX``); a conflict or a withdrawal reads the key back
     with ``STREAM.MSG.GET``, which the reader permissions already allow. Nothing else: a replica
     creates no store and touches no other key (spec "Callout replicas").
@@ -250,7 +260,8 @@ class Issuance:
         self._kept = False
 
     async def write(self, user_nkey: str, row: IssuanceRow, *, now: float) -> None:
-        """Trio: create ``natkey.<user_nkey>`` holding ``row``, create-only (a checkpoint).
+        """Trio: create ``natkey.<owner>.<actor>.<user_nkey>`` (the row's principal) holding ``row``,
+        create-only (a checkpoint).
 
         Call it at most once. Cancellation: the row may still land; :meth:`settle` withdraws it
         unless :meth:`keep` is called.
@@ -265,7 +276,7 @@ class Issuance:
             IssuanceFailed: the bucket is missing or the write failed (the reason names the fix).
             CodecError: ``user_nkey`` is not a user key.
         """
-        key, value = issuance_key(user_nkey), render_row(row)
+        key, value = issuance_key(row.owner, row.actor, user_nkey), render_row(row)
         ttl_s = row_ttl_s(row, now=now)
         self._exp = row.exp
         self._sent = _Sent(key, value, ttl_s)  # before sending: a cancelled create may still land
@@ -341,7 +352,8 @@ async def _withdraw(store: RowStore, sent: _Sent) -> None:
 async def prune_rows(store: RowStore, *, now: float, expiries: RowExpiries | None = None) -> int:
     """Trio: delete the issuance rows past their expiry at ``now`` (unix seconds); how many.
 
-    Rows whose expiry ``expiries`` knows and which are not yet due are not read. Each other row
+    Lists ``natkey.>``, so rows in both key forms are pruned (:mod:`cotal_trio.core.issuance`,
+    Key). Rows whose expiry ``expiries`` knows and which are not yet due are not read. Each other row
     is read (at most ``PRUNE_READS_PER_S`` reads a second) and, when past its expiry, deleted
     by compare-and-set on the revision read, with a marker that expires after
     ``MARKER_TTL_S``. A row that cannot be parsed is left alone (counted in one warning).

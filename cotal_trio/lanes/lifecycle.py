@@ -5,21 +5,31 @@ The decisions are :mod:`cotal_trio.core.lifecycle`; the HTTP edge is
 
 1. **the barrier**: write the retired record ``lifecycle.<lifecycleUid>`` in the records store
    (TTL 960 s). From here on a failure has no ``not-executed`` outcome;
-2. withdraw the space's issuance rows ``natkey.*`` (``cotal_auth_<space>``) minted for that
-   lifecycle (:func:`withdraw_issuance`), by compare-and-set on the revision read;
-3. remove the principal's row file of that kind, only if it still holds that lifecycle UID
-   (:func:`remove_row_if_holds`, on a worker thread): a row re-granted meanwhile stays;
-4. withdraw again, reading only the issuance rows that appeared since step 2's listing.
+2. **the refusal**: remove the principal's row file of that kind, only if it still holds that
+   lifecycle UID (:func:`remove_row_if_holds`, on a worker thread): a row re-granted meanwhile
+   stays. From here on the exchange and the callout refuse the lifecycle (both read the row
+   fresh), whatever happens next;
+3. withdraw that lifecycle's issuance rows in ``cotal_auth_<space>`` (:func:`withdraw_issuance`),
+   by compare-and-set on the revision read. The rows are keyed by principal
+   (``natkey.<owner>.<actor>.<user nkey>``, :mod:`cotal_trio.core.issuance`), so one
+   subject-filtered listing finds them: the step costs what the principal has, not what the
+   space has (issue 15 item 1).
 
-Why this order. The callout writes a connect's issuance row first and checks the ledger row
-after it, minting only while the row is there. So once step 3 has removed the row, no connect
-of this lifecycle mints any more, and every one that minted before has its issuance row written
-before step 4 lists the keys: step 4 leaves none behind. Step 2 comes before the removal so a
-retirement that fails in steps 2 or 3 leaves the row in place, and the same call again (its
-decision sees the row still holding the lifecycle) finishes the whole retirement. Only a failure
-in step 4 leaves a remainder: rows minted between steps 2 and 3, which end on their own TTL
-(at most the 900 s bearer cap plus 5 s). Issuance keys are create-only (a fresh user nkey per
-connect), so a key step 2 read and found another lifecycle's needs no second read.
+Why this order. The refusal must not wait on the withdrawal: the issue's run had a withdrawal
+over 39,000 rows run out of the 30 s bound before the row was removed, so the revoked actor kept
+connecting and the exchange kept minting its bearers. And one withdrawal after the removal
+leaves no minted row behind: the callout writes a connect's issuance row (and awaits its ack)
+before it checks the ledger row again, minting only while the row is there, so every connect
+that minted had its row stored before step 2, hence before step 3 lists. A failure in steps 1
+or 2 leaves the row, and the same call again (its decision sees the row still holding the
+lifecycle) finishes the retirement. A failure in step 3 leaves the lifecycle refused with some
+of its issuance rows in place; they end on their own TTL (at most the 900 s bearer cap plus
+5 s), and the door's 503 says the outcome is not the whole retirement.
+
+Rows in the upstream form ``natkey.<user nkey>`` (written before this key shape, or by a replica
+not yet upgraded) are found by a second filtered listing, ``natkey.*``, which matches only
+that form: a fallback, not a migration. After an upgrade it shrinks to nothing within those
+rows' TTL, and the prune sweep lists both forms.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from typing import Protocol
 import trio
 
 from ..core.errors import CodecError, Unavailable
-from ..core.issuance import ISSUANCE_KEY_PREFIX, parse_row
+from ..core.issuance import LEGACY_ROWS, parse_row, principal_rows
 from ..core.ledger import LedgerKind
 from ..core.ledger import parse_row as parse_ledger_row
 from ..core.lifecycle import (
@@ -45,7 +55,7 @@ from ..core.lifecycle import (
     record_ttl_s,
     render_record,
 )
-from ..natsio import WrongRevision
+from ..natsio import KvEntry, WrongRevision
 from ..state import SpacePaths, row_path
 from .issuance import MARKER_TTL_S, RowStore
 
@@ -64,6 +74,8 @@ log = logging.getLogger("cotal.lifecycle")
 # A retirement, once its barrier began, is shielded from cancellation for at most this long
 # (seconds): a caller that hangs up does not leave it half done.
 RETIRE_S = 30.0
+# The withdrawal keeps at most this many deletes in flight (they are on distinct keys).
+DELETES_IN_FLIGHT = 32
 # Hidden, with the temporary-file suffix: ledger folder scans skip it (state.files.TEMP_SUFFIX).
 _HELD_SUFFIX = ".retiring.tmp"
 
@@ -162,78 +174,111 @@ def _put_back(held: Path, path: Path) -> None:
     os.unlink(held)
 
 
-async def withdraw_issuance(
-    store: RowStore, target: LifecycleTarget, *, seen: frozenset[str] = frozenset()
-) -> tuple[int, frozenset[str]]:
-    """Trio: delete every issuance row minted for ``target``'s lifecycle.
+async def withdraw_issuance(store: RowStore, target: LifecycleTarget) -> int:
+    """Trio: delete every issuance row minted for ``target``'s lifecycle; how many.
 
-    Lists ``natkey.*``, reads each row whose key is not in ``seen``, and deletes the matching
-    ones by compare-and-set on the revision read, leaving a marker of ``MARKER_TTL_S``.
-    Unreadable rows are left alone; a row changed since it was read (pruned, withdrawn) is not
-    counted.
-
-    Args:
-        seen: keys an earlier pass already handled (issuance keys are create-only).
-
-    Returns:
-        ``(rows deleted, keys listed)``; pass the keys as ``seen`` to a later pass.
+    Reads the principal's rows with one filtered listing (``natkey.<owner>.<actor>.>``) and the
+    rows in the upstream form with another (``natkey.*``, module docstring), each then read once
+    (:meth:`~cotal_trio.lanes.issuance.RowStore.entries`); the rows of that lifecycle are deleted
+    by compare-and-set on the revision read, leaving a marker of ``MARKER_TTL_S``, up to
+    ``DELETES_IN_FLIGHT`` at a time. So the store requests are two listings plus one read per
+    row of the principal (and per legacy row), plus one delete per row withdrawn: nothing per row
+    of anyone else. Unreadable rows are left alone; a row changed since it was read (pruned,
+    withdrawn) is not counted.
 
     Raises:
         Unavailable: the bucket is missing or the store did not answer.
     """
+    entries = [
+        *await store.entries(principal_rows(target.owner, target.actor)),
+        *await store.entries(LEGACY_ROWS),
+    ]
+    ours = [entry for entry in entries if _holds(entry, target)]
     withdrawn = 0
-    keys = await store.keys(ISSUANCE_KEY_PREFIX)
-    for key in keys:
-        if key in seen:
-            continue
-        entry = await store.get(key)
-        if entry is None:
-            continue  # a marker
-        try:
-            row = parse_row(entry.value)
-        except CodecError:
-            continue
-        if not holds_lifecycle(row, target):
-            continue
-        try:
-            await store.delete(key, last_revision=entry.revision, ttl_s=MARKER_TTL_S)
-        except WrongRevision:
-            continue
-        withdrawn += 1
-    return withdrawn, frozenset(keys)
+    failed: list[Unavailable] = []
+    todo = iter(ours)
+
+    async def deleter(scope: trio.CancelScope) -> None:
+        nonlocal withdrawn
+        for entry in todo:  # the deleters share one iterator: each row is deleted once
+            try:
+                await store.delete(entry.key, last_revision=entry.revision, ttl_s=MARKER_TTL_S)
+            except WrongRevision:
+                continue
+            except Unavailable as exc:
+                failed.append(exc)
+                scope.cancel()
+                return
+            withdrawn += 1
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(min(DELETES_IN_FLIGHT, len(ours))):
+            nursery.start_soon(deleter, nursery.cancel_scope)
+    if failed:
+        raise failed[0]
+    return withdrawn
+
+
+def _withdrawal_unfinished(target: LifecycleTarget, detail: str) -> str:
+    return (
+        f"lifecycle {target.lifecycle_uid} of {target.principal} is retired and refused, but its issuance rows"
+        f" were not all withdrawn ({detail}); those left end on their TTL"
+    )
+
+
+def _holds(entry: KvEntry, target: LifecycleTarget) -> bool:
+    try:
+        return holds_lifecycle(parse_row(entry.value), target)
+    except CodecError:
+        return False  # not a row of ours to judge; the sweep counts it
 
 
 async def retire_lifecycle(
     target: LifecycleTarget, *, kind: LedgerKind, records: LifecycleRecords, issuance: RowStore,
     paths: SpacePaths, now: float,
 ) -> int:  # fmt: skip
-    """Trio: retire ``target`` past the barrier (module docstring, steps 1-4); the number of
+    """Trio: retire ``target`` past the barrier (module docstring, steps 1-3); the number of
     issuance rows withdrawn.
 
     Shielded from cancellation and bounded by :data:`RETIRE_S`: once the barrier began it runs
-    to the end or fails.
+    to the end or fails. The row is removed before the withdrawal, so a withdrawal that fails
+    or runs out of time still leaves the lifecycle refused at the next exchange and connect.
 
     Args:
         kind: the ledger kind whose row carries the lifecycle (its folder; the record's ``kind``).
         now: wall time, unix seconds (the record's ``at``).
 
     Raises:
-        Unavailable: a step failed or the bound ran out; the retirement's outcome is unknown
-            (calling again completes it).
+        Unavailable: a step failed or the bound ran out. Before the row's removal the same call
+            again completes the retirement; after it, the lifecycle is refused and the issuance
+            rows left end on their TTL (the message says which).
     """
+    removed = refused = False
     with trio.move_on_after(RETIRE_S, shield=True) as scope:
         await _write_record(records, LifecycleRecord.of(target, kind, LifecycleState.RETIRED, now=now))
-        withdrawn, seen = await withdraw_issuance(issuance, target)
         try:
             removed = await trio.to_thread.run_sync(remove_row_if_holds, paths, kind, target)
         except OSError as exc:
             raise Unavailable(f"the {kind.value} row file of {target.principal} could not be removed ({exc})") from exc
-        late, _ = await withdraw_issuance(issuance, target, seen=seen)
-        withdrawn += late
+        refused = True  # the row no longer holds this lifecycle (removed now, or moved on before)
+        try:
+            withdrawn = await withdraw_issuance(issuance, target)
+        except Unavailable as exc:
+            raise Unavailable(_withdrawal_unfinished(target, str(exc))) from exc
     if scope.cancelled_caught:
-        raise Unavailable(f"retiring lifecycle {target.lifecycle_uid} took longer than {RETIRE_S:g} s")
+        slow = f"took longer than {RETIRE_S:g} s"
+        if refused:
+            raise Unavailable(_withdrawal_unfinished(target, slow))
+        raise Unavailable(f"retiring lifecycle {target.lifecycle_uid} {slow} before its row was removed; call again")
     log.info(
         "space %s: retired %s lifecycle %s of %s (row %s, %d issuance rows withdrawn)", paths.space, kind.value,
         target.lifecycle_uid, target.principal, "removed" if removed else "already gone", withdrawn,
     )
     return withdrawn
+
+
+def _withdrawal_unfinished(target: LifecycleTarget, detail: str) -> str:
+    return (
+        f"lifecycle {target.lifecycle_uid} of {target.principal} is retired and refused, but its issuance rows"
+        f" were not all withdrawn ({detail}); those left end on their TTL"
+    )

@@ -51,6 +51,7 @@ from ._kv import (
     kv_update,
 )
 from ._kv_keys import is_bucket_missing, kv_delete_expiring, kv_keys
+from ._kv_scan import ENTRIES_IN_FLIGHT, kv_entries
 from ._loop import open_loop
 from ._streams import (
     StreamDrift,
@@ -80,6 +81,8 @@ __all__ = [
     "kv_create",
     "kv_delete",
     "kv_delete_expiring",
+    "ENTRIES_IN_FLIGHT",
+    "kv_entries",
     "kv_get",
     "kv_keys",
     "kv_put",

@@ -14,11 +14,13 @@ from cotal_trio.core.callout import decide_connect, mint_user_jwt, open_request
 from cotal_trio.core.errors import CodecError
 from cotal_trio.core.issuance import (
     EXPIRY_TOLERANCE_S,
+    LEGACY_ROWS,
     IssuanceRow,
     is_expired,
     issuance_key,
     issuance_row,
     parse_row,
+    principal_rows,
     render_row,
     row_ttl_s,
 )
@@ -34,8 +36,11 @@ STORED = (
 ).encode()
 
 
-def test_the_key_is_natkey_and_the_user_nkey():
-    assert issuance_key(USER_NKEY) == f"natkey.{USER_NKEY}"
+def test_the_key_is_natkey_the_principal_and_the_user_nkey():
+    # issue 15 item 1: keyed by principal, so one filtered listing finds a principal's rows
+    assert issuance_key(OWNER, "cli", USER_NKEY) == f"natkey.{OWNER}.cli.{USER_NKEY}"
+    assert principal_rows(OWNER, "cli") == f"natkey.{OWNER}.cli.>"
+    assert LEGACY_ROWS == "natkey.*"  # the upstream form natkey.<user nkey>: one token, never a keyed row
 
 
 @pytest.mark.parametrize(
@@ -43,7 +48,16 @@ def test_the_key_is_natkey_and_the_user_nkey():
 )
 def test_only_a_user_nkey_makes_a_key(bad):
     with pytest.raises(CodecError, match="user_nkey is not a public user nkey"):
-        issuance_key(bad)
+        issuance_key(OWNER, "cli", bad)
+
+
+@pytest.mark.parametrize(("owner", "actor"), [("u_x", "cli"), (OWNER, "a.b"), (OWNER, ">"), (OWNER, "")])
+def test_only_a_principal_makes_a_key(owner, actor):
+    """Owner and actor become subject tokens: a dot or a wildcard in either would widen a filter."""
+    with pytest.raises(CodecError, match="is not a derived owner|is not an actor name"):
+        issuance_key(owner, actor, USER_NKEY)
+    with pytest.raises(CodecError, match="is not a derived owner|is not an actor name"):
+        principal_rows(owner, actor)
 
 
 def test_the_row_is_stored_as_compact_json_in_the_documented_order():

@@ -4,7 +4,7 @@
   FIFO, so reading it blocks for real until the test opens it 1.3 s later, as a hung disk would.
   That connect gets the ``timeout`` denial at about 0.75 s, no late allow and no issuance row,
   while five other clients connect meanwhile.
-* A minted connect leaves ``natkey.<user nkey>`` in ``cotal_auth_<space>`` with the principal,
+* A minted connect leaves ``natkey.<owner>.<actor>.<user nkey>`` in ``cotal_auth_<space>`` with the principal,
   the bearer's expiry and a per-message TTL.
 * A callout-only replica writes rows too, and creates no store: before the full service has
   ever run for a space, its connects are denied with a reason naming that fix. A full lane
@@ -161,7 +161,8 @@ async def test_a_ledger_that_stalls_for_one_actor_times_out_at_the_deadline_and_
     assert BUDGET_MS <= timeout["total_ms"] < BUDGET_MS + 50
     assert len(finished) == 5 and max(finished) < STALL_S  # all five connected during the stall
     assert len(minted) == 5 and timeout["req"] not in {line["req"] for line in minted}
-    assert keys == sorted(f"natkey.{line['req']}" for line in minted)  # none for the stalled connect
+    # none for the stalled connect; keyed by principal (issue 15 item 1)
+    assert keys == sorted(f"natkey.{line['owner']}.{line['actor']}.{line['req']}" for line in minted)
     assert TIMEOUT_REASON.startswith("timeout:")
 
 
@@ -175,7 +176,7 @@ async def test_a_minted_connect_leaves_its_row(stack, caplog):
         async with client(stack, body["token"]):
             pass
         [line] = callout_lines(caplog)
-        key = f"natkey.{line['req']}"
+        key = f"natkey.{row.owner}.cli.{line['req']}"  # keyed by principal (issue 15 item 1)
         async with store_reader(stack.space_paths, stack.info.server_url, SPACE) as conn:
             entry = await kv_get(conn, plane_bucket(SPACE), key)
             ttl_s = await ttl_header(conn, SPACE, key)
@@ -242,7 +243,11 @@ async def test_a_replica_writes_rows_creates_no_store_and_prunes_nothing(
             await lanes.start(_lane(mesh, "a", callout_only=False))
             lanes.cancel_scope.cancel()
         async with store_reader(mesh.paths.space("a"), mesh.server_url, "a") as conn:
-            await kv_put(conn, plane_bucket("a"), "natkey.UEXPIRED", _expired_row(owner))
+            # keyed by principal, and in the upstream form natkey.<user nkey> as an earlier version
+            # wrote it: the sweep lists natkey.> and prunes both
+            expired = (f"natkey.{owner}.cli.UEXPIRED", "natkey.UEXPIRED")
+            for key in expired:
+                await kv_put(conn, plane_bucket("a"), key, _expired_row(owner))
             async with trio.open_nursery() as lanes:
                 await lanes.start(_lane(mesh, "a", callout_only=True))
                 async with mesh.client("a", _bearer(mesh, "a", "alice")) as user:
@@ -250,18 +255,19 @@ async def test_a_replica_writes_rows_creates_no_store_and_prunes_nothing(
                 await trio.sleep(0.5)
                 lanes.cancel_scope.cancel()
             [minted] = callout_lines(caplog)[1:]
-            replica_row = await kv_get(conn, plane_bucket("a"), f"natkey.{minted['req']}")
-            kept = await kv_get(conn, plane_bucket("a"), "natkey.UEXPIRED")
+            replica_row = await kv_get(conn, plane_bucket("a"), f"natkey.{minted['owner']}.cli.{minted['req']}")
+            kept = [await kv_get(conn, plane_bucket("a"), key) for key in expired]
 
             # A full lane prunes the expired row at start (a replica never did).
             async with trio.open_nursery() as lanes:
                 await lanes.start(_lane(mesh, "a", callout_only=False))
                 # The sweep runs in the lane's own task and the store has no event for a delete: poll.
-                while await kv_get(conn, plane_bucket("a"), "natkey.UEXPIRED") is not None:  # noqa: ASYNC110
-                    await trio.sleep(0.05)
+                for key in expired:
+                    while await kv_get(conn, plane_bucket("a"), key) is not None:  # noqa: ASYNC110
+                        await trio.sleep(0.05)
                 lanes.cancel_scope.cancel()
     assert (denied["outcome"], denied["reason"]) == ("denied", store_missing_reason("b"))
     assert is_bucket_missing(missing.value)  # the replica created no store
     assert minted["outcome"] == "minted" and replica_row is not None
     assert parse_row(replica_row.value).space == "a" and parse_row(replica_row.value).actor == "cli"
-    assert kept is not None
+    assert None not in kept

@@ -45,7 +45,7 @@ from tests.core.test_callout import NOW, OWNER, SPACE, UID, _key
 
 CEILING_S = 600
 USER = _key(Prefix.USER, 60).public_key
-KEY = f"natkey.{USER}"
+KEY = f"natkey.{OWNER}.cli.{USER}"  # keyed by principal (issue 15 item 1)
 
 
 @dataclass(slots=True)
@@ -276,7 +276,7 @@ async def test_someone_elses_row_is_a_denial_and_is_left_alone(autojump_clock):
                 await issuance.settle()  # as the callout does after its answer
         assert refused.value.code is RefusalCode.BAD_REQUEST
         assert refused.value.detail == (
-            f"issuance row natkey.{USER} already exists - the broker delivered this connect twice;"
+            f"the issuance row of user key {USER} already exists - the broker delivered this connect twice;"
             " connect again (the broker generates a new user key)"
         )
         assert bucket.live() == {KEY: b"another request's row"}

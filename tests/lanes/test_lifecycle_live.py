@@ -26,15 +26,16 @@ from quart import request
 from quart_trio import QuartTrio
 
 from cotal_trio.core.identity import derive_owner, mint_lifecycle_uid
-from cotal_trio.core.issuance import IssuanceRow, parse_row, render_row
+from cotal_trio.core.issuance import IssuanceRow, issuance_key, parse_row, render_row
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
-from cotal_trio.core.lifecycle import LifecycleState, parse_record
+from cotal_trio.core.lifecycle import LifecycleState, LifecycleTarget, parse_record
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.core.plane import plane_bucket
 from cotal_trio.http.errors import install_edge
 from cotal_trio.http.faces import check_transport, read_json_body
 from cotal_trio.http.lifecycle_doors import LifecycleDoors, routes
 from cotal_trio.lanes.issuance import issuance_store
+from cotal_trio.lanes.lifecycle import retire_lifecycle
 from cotal_trio.lanes.records import (
     RecordsStore,
     ensure_records_stores,
@@ -88,8 +89,9 @@ class Live:
             space=SPACE, owner=row.owner, actor=row.actor, lifecycle_uid=row.lifecycle_uid, credential_id=None,
             view=None, iat=now, exp=now + 300,
         )  # fmt: skip
-        await self.doors.issuance.create(f"natkey.{user}", render_row(issued), ttl_s=310)
-        return f"natkey.{user}"
+        key = issuance_key(row.owner, row.actor, user)
+        await self.doors.issuance.create(key, render_row(issued), ttl_s=310)
+        return key
 
     async def post(self, path: str, body: dict) -> tuple[int, dict]:
         response = await self.client.post(path, data=json.dumps(body).encode(), headers=HEADERS)
@@ -196,3 +198,36 @@ async def test_a_managed_lifecycle_is_activated_then_retired_and_stays_retired(l
     assert refused[0] == 409 and refused[1]["outcome"] == "not-executed"
     assert "is retired and cannot be activated again" in refused[1]["error"]
     assert state is LifecycleState.RETIRED
+
+
+async def test_a_retirement_needs_only_the_listing_the_reads_and_the_row_subjects(live: Live):
+    """The store requests a retirement makes (issue 15 item 1) and the subjects they take: a
+    store user holding only these retires a lifecycle among others' rows (a refused request
+    would get no answer and run into the ceiling). The full lane's store user must keep them."""
+    auth = plane_bucket(SPACE)
+    narrow = {
+        "pub": {"allow": [
+            f"$JS.API.STREAM.INFO.KV_{auth}",  # the two subject-filtered listings
+            f"$JS.API.STREAM.MSG.GET.KV_{auth}",  # one read per listed row
+            f"$KV.{auth}.natkey.>",  # the compare-and-set deletes
+            f"$KV.{records_bucket(SPACE)}.lifecycle.>",  # the retired record
+        ]},
+        "sub": {"allow": ["_INBOX.>"]},
+    }  # fmt: skip
+    material = load_space(live.paths.callout_json, SPACE)
+    with trio.fail_after(CEILING_S):
+        row = live.grant("alice", "cli", LedgerKind.INTERACTIVE)
+        other = live.grant("bob", "cli", LedgerKind.INTERACTIVE)
+        ours, theirs = await live.minted(row, 5), await live.minted(other, 6)
+        async with open_store_user(
+            material, live.mesh.server_url, name="test:lifecycle-narrow", permissions=narrow, iat=int(time.time()),
+            reconnect=False,
+        ) as conn:
+            withdrawn = await retire_lifecycle(
+                LifecycleTarget(owner=row.owner, actor="cli", lifecycle_uid=row.lifecycle_uid),
+                kind=LedgerKind.INTERACTIVE, records=RecordsStore(conn, SPACE), issuance=issuance_store(conn, SPACE),
+                paths=live.paths, now=time.time(),
+            )  # fmt: skip
+        left, kept = await kv_get(live.conn, plane_bucket(SPACE), ours), await kv_get(live.conn, plane_bucket(SPACE), theirs)
+    assert withdrawn == 1 and left is None and kept is not None
+    assert read_principal(live.paths, row.owner, "cli") == (None, None)

@@ -421,7 +421,7 @@ async def test_a_row_withdrawal_does_not_hold_the_worker(nursery, autojump_clock
         await lane.wait_published(2)
         assert trio.current_time() == 1.0
         await trio.sleep(5)
-    key = f"natkey.{_user(1)}"
+    key = f"natkey.{OWNER}.cli.{_user(1)}"
     assert lane.answers() == [("_INBOX.r.1", TIMEOUT_REASON, 1.0), ("_INBOX.r.2", NO_TOKEN_REASON, 1.0)]
     assert lane.store.events == [
         (1.5, "create", key, "stored"), (1.75, "delete", key, "refused at 0"), (2.5, "delete", key, "marker at 1"),
@@ -605,7 +605,7 @@ async def test_a_mint_writes_its_issuance_row_first_then_rechecks_then_answers(n
         await nursery.start(lane.responder.run)
         lane.responder.on_message(_message(1))
         await lane.wait_published(1)
-    key = f"natkey.{_user(1)}"
+    key = f"natkey.{OWNER}.cli.{_user(1)}"
     assert lane.answers() == [("_INBOX.r.1", "jwt", 0.25)]
     assert (lane.store.events, lane.rechecks) == ([(0.25, "create", key, "stored")], [0.25])
     assert lane.store.live() == {key: _issued_row()}
@@ -623,7 +623,7 @@ async def test_a_mint_writes_its_issuance_row_first_then_rechecks_then_answers(n
 async def test_an_existing_row_is_a_signed_denial_and_stays(nursery, autojump_clock, caplog):
     with trio.fail_after(CEILING_S):
         lane = Lane(autojump_clock)
-        key = f"natkey.{_user(1)}"
+        key = f"natkey.{OWNER}.cli.{_user(1)}"
         lane.store.put(key, b"an earlier answer's row")
         await nursery.start(lane.responder.run)
         lane.responder.on_message(_message(1))
@@ -669,7 +669,7 @@ async def test_a_deadline_during_the_row_write_is_a_timeout_and_leaves_no_row(nu
         await trio.sleep(4)
         assert lane.store.held() == {}
         assert lane.responder.statistics().in_flight == 0
-    key = f"natkey.{_user(1)}"
+    key = f"natkey.{OWNER}.cli.{_user(1)}"
     assert lane.answers() == [("_INBOX.r.1", TIMEOUT_REASON, 1.0)]
     assert lane.store.events == [
         (1.5, "create", key, "stored"), (1.5, "delete", key, "refused at 0"), (1.5, "delete", key, "marker at 1"),
@@ -699,7 +699,7 @@ async def test_the_recheck_after_the_row_catches_a_revoke(nursery, autojump_cloc
         await lane.wait_published(1)
         await trio.sleep(5)
         assert lane.store.held() == {}
-    key = f"natkey.{_user(1)}"
+    key = f"natkey.{OWNER}.cli.{_user(1)}"
     assert lane.answers() == [("_INBOX.r.1", reason, 0.0)]
     assert lane.rechecks == [0.0]
     assert lane.store.events == [
@@ -755,7 +755,7 @@ async def test_kept_rows_and_withdrawn_ones_are_noted_so_the_sweep_reads_neither
         lane.responder.on_message(_message(2))
         await lane.wait_published(2)
         await trio.sleep(0.5)
-        noted = (expiries.get(f"natkey.{_user(1)}"), expiries.get(f"natkey.{_user(2)}"))
+        noted = (expiries.get(f"natkey.{OWNER}.cli.{_user(1)}"), expiries.get(f"natkey.{OWNER}.cli.{_user(2)}"))
         reads = []
         real_get = lane.store.get
 
