@@ -129,6 +129,21 @@ async def test_a_stalled_agent_read_on_the_public_face_is_a_503_and_a_human_mint
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+async def test_a_stalled_read_on_a_credential_route_is_a_503_too(short_deadline, caplog):
+    """``/manager-instances`` (mesh_routes) authenticates through the same awaited ledger step."""
+    caplog.set_level(logging.WARNING, logger="cotal.http")
+    ledger = StallingLedger({"ops"})
+    ledger.rows[(LedgerKind.INTERACTIVE, OWNER, "ops")] = replace(ledger.rows[(LedgerKind.INTERACTIVE, OWNER, "cli")], actor="ops")
+    answers = await _race(
+        _app(_context(ledger)), ledger,
+        ("slow", _request("/manager-instances", _human_body("ops"), capability=False)),
+        {"human": _request("/exchange", _human_body("cli"), capability=False)},
+    )  # fmt: skip
+    assert answers.got["human"][0] == 200 and not answers.got["human"][2]
+    assert answers.got["slow"] == (503, {"error": UNAVAILABLE}, False)
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 def test_the_stock_authorizer_reads_the_interactive_row():
     """The stock hook (moved out of core: the read is the shell's, the decision core's)."""
     rows = _ledger()
