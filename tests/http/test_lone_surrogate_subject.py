@@ -21,13 +21,16 @@ import hmac
 import json
 
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.jose import b64url_encode
 from cotal_trio.core.ledger import LedgerKind
 from cotal_trio.http import build_loopback_app, serve_app
 from cotal_trio.http.loopback import PROOF_PATH
-from tests.http.test_loopback import CAP, CEILING_S, DEV_IDP, NOW, OWNER_SECRET, _context, _http, _row
-from tests.http.test_public import _app
+from tests.http.test_loopback import CAP, CEILING_S, DEV_IDP, HEADERS, NOW, OWNER_SECRET, _context, _http, _row
+from tests.http.test_public import JSON_ONLY, _app
 
 SUB = "\ud800x"
 
@@ -42,7 +45,7 @@ def _expected_owner(issuer: str) -> str:
 OWNER = _expected_owner(DEV_IDP.issuer)
 
 
-def _signed(**claims) -> str:
+def _signed(**claims: object) -> str:
     """A compact JWS by the pinned IdP key, its JSON ASCII-escaped (so ``\\ud800`` travels as text)."""
     header = {"alg": "EdDSA", "kid": DEV_IDP.key.kid, "typ": "JWT"}
     body = {"iss": DEV_IDP.issuer, "aud": DEV_IDP.audience, "sub": SUB, "iat": NOW - 10, "exp": NOW + 300, **claims}
@@ -94,3 +97,30 @@ async def test_an_ungranted_lone_surrogate_subject_is_the_named_401(nursery):
         status, _, body = await _http(port, _request("/exchange", {"idpToken": _signed(), "actor": "cli"}, capability=True))
     assert status == 401
     assert "not granted" in json.loads(body)["error"]
+
+
+# Any non-empty str a JWT's JSON can carry, lone surrogates included (json.dumps escapes them).
+# Drawn one by one and joined: st.text(a | b) would drop the surrogates (see test_fuzz_faces.py).
+subjects = st.lists(st.characters(codec=None) | st.characters(categories=["Cs"]), min_size=1, max_size=12).map("".join)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(sub=subjects)
+async def test_any_subject_mints_on_both_faces_and_is_verified_by_the_proof_door(sub):
+    """Property (quart's test client, for speed): whatever the signed subject, the exchange mints
+    for its derived owner and the door verifies it; never a 500."""
+    owner = derive_owner(OWNER_SECRET, DEV_IDP.issuer, sub)
+    row = _row(LedgerKind.INTERACTIVE, "cli", owner=owner, parent=None)
+    ctx = _context(ledger={(row.kind, row.owner, row.actor): row})
+    exchange = json.dumps({"idpToken": _signed(sub=sub), "actor": "cli"}).encode()
+    with trio.fail_after(CEILING_S):
+        loopback = build_loopback_app(ctx).test_client()
+        answer = await loopback.post("/exchange", data=exchange, headers=HEADERS)
+        assert (answer.status_code, (await answer.get_json())["owner"]) == (200, owner)
+        public = await _app(ctx).test_client().post("/exchange", data=exchange, headers=JSON_ONLY)
+        assert (public.status_code, (await public.get_json())["owner"]) == (200, owner)
+        proof = {"idpToken": _signed(sub=sub, auth_time=NOW - 60, amr=["pwd"]), "subject": sub}
+        door = await loopback.post(PROOF_PATH, data=json.dumps(proof).encode(), headers=HEADERS)
+        carried = json.loads(json.dumps(sub))  # JSON joins an escaped high+low pair into one character
+        answered = {"verified": True, "sub": carried, "owner": owner, "authTime": NOW - 60}
+        assert (door.status_code, await door.get_json()) == (200, answered)
