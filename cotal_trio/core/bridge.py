@@ -9,13 +9,19 @@
    names the incarnation's live root credential id; the issuer signs.
 
 Both hooks are **mandatory** (spec "Bridge contract"): a hosted composition wires its own ledger
-and credential authority into :class:`IdpBridge`, and the stock service passes
-:func:`ledger_authorizer` and :func:`no_root_credential`. The proof's ``exp`` is read when the
-bearer is signed, after the hooks ran, so time spent in them shortens the bearer instead of
-extending it, and an exchange whose proof expired meanwhile is refused.
+and credential authority into :class:`IdpBridge`, and the stock service passes its ledger hook
+(``http/faces.py`` ``stock_authorizer``: the fresh interactive row, decided by
+:func:`~cotal_trio.core.ledger.authorize_human_exchange`) and :func:`no_root_credential`. The
+proof's ``exp`` is read when the bearer is signed, after the hooks ran, so time spent in them
+shortens the bearer instead of extending it, and an exchange whose proof expired meanwhile is
+refused.
 
-Synchronous: the hooks are sync ports (a fresh small file read in the stock service) and the
-clock is a port read at the two moments the contract names (verification and signing).
+Synchronous and pure: the hooks are sync ports the shell supplies, and the clock is a port read
+at the two moments the contract names (verification and signing). Nothing here reads a file.
+Step 3's authorization is its own step between :meth:`IdpBridge.verify` and
+:meth:`IdpBridge.admit`, so a shell on trio runs the ``authorize_actor`` hook (which may block on
+a disk) in a worker thread while the decisions stay here (issue 15 item 7);
+:meth:`IdpBridge.authenticate` runs the three in line for a synchronous composition.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from .exchange import human_bearer_ttl
 from .identity import MIN_OWNER_SECRET_BYTES, check_actor, derive_owner
 from .idp import IdpIdentity, IdpPin, verify_idp_token
 from .jose import IssuerKey
-from .ledger import LedgerRow, ReadRows, authorize_human_exchange
+from .ledger import LedgerRow
 
 __all__ = [
     "Authenticated",
@@ -40,8 +46,8 @@ __all__ = [
     "IdpBridge",
     "MintConnectCredential",
     "Minted",
+    "Proven",
     "bounded_lifetime",
-    "ledger_authorizer",
     "no_root_credential",
 ]
 
@@ -71,20 +77,6 @@ MintConnectCredential = Callable[[ConnectCredentialRequest], "str | None"]
 credential id, bound into the bearer's ``act.credentialId``. The host finalizes durable authority
 before it releases that id and returns the same id for the same incarnation (never a fresh one
 per exchange); ``None`` when the composition keeps no root-credential ledger (the stock service)."""
-
-
-def ledger_authorizer(read_ledger: ReadRows) -> AuthorizeActor:
-    """The stock ``authorize_actor``: the principal's fresh interactive ledger row (upstream-notes 1.3).
-
-    Raises (from the returned hook): Refused NOT_GRANTED naming ``cotal actor grant``; CodecError
-    for a corrupt row (the faces answer it as a refusal naming the row).
-    """
-
-    def authorize_actor(owner: str, actor: str) -> LedgerRow:
-        interactive, _managed = read_ledger(owner, actor)
-        return authorize_human_exchange(owner, actor, interactive)
-
-    return authorize_actor
 
 
 def no_root_credential(request: ConnectCredentialRequest) -> None:
@@ -128,6 +120,21 @@ class Minted:
     def body(self) -> dict[str, object]:
         """The JSON response body."""
         return {"token": self.token, "owner": self.owner, "exp": self.exp, **self.extra}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Proven:
+    """Steps 1 and 2 done: a verified proof and its derived owner, for the requested actor.
+
+    Attributes:
+        identity: the verified IdP token's claims.
+        owner: the derived owner ``u_…``.
+        actor: the requested actor (its grammar checked).
+    """
+
+    identity: IdpIdentity
+    owner: str
+    actor: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,8 +186,11 @@ class IdpBridge:
         if not isinstance(self.owner_secret, bytes) or len(self.owner_secret) < MIN_OWNER_SECRET_BYTES:
             raise ConfigError("the owner secret must be at least 32 bytes - regenerate the space's secrets")
 
-    def authenticate(self, id_token: str, actor: str, *, now: float) -> Authenticated:
-        """Steps 1, 2 and the authorization of step 3.
+    def verify(self, id_token: str, actor: str, *, now: float) -> Proven:
+        """Steps 1 and 2: check the actor's grammar, verify the proof, derive the owner.
+
+        Pure: reads only :attr:`idp_keys` (the key set as last fetched). Runs before any
+        ledger read, so a token the pins refuse costs no read.
 
         Args:
             id_token: the IdP JWT.
@@ -188,16 +198,34 @@ class IdpBridge:
             now: wall time, unix seconds, the proof is checked at.
 
         Raises:
-            Refused: BAD_REQUEST for a bad actor; BAD_CREDENTIAL for a token the pins refuse;
-                NOT_GRANTED from ``authorize_actor``.
+            Refused: BAD_REQUEST for a bad actor; BAD_CREDENTIAL for a token the pins refuse.
         """
         check_actor(actor)
         identity = verify_idp_token(id_token, pin=self.idp_pin, keys=self.idp_keys(), now=now)
         owner = derive_owner(self.owner_secret, self.idp_pin.issuer, identity.sub)
-        row = self.authorize_actor(owner, actor)
-        if row.owner != owner or row.actor != actor:  # a hook bug must not mint for someone else
-            raise Refused(RefusalCode.NOT_GRANTED, f'actor "{actor}" is not granted for this user - ask the mesh operator')
-        return Authenticated(identity=identity, owner=owner, row=row)
+        return Proven(identity=identity, owner=owner, actor=actor)
+
+    def admit(self, proven: Proven, row: LedgerRow) -> Authenticated:
+        """Step 3's authorization, given the row ``authorize_actor(proven.owner, proven.actor)``
+        returned (the shell may have run the hook in a worker thread).
+
+        Raises:
+            Refused: NOT_GRANTED when the row is of another principal (a hook bug must not mint
+                for someone else).
+        """
+        if row.owner != proven.owner or row.actor != proven.actor:
+            raise Refused(RefusalCode.NOT_GRANTED, f'actor "{proven.actor}" is not granted for this user - ask the mesh operator')
+        return Authenticated(identity=proven.identity, owner=proven.owner, row=row)
+
+    def authenticate(self, id_token: str, actor: str, *, now: float) -> Authenticated:
+        """Steps 1, 2 and the authorization of step 3 in line: :meth:`verify`, the
+        ``authorize_actor`` hook, :meth:`admit` (for a synchronous composition).
+
+        Raises:
+            Refused: as :meth:`verify` and :meth:`admit`; NOT_GRANTED from ``authorize_actor``.
+        """
+        proven = self.verify(id_token, actor, now=now)
+        return self.admit(proven, self.authorize_actor(proven.owner, proven.actor))
 
     def issue(
         self, auth: Authenticated, *, ttl_s: int | None, grant: Callable[[LedgerRow, str | None], BearerGrant] | None = None,

@@ -78,6 +78,7 @@ _ROLE = re.compile(r"[A-Za-z0-9_-]+")
 _CHANNEL_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
 _SPACE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+_SURROGATE = re.compile(r"[\ud800-\udfff]")  # a UTF-16 surrogate (JSON can carry one escaped)
 
 
 def _full(pattern: re.Pattern[str], value: object) -> bool:
@@ -273,12 +274,30 @@ def split_principal(value: str) -> tuple[str, str]:
     return owner, actor
 
 
+def _json_stringify(values: list[str]) -> str:
+    """JavaScript ``JSON.stringify`` of a list of strings (ES2019 well-formed JSON.stringify).
+
+    ``json.dumps(..., ensure_ascii=False)`` escapes what JSON.stringify escapes except one thing:
+    a str may hold surrogates (a JWT's JSON can carry ``"\\ud800"``), which JavaScript, whose
+    strings are UTF-16, reads as code units. A high and low surrogate side by side are one
+    character there (written as that character), and a lone one is written as a lowercase
+    ``\\uXXXX`` escape, so the result always encodes to UTF-8.
+    """
+    text = json.dumps(values, separators=(",", ":"), ensure_ascii=False)
+    if _SURROGATE.search(text) is None:
+        return text
+    text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")  # pairs join
+    return _SURROGATE.sub(lambda lone: f"\\u{ord(lone.group()):04x}", text)
+
+
 def derive_owner(secret: bytes, idp_issuer: str, sub: str) -> str:
     """Derive the opaque per-space owner of an IdP subject (spec "Bridge contract" step 2).
 
     ``u_`` + lowercase unpadded base32 of the first 16 bytes of
     ``HMAC-SHA256(secret, "cotal-owner-v1:" + JSON([idp_issuer, sub]))`` (upstream-notes 1.2).
-    The JSON encoding is frozen: it matches JavaScript ``JSON.stringify`` for two strings.
+    The JSON encoding is frozen: it matches JavaScript ``JSON.stringify`` for two strings,
+    including one that holds a lone surrogate (written ``\\ud800``, as JSON.stringify does; issue
+    15 item 6), so every str an IdP token can carry has an owner.
 
     Args:
         secret: the space's owner secret, raw bytes, at least 32.
@@ -295,8 +314,7 @@ def derive_owner(secret: bytes, idp_issuer: str, sub: str) -> str:
         raise ConfigError("the owner secret must be at least 32 bytes - regenerate the space's secrets")
     if not idp_issuer or not sub:
         raise ConfigError("owner derivation needs a non-empty IdP issuer and subject")
-    external = json.dumps([idp_issuer, sub], separators=(",", ":"), ensure_ascii=False)
-    message = f"{DERIVATION_CONTEXT}:{external}".encode()
+    message = f"{DERIVATION_CONTEXT}:{_json_stringify([idp_issuer, sub])}".encode()
     mac = hmac.new(secret, message, hashlib.sha256).digest()
     return "u_" + base64.b32encode(mac[:16]).decode("ascii").rstrip("=").lower()
 

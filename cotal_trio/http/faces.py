@@ -11,9 +11,15 @@ spec "Bridge contract"):
 * **agent arm** ``{owner, actor, actorToken, ttlSec?, view?, managerInstanceId?}``: the
   principal's managed row, the secret and the spawner envelope; the lifetime is at most 300 s.
 
-Both are synchronous (the ledger read is a fresh small file read). A ``manager-caller`` view
-adds the one asynchronous step, the manager selection in the records store
-(:func:`select_manager_for`), so :func:`answer_exchange` is a trio function.
+The ledger step of either arm blocks on a disk (a fresh small file read), so it never runs on
+the trio thread the lane's callout also runs on: :func:`authenticate` awaits it in a worker
+thread of the context's own :class:`~cotal_trio.state.ledger_threads.BlockingCalls` (at most
+:data:`LEDGER_THREADS` at once), abandoned at :data:`LEDGER_READ_S` with a 503, as the callout
+awaits ``read_in_threads`` (issue 15 item 7). The decisions stay in core
+(:meth:`~cotal_trio.core.bridge.IdpBridge.verify` before any read,
+:func:`~cotal_trio.core.ledger.authorize_human_exchange`,
+:func:`~cotal_trio.core.ledger.authorize_agent_exchange`). A ``manager-caller`` view adds the
+manager selection in the records store (:func:`select_manager_for`).
 
 The loopback and the public face (``loopback.py``, ``public.py``) share the rest of the route
 through the helpers below, so the two cannot drift apart (DESIGN 7; spec "Proxy attribution"):
@@ -31,8 +37,9 @@ import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+import trio
 from nacl.signing import VerifyKey
 from quart import request
 from werkzeug.datastructures import Headers
@@ -47,7 +54,6 @@ from cotal_trio.core.bridge import (
     MintConnectCredential,
     Minted,
     bounded_lifetime,
-    ledger_authorizer,
     no_root_credential,
 )
 from cotal_trio.core.errors import CodecError, ConfigError, RateLimited, RefusalCode, Refused, Unavailable
@@ -66,6 +72,7 @@ from cotal_trio.core.ledger import (
     LedgerRow,
     ReadRows,
     authorize_agent_exchange,
+    authorize_human_exchange,
 )
 from cotal_trio.core.limits import Limited
 from cotal_trio.core.managers import SHED_PINNED, SHED_UNPINNED, ManagerInstance, SelectionRefused, select_manager
@@ -74,6 +81,7 @@ from cotal_trio.core.views import SessionBinding, TransferTarget, check_exchange
 from cotal_trio.core.windows import WindowLru
 from cotal_trio.http.errors import BODY_TOO_LARGE, LOGGER, MAX_BODY_BYTES, REFUSAL_STATUS, Handler, Rejected
 from cotal_trio.state import row_lookup
+from cotal_trio.state.ledger_threads import BlockingCalls
 
 __all__ = [
     "MANAGER_CALLER",
@@ -85,6 +93,9 @@ __all__ = [
     "ViewGrant",
     "authenticate",
     "JWKS_MAX_AGE_S",
+    "LEDGER_READ_S",
+    "LEDGER_THREADS",
+    "LEDGER_STALLED",
     "NO_ARM",
     "ExchangeContext",
     "ExchangeTally",
@@ -99,6 +110,7 @@ __all__ = [
     "select_manager_for",
     "read_json_body",
     "refetch_for_unknown_idp_key",
+    "stock_authorizer",
 ]
 
 _CAPABILITY = re.compile(r"[0-9a-f]{64}")
@@ -111,6 +123,15 @@ NOT_JSON = "request body is not valid JSON"
 TOO_MANY_REFUSALS = "too many refused exchanges - wait a minute and retry"
 # The arm of an exchange answered before its body named one (transport, capability, body shape).
 NO_ARM = "none"
+T = TypeVar("T")
+# The ledger step of one request waits at most this long (seconds) for its read, then answers
+# 503; read at each request. At most LEDGER_THREADS reads of one face run at once.
+LEDGER_READ_S = 5.0
+LEDGER_THREADS = 8
+LEDGER_STALLED = (
+    "the actor ledger did not answer within {s:g} s - check the disk that holds the space's root "
+    "(a hung mount, a FIFO in actors/ or managed-actors/)"
+)
 
 
 class RecordsPort(Protocol):
@@ -143,7 +164,8 @@ class ExchangeContext:
         owner_secret: the space's owner-derivation secret, at least 32 bytes.
         idp_pin: the pinned IdP coordinates; ``idp_pin.issuer`` keys owner derivation.
         idp_keys: returns the current pinned IdP key set ``{kid: VerifyKey}``; sync.
-        read_ledger: :data:`~cotal_trio.core.ledger.ReadRows`; sync, fresh per call.
+        read_ledger: :data:`~cotal_trio.core.ledger.ReadRows`; sync, fresh per call, blocking:
+            the exchange calls it only from a worker thread (:meth:`blocking`).
         clock: wall time, unix seconds as a float; read once per request.
         metrics: optional; called once per ``POST /exchange`` answer with ``(arm, status)``:
             ``"human"``, ``"agent"`` or :data:`NO_ARM`, and the HTTP status answered (see
@@ -157,7 +179,7 @@ class ExchangeContext:
             (:meth:`~cotal_trio.lanes.idp_keys.IdpKeyCache.refetch`). None: the key set is fixed.
         authorize_actor: the bridge's actor hook (spec "Bridge contract" step 3), for a hosted
             composition; None: the stock one, the fresh interactive row of :attr:`read_ledger`
-            (:func:`~cotal_trio.core.bridge.ledger_authorizer`).
+            (:func:`stock_authorizer`). Sync; the exchange calls it from a worker thread.
         mint_connect_credential: the bridge's root-credential hook; None: the stock one, no
             credential id (:func:`~cotal_trio.core.bridge.no_root_credential`).
         records: the records and sessions stores (:class:`RecordsPort`) the manager-caller
@@ -169,6 +191,9 @@ class ExchangeContext:
             first connect can bind them. Raises Unavailable when the broker does not answer.
         bridge: the :class:`~cotal_trio.core.bridge.IdpBridge` the human arm runs, built from the
             fields above with both hooks set.
+        threads: the worker threads this context's ledger steps run in (:data:`LEDGER_THREADS`
+            at once), fresh for each context (``dataclasses.replace`` gives the public face
+            threads of its own).
 
     Raises:
         ConfigError: the capability is not 64 lowercase hex, the owner secret is shorter than
@@ -191,6 +216,7 @@ class ExchangeContext:
     records: RecordsPort | None = None
     provision: Callable[[LedgerRow], Awaitable[None]] | None = None
     bridge: IdpBridge = field(init=False, repr=False)
+    threads: BlockingCalls = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.capability, str) or _CAPABILITY.fullmatch(self.capability) is None:
@@ -204,10 +230,28 @@ class ExchangeContext:
         bridge = IdpBridge(
             space=self.space, idp_pin=self.idp_pin, idp_keys=self.idp_keys, owner_secret=self.owner_secret,
             issuer_key=self.issuer_key,
-            authorize_actor=self.authorize_actor or ledger_authorizer(self.read_ledger),
+            authorize_actor=self.authorize_actor or stock_authorizer(self.read_ledger),
             mint_connect_credential=self.mint_connect_credential or no_root_credential, clock=self.clock,
         )  # fmt: skip
         object.__setattr__(self, "bridge", bridge)
+        object.__setattr__(self, "threads", BlockingCalls(max_threads=LEDGER_THREADS))
+
+    async def blocking(self, call: Callable[..., T], *args: object) -> T:
+        """Trio: ``call(*args)``, a ledger step that may block on a disk, in a worker thread.
+
+        Waits at most :data:`LEDGER_READ_S` (the read's thread is then abandoned: it finishes
+        on its own, its result dropped), so a stalled disk holds this request only, never the
+        lane's trio thread, the callout on it or another exchange (issue 15 item 7).
+
+        Raises:
+            Unavailable: no answer within :data:`LEDGER_READ_S` (the edge answers 503 and logs
+                this sentence at warning, no traceback).
+            Exception: what ``call`` raised.
+        """
+        limit = LEDGER_READ_S
+        with trio.move_on_after(limit):
+            return await self.threads.run(call, *args)
+        raise Unavailable(LEDGER_STALLED.format(s=limit))
 
     def count(self, arm: str, status: int) -> None:
         """Report one exchange answer to :attr:`metrics`, if set."""
@@ -256,25 +300,48 @@ class Caller:
         return self.row.owner if self.arm == "human" else self.row.principal
 
 
-def authenticate(ctx: ExchangeContext, request: HumanExchange | AgentExchange, *, now: float) -> Caller:
-    """Verify a parsed credential and its ledger grant, without minting (upstream-notes 3.5).
+def stock_authorizer(read_ledger: ReadRows) -> AuthorizeActor:
+    """The stock ``authorize_actor`` hook: the principal's fresh interactive row (upstream-notes
+    1.3), read through ``read_ledger`` and decided by
+    :func:`~cotal_trio.core.ledger.authorize_human_exchange`. Blocking: :func:`authenticate`
+    runs it in a worker thread.
 
-    Human arm: the bridge's steps 1-2 and ``authorize_actor``; agent arm: the managed row, the
-    secret's hash and the spawner envelope.
+    Raises (from the returned hook): Refused NOT_GRANTED naming ``cotal actor grant``; CodecError
+    for a corrupt row (answered as a refusal naming the row).
+    """
+
+    def authorize_actor(owner: str, actor: str) -> LedgerRow:
+        interactive, _managed = read_ledger(owner, actor)
+        return authorize_human_exchange(owner, actor, interactive)
+
+    return authorize_actor
+
+
+def _agent_row(read_ledger: ReadRows, request: AgentExchange) -> LedgerRow:
+    """The agent arm's ledger step (blocking: the rows and the spawner chain are read fresh)."""
+    _interactive, managed = read_ledger(request.owner, request.actor)
+    return authorize_agent_exchange(request.owner, request.actor, request.actor_token, managed, row_lookup(read_ledger))
+
+
+async def authenticate(ctx: ExchangeContext, request: HumanExchange | AgentExchange, *, now: float) -> Caller:
+    """Trio: verify a parsed credential and its ledger grant, without minting (upstream-notes 3.5).
+
+    Human arm: the bridge's steps 1-2 (before any ledger read), ``authorize_actor``, then the
+    bridge's check of the row; agent arm: the managed row, the secret's hash and the spawner
+    envelope. The ledger step runs in a worker thread (:meth:`ExchangeContext.blocking`).
 
     Raises:
         Refused: BAD_CREDENTIAL for a bad IdP token; NOT_GRANTED for a missing grant, a corrupt
             ledger row (named on the human arm) or any agent-arm failure (one shared sentence).
+        Unavailable: the ledger did not answer within :data:`LEDGER_READ_S` (503).
         Exception: a port's I/O error propagates (the edge answers 500).
     """
     try:
         if isinstance(request, AgentExchange):
-            _interactive, managed = ctx.read_ledger(request.owner, request.actor)
-            row = authorize_agent_exchange(
-                request.owner, request.actor, request.actor_token, managed, row_lookup(ctx.read_ledger)
-            )
+            row = await ctx.blocking(_agent_row, ctx.read_ledger, request)
             return Caller(arm="agent", row=row)
-        auth = ctx.bridge.authenticate(request.id_token, request.actor, now=now)
+        proven = ctx.bridge.verify(request.id_token, request.actor, now=now)
+        auth = ctx.bridge.admit(proven, await ctx.blocking(ctx.bridge.authorize_actor, proven.owner, proven.actor))
         return Caller(arm="human", row=auth.row, auth=auth)
     except CodecError as corrupt:  # a corrupt ledger row is a refusal, never a 500 (1.3)
         if isinstance(request, AgentExchange):  # one sentence for every agent-arm failure
@@ -580,7 +647,7 @@ async def answer_exchange(
         if tally is not None:
             tally.arm = arm
         check_exchange_view(parsed.view, face=face, arm=arm)
-        caller = authenticate(ctx, parsed, now=now)
+        caller = await authenticate(ctx, parsed, now=now)
         view = ViewGrant(view=parsed.view, transfer_writer=getattr(parsed, "transfer_writer", None))
         extra: dict[str, object] = {}
         if parsed.view is not None:

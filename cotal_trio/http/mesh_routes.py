@@ -150,7 +150,7 @@ def _records(ctx: ExchangeContext) -> RecordsPort:
 
 async def _manager_instances(ctx: ExchangeContext, body: object, now: float) -> Response:
     parsed, _own = _split(body, MANAGER_INSTANCES_PATH, {})
-    caller = authenticate(ctx, parsed, now=now)
+    caller = await authenticate(ctx, parsed, now=now)
     instances = await _records(ctx).list_managers(caller.owner)
     listed = [
         {"instanceId": i.instance_id, "actor": i.actor, "serveEpoch": i.serve_epoch, "registeredAt": i.registered_at, "label": i.label}
@@ -175,7 +175,7 @@ def _session_id(value: object) -> str:
 async def _open_session(ctx: ExchangeContext, body: object, now: float) -> Response:
     parsed, own = _split(body, CHAT_SESSION_OPEN_PATH, {"endpoint": True}, human_only=True)
     endpoint = _endpoint(own["endpoint"])
-    caller = authenticate(ctx, parsed, now=now)
+    caller = await authenticate(ctx, parsed, now=now)
     row = new_chat_session(
         session_id=new_session_id(secrets.token_bytes(SESSION_ID_RANDOM_BYTES)), endpoint=endpoint,
         owner=caller.owner, actor=caller.row.actor, epoch=1, now=int(now),
@@ -194,7 +194,7 @@ async def _callers_session(ctx: ExchangeContext, caller: Caller, session_id: str
 async def _session_bearer(ctx: ExchangeContext, body: object, now: float) -> Response:
     parsed, own = _split(body, CHAT_SESSION_BEARER_PATH, {"sessionId": True}, ttl=True, human_only=True)
     session_id = _session_id(own["sessionId"])
-    caller = authenticate(ctx, parsed, now=now)
+    caller = await authenticate(ctx, parsed, now=now)
     row = await _callers_session(ctx, caller, session_id, now, live=True)
     binding = SessionBinding(endpoint=row.endpoint, session_id=row.session_id, epoch=row.epoch, exp=row.exp)
     minted = mint_for(
@@ -207,7 +207,7 @@ async def _session_bearer(ctx: ExchangeContext, body: object, now: float) -> Res
 async def _retire_session(ctx: ExchangeContext, body: object, now: float) -> Response:
     parsed, own = _split(body, CHAT_SESSION_RETIRE_PATH, {"sessionId": True}, human_only=True)
     session_id = _session_id(own["sessionId"])
-    caller = authenticate(ctx, parsed, now=now)
+    caller = await authenticate(ctx, parsed, now=now)
     await _callers_session(ctx, caller, session_id, now, live=False)
     await _records(ctx).retire_session(session_id)
     return {"retired": True, "sessionId": session_id}, 200, _NO_STORE
@@ -234,7 +234,7 @@ def _authority_request(body: object) -> tuple[str, dict[str, Any]]:
 
 async def _manager_authority(ctx: ExchangeContext, body: object, now: float) -> Response:
     token, request = _authority_request(body)
-    caller = authenticate(ctx, HumanExchange(id_token=token, actor=request["actor"]), now=now)
+    caller = await authenticate(ctx, HumanExchange(id_token=token, actor=request["actor"]), now=now)
     actor = caller.row.actor
     if SUPERVISE not in caller.row.scope:
         raise Refused(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cotal_trio.core.bearer import BearerVerifier
-from cotal_trio.core.bridge import ConnectCredentialRequest, IdpBridge, ledger_authorizer, no_root_credential
+from cotal_trio.core.bridge import ConnectCredentialRequest, IdpBridge, no_root_credential
 from cotal_trio.core.errors import ConfigError, Refused
 from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.idp import parse_jwks
@@ -117,9 +117,12 @@ def test_a_hook_row_for_another_principal_mints_nothing():
         bridge.exchange(_token(), "cli")
 
 
-def test_the_stock_authorizer_reads_the_interactive_row():
-    rows = {("cli"): _row("cli")}
-    authorize = ledger_authorizer(lambda owner, actor: (rows.get(actor), None))
-    assert authorize(OWNER, "cli") == rows["cli"]
-    with pytest.raises(Refused, match=f"cotal actor grant ops --owner {OWNER}"):
-        authorize(OWNER, "ops")
+def test_verify_then_admit_is_authenticate_split_around_the_hook():
+    """A trio shell runs the hook in a worker thread between the two pure steps (issue 15 item 7)."""
+    bridge = _bridge(Clock(NOW), authorize=lambda owner, actor: pytest.fail("verify must not call the hook"))
+    proven = bridge.verify(_token(), "cli", now=NOW)
+    assert (proven.owner, proven.actor) == (OWNER, "cli")
+    auth = bridge.admit(proven, _row("cli", OWNER))
+    assert (auth.owner, auth.row.actor, auth.identity) == (OWNER, "cli", proven.identity)
+    with pytest.raises(Refused, match='actor "cli" is not granted'):
+        bridge.admit(proven, _row("other", OWNER))

@@ -214,3 +214,41 @@ def test_principal_round_trip():
     assert split_principal(f"{OWNER}.cli") == (OWNER, "cli")
     with pytest.raises(Refused):
         split_principal("cli")
+
+
+# Issue 15 item 6: an IdP ``sub`` may hold a lone surrogate (a JWT payload's JSON can carry
+# "\ud800", which decodes to a lone surrogate str). JSON.stringify (ES2019, well-formed) writes a
+# lone surrogate as a lowercase \uXXXX escape and a high+low pair as the one character it forms.
+# These first 16 MAC bytes were computed by Node 20:
+#   createHmac("sha256", secret).update("cotal-owner-v1:" + JSON.stringify([iss, sub]))
+LONE_SURROGATE_VECTORS = [
+    ("\ud800x", '["https://idp.example","\\ud800x"]', "6d77db3787d97d3cf012f57f168902fd"),
+    ("a\udc00", '["https://idp.example","a\\udc00"]', "db8e7a18d942c396fe1572e75f4204e1"),
+    ("x\ud83d", '["https://idp.example","x\\ud83d"]', "e7546246d53726bad1034dcb1c3bb613"),
+    ("\ud83d\ude00", '["https://idp.example","\U0001f600"]', "a9d6d3e4e2cb58fb4e72a8eede86d674"),
+]
+
+
+@pytest.mark.parametrize(("sub", "external", "mac16"), LONE_SURROGATE_VECTORS)
+def test_derive_owner_escapes_lone_surrogates_as_javascript_does(sub, external, mac16):
+    secret = bytes(range(32, 64))
+    message = f"cotal-owner-v1:{external}".encode()
+    assert hmac.new(secret, message, hashlib.sha256).digest()[:16].hex() == mac16
+    assert derive_owner(secret, "https://idp.example", sub) == "u_" + _base32_lower_nopad(bytes.fromhex(mac16))
+
+
+def test_a_surrogate_pair_derives_as_the_character_it_forms():
+    secret = bytes(range(32, 64))
+    assert derive_owner(secret, "https://idp.example", "\ud83d\ude00") == derive_owner(
+        secret, "https://idp.example", "\U0001f600"
+    )
+
+
+@given(
+    st.binary(min_size=32, max_size=64),
+    st.text(st.characters(categories=("L", "N", "P", "Cs", "Cc")), min_size=1),
+    st.text(st.characters(categories=("L", "N", "P", "Cs", "Cc")), min_size=1),
+)
+def test_any_str_derives_an_owner(secret, issuer, sub):
+    # st.text() leaves surrogates out by default; here they are in (issue 15 item 6)
+    assert check_owner(derive_owner(secret, issuer, sub))

@@ -31,7 +31,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cotal_trio.core.jose import sign_ed25519_jws
+from cotal_trio.core.jose import b64url_encode
 from cotal_trio.http import build_loopback_app
 from cotal_trio.http.mesh_routes import MESH_PATHS
 from cotal_trio.http.public import MESH_DOCUMENT_PATH
@@ -74,8 +74,10 @@ FIELDS = ["idpToken", "actor", "owner", "actorToken", "ttlSec", "view"]
 
 # Header text: visible latin-1 (a header value the test client can carry).
 header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=40)
-# JSON strings include lone surrogates: json.dumps escapes them, json.loads gives them back.
-json_text = st.text(st.characters(codec=None) | st.characters(categories=["Cs"]), max_size=20)
+# JSON strings include lone surrogates: json.dumps escapes them, json.loads gives them back. Not
+# st.text(a | b): text() merges a union of character strategies and drops the surrogates (issue
+# 15 item 6 slipped through that way), so the characters are drawn one by one and joined.
+json_text = st.lists(st.characters(codec=None) | st.characters(categories=["Cs"]), max_size=20).map("".join)
 
 
 def _json_of(text: st.SearchStrategy[str]) -> st.SearchStrategy[object]:
@@ -90,9 +92,17 @@ def _json_of(text: st.SearchStrategy[str]) -> st.SearchStrategy[object]:
 
 
 json_values = _json_of(json_text)
-# What a signed JWS can carry (sign_ed25519_jws writes UTF-8, so no lone surrogates).
-jws_text = st.text(max_size=20)
+# What a signed JWS can carry: its JSON may escape a lone surrogate ("\\ud800"), which decodes to
+# a str no UTF-8 encoder takes (issue 15 item 6), so the tokens are signed by _sign_escaped.
+jws_text = json_text
 jws_values = _json_of(jws_text)
+
+
+def _sign_escaped(header: dict, claims: dict) -> str:
+    """A compact JWS like ``sign_ed25519_jws``'s, its JSON ASCII-escaped so any str travels."""
+    parts = [b64url_encode(json.dumps(part, separators=(",", ":")).encode()) for part in (header, claims)]
+    signing_input = ".".join(parts)
+    return f"{signing_input}.{b64url_encode(DEV_IDP.key.sign(signing_input.encode('ascii')))}"
 
 
 def _mutated(base: dict, values: st.SearchStrategy[object], text=json_text) -> st.SearchStrategy[dict]:
@@ -116,20 +126,22 @@ VALID_CLAIMS = {
 }  # fmt: skip
 # Signed by the pinned dev IdP key: the header and claim checks run after the signature verifies.
 signed_tokens = st.builds(
-    lambda header, body: sign_ed25519_jws(header, body, DEV_IDP.key),
+    _sign_escaped,
     _mutated(VALID_HEADER, st.sampled_from(["EdDSA", "Ed25519", "none", "RS256", [], {}]) | jws_values, jws_text),
     _mutated(VALID_CLAIMS, times | st.sampled_from([[DEV_IDP.audience], "x"]) | jws_values, jws_text),
 )  # fmt: skip
 # A valid token but for one header member, which holds any JSON value.
 header_tokens = st.builds(
-    lambda name, value: sign_ed25519_jws({**VALID_HEADER, name: value}, VALID_CLAIMS, DEV_IDP.key),
+    lambda name, value: _sign_escaped({**VALID_HEADER, name: value}, VALID_CLAIMS),
     st.sampled_from(["alg", "kid", "typ", "crit", "jwk"]), jws_values,
 )  # fmt: skip
+# A valid token but for its subject, any non-empty str (lone surrogates too: issue 15 item 6).
+subject_tokens = st.builds(lambda sub: _sign_escaped(VALID_HEADER, {**VALID_CLAIMS, "sub": sub}), json_text.filter(bool))
 tampered_tokens = st.builds(
     lambda token, tail: token[: -len(tail)] + tail, signed_tokens, st.sampled_from(["A", "AA", "x.y", "="])
 )
 malformed_tokens = st.sampled_from(["", ".", "..", "a.b.c", "e30.e30.", "e30.e30.AA"])
-tokens = signed_tokens | header_tokens | tampered_tokens | malformed_tokens
+tokens = signed_tokens | header_tokens | subject_tokens | tampered_tokens | malformed_tokens
 field_values = (
     st.sampled_from([OWNER, "cli", "worker", "ghost", AGENT_SECRET, "", 1, 300, 10**20, 0, -1, 1.5, True, None])
     | tokens | json_values

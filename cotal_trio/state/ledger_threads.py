@@ -1,0 +1,66 @@
+"""The ledger reader from trio: each blocking read in a worker thread (issue 15 item 7).
+
+Everything else in :mod:`cotal_trio.state` blocks; this is the one trio-side adapter, shared by
+the callout (``lanes/callout.py``) and the exchange faces (``http/faces.py``), so a stalled disk
+holds the one request that reads it, never the trio thread a lane's callout and faces share.
+It lives here, below both ``lanes`` and ``http``, so both can import it (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import trio
+
+from cotal_trio.core.ledger import LedgerRow, ReadRows
+
+__all__ = ["BlockingCalls", "ReadLedger", "read_in_threads"]
+
+T = TypeVar("T")
+
+ReadLedger = Callable[[str, str], Awaitable[tuple[LedgerRow | None, LedgerRow | None]]]
+"""The awaited ledger port: ``await read_ledger(owner, actor) -> (interactive, managed)``.
+
+Fresh per call; raises as :data:`~cotal_trio.core.ledger.ReadRows` (CodecError for a corrupt row).
+"""
+
+
+class BlockingCalls:
+    """Blocking calls run in worker threads, at most ``max_threads`` of them at once.
+
+    A call that stalls (a hung disk, a FIFO) holds its own caller and its own slot, never the
+    trio thread: cancelling the caller (its deadline) stops the wait at once
+    (``abandon_on_cancel``); the abandoned call finishes in its thread, its result dropped,
+    and holds its slot until then. Once every slot is held by a stalled call, later calls wait
+    for a slot, which their own deadline bounds too. Costs a thread hop per call (about 0.1 ms).
+
+    Args:
+        max_threads: the slots, at least 1.
+
+    Raises:
+        ValueError: ``max_threads`` is below 1 (trio's CapacityLimiter refuses it).
+    """
+
+    def __init__(self, *, max_threads: int) -> None:
+        self._limiter = trio.CapacityLimiter(max_threads)
+
+    async def run(self, call: Callable[..., T], *args: object) -> T:
+        """Trio: ``call(*args)`` in a worker thread; its result, or what it raised."""
+        return await trio.to_thread.run_sync(call, *args, limiter=self._limiter, abandon_on_cancel=True)
+
+
+def read_in_threads(read: ReadRows, *, max_threads: int) -> ReadLedger:
+    """The awaited ledger port over a blocking reader (a :class:`~cotal_trio.state.LedgerReader`).
+
+    Each read runs in a worker thread of one :class:`BlockingCalls`, at most ``max_threads`` at
+    once for this port, so a read that stalls holds its own request and never the lane's trio
+    thread: its deadline cancels the wait and the other requests go on (issue 4, "a ledger
+    that stalls 1.3 s for one actor"; issue 15 item 7).
+    """
+    calls = BlockingCalls(max_threads=max_threads)
+
+    async def read_ledger(owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
+        return await calls.run(read, owner, actor)
+
+    return read_ledger

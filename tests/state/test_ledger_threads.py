@@ -1,0 +1,52 @@
+"""The ledger reader from trio (cotal_trio/state/ledger_threads.py; issue 15 item 7)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import trio
+
+from cotal_trio.core.errors import CodecError
+from cotal_trio.state.ledger_threads import BlockingCalls, read_in_threads
+
+CEILING_S = 10
+
+
+async def test_each_read_runs_off_the_trio_thread_and_returns_its_rows():
+    trio_thread = threading.get_ident()
+    seen: list[int] = []
+
+    def read(owner: str, actor: str):
+        seen.append(threading.get_ident())
+        return (owner, actor), None
+
+    with trio.fail_after(CEILING_S):
+        assert await read_in_threads(read, max_threads=2)("u_x", "cli") == (("u_x", "cli"), None)
+    assert seen and seen[0] != trio_thread
+
+
+async def test_a_read_error_reaches_the_caller():
+    def read(owner: str, actor: str):
+        raise CodecError(f"ledger row {owner}.{actor} is corrupt")
+
+    with trio.fail_after(CEILING_S), pytest.raises(CodecError, match="u_x.cli is corrupt"):
+        await read_in_threads(read, max_threads=1)("u_x", "cli")
+
+
+async def test_a_stalled_call_is_abandoned_at_its_deadline_and_holds_only_its_slot():
+    released = threading.Event()
+    calls = BlockingCalls(max_threads=2)
+    with trio.fail_after(CEILING_S):
+        with trio.move_on_after(0.2) as stalled:
+            await calls.run(released.wait, CEILING_S)
+        assert stalled.cancelled_caught  # the wait ended at the deadline, the thread still blocked
+        assert await calls.run(lambda: "answered") == "answered"  # the other slot is free
+        with trio.move_on_after(0.2) as full:  # both slots held: the next call waits for one
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(calls.run, released.wait, CEILING_S)
+                await trio.sleep(0.05)
+                await calls.run(lambda: "never")
+        assert full.cancelled_caught
+        released.set()
+        assert await calls.run(lambda: "after release") == "after release"
