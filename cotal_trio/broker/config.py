@@ -183,15 +183,18 @@ def parse_routes(text: str) -> tuple[str, ...]:
     if not routes:
         raise ConfigError("--cluster-routes is empty - pass every node's route URL, nats-route://host:port,...")
     for route in routes:
-        try:
-            parts = urlsplit(route)
-            port = parts.port
-        except ValueError:
-            port = None
-            parts = None
-        if parts is None or parts.scheme not in ROUTE_SCHEMES or not parts.hostname or port is None:
+        if not _is_route(route):
             raise ConfigError(f"--cluster-routes: {route!r} is not a route URL - pass nats-route://host:port")
     return routes
+
+
+def _is_route(url: str) -> bool:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # a port that is not a number, or out of range
+        return False
+    return parts.scheme in ROUTE_SCHEMES and bool(parts.hostname) and port is not None
 
 
 def _cluster_lines(host: str, cluster: Cluster) -> list[str]:

@@ -37,14 +37,18 @@ def parse_servers(text: str) -> tuple[str, ...]:
     if not servers:
         raise ConfigError("--server is empty - pass nats://host:port (a cluster: every node's URL, comma-separated)")
     for server in servers:
-        try:
-            parts = urlsplit(server)
-            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-        except ValueError:
-            parts = None
-        if parts is None or parts.scheme not in SCHEMES or not parts.hostname:
+        if not _is_broker_url(server):
             raise ConfigError(f"--server {server} is not a broker address - pass nats://host:port")
     return servers
+
+
+def _is_broker_url(url: str) -> bool:
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in SCHEMES and bool(parts.hostname)
 
 
 def resolve_servers(paths: RootPaths, server: str | None) -> tuple[str, ...]:
