@@ -115,6 +115,8 @@ async def test_status_takes_server_and_prints_it(cluster_root, capsys):
     assert lines[1].startswith(f"{SPACE}  serving  pid ")
     code, out, _ = await cotal(capsys, "status", "--json", "--server", url, "--root", str(paths.root))
     assert code == 0 and json.loads(out)["servers"] == [url]
+    code, out, err = await cotal(capsys, "status", "--root", str(paths.root))  # status never needed policy.json
+    assert (code, err) == (0, "") and out.startswith(f"{SPACE}  serving  pid ")
 
 
 @pytest.mark.parametrize("command", ["connect-info", "check", "status"])
