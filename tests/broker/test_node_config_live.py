@@ -102,6 +102,7 @@ def test_leafnodes_renders_a_hub_listener(provisioned, capsys):
     assert 'listen: "0.0.0.0:4222"' in text and '  listen: "0.0.0.0:6222"' in text
 
 
+@pytest.mark.broker
 def test_every_rendered_file_is_accepted_by_nats_server(provisioned, capsys, tmp_path, nats_server_bin):
     routes = ",".join(f"nats-route://127.0.0.1:{6222 + i}" for i in range(3))
     variants = [(), ("--leafnodes", "7422"), ("--http-port", "8222", "--auth-timeout", "3"),
@@ -165,6 +166,7 @@ async def _ping_names(url: str, provisioned) -> set[str]:
     return names
 
 
+@pytest.mark.broker
 async def test_three_rendered_nodes_form_a_cluster_and_share_accounts(
     nursery, provisioned, capsys, tmp_path, nats_server_bin
 ):
