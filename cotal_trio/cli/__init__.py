@@ -38,6 +38,7 @@ app.command("cotal_trio.cli.status:status", help="One line per space of the runn
 app.command("cotal_trio.cli.watch:watch", help="Live view of the root's spaces from their event streams (--json: the raw events).")
 app.command("cotal_trio.cli.auth:auth_app", name="auth", help="Mint and revoke the credentials of a static space.")
 app.command("cotal_trio.cli.doctor:doctor_app", name="doctor", help="Check the root and name the next command to run.")
+app.command("cotal_trio.cli.broker:broker_app", name="broker", help="Render a cluster node's nats-server config from the root's trust.")
 app.command("cotal_trio.cli.service:service_app", name="service", help="Write systemd units for `cotal auth-service` and its callout replicas.")
 
 

@@ -9,6 +9,7 @@ from typing import Annotated
 from cyclopts import Parameter
 
 from ..lanes.selfcheck import CheckFailed, run_check
+from ._servers import Server, resolve_servers
 from .common import Where
 
 __all__ = ["check"]
@@ -17,6 +18,7 @@ __all__ = ["check"]
 async def check(
     *,
     where: Where = Where(),
+    server: Server = None,
     idp_token: Annotated[str | None, Parameter(help="An IdP token to use (needed when a real IdP is pinned).")] = None,
     actor: Annotated[str | None, Parameter(help="The granted actor to check as (with --idp-token).")] = None,
 ) -> int:
@@ -24,14 +26,16 @@ async def check(
     tampered bearer refused. Exits 1 at the first failing step and names it.
 
     With the development IdP and no --idp-token, it grants a temporary actor ``cotal_check``
-    and revokes it when done.
+    and revokes it when done. On a root `cotal up` does not run (a cluster's), pass --server;
+    with several URLs the check connects through the first that answers.
     """
     space_paths = where.space_paths()
+    servers = resolve_servers(where.paths(), server)
     # The check provokes a permissions violation on purpose; nats-py reports it as an error.
     logging.getLogger("cotal.natsio").setLevel(logging.ERROR)
     try:
         await run_check(
-            where.paths(), space_paths.space, report=lambda line: print(line, flush=True),
+            where.paths(), space_paths.space, servers=servers, report=lambda line: print(line, flush=True),
             idp_token=idp_token, actor=actor,
         )
     except CheckFailed as failed:

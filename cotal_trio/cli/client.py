@@ -24,7 +24,8 @@ from cyclopts import Parameter
 from ..core.errors import ConfigError, Refused, Unavailable
 from ..core.identity import check_actor, check_owner
 from ..http.client import ExchangeRefused, post_exchange, read_service
-from ..state import SpacePaths, load_idp_pin, load_policy, missing
+from ..state import SpacePaths, load_idp_pin, missing
+from ._servers import Server, resolve_servers
 from .common import Where
 
 __all__ = ["EXIT_DEPENDENCY_UNAVAILABLE", "ExchangeRateLimited", "agent_bearer", "connect_info", "exchange"]
@@ -288,21 +289,26 @@ def agent_bearer(
     return _exchange_and_print(where.space_paths(), actor, body, as_json=as_json, retry_after_line=True)
 
 
-def connect_details(where: Where) -> dict[str, Any]:
-    """``{space, server, sentinelCreds, authService, idp}`` for a client of the space.
+def connect_details(where: Where, server: str | None = None) -> dict[str, Any]:
+    """``{space, server, servers, sentinelCreds, authService, idp}`` for a client of the space.
+
+    ``servers`` are the broker's seed URLs (``--server``, else the ``cotal up`` broker of
+    ``policy.json``; issue 17 items 3 and 6) and ``server`` is them comma-separated, as a client's
+    ``--server`` takes them.
 
     Raises:
-        ConfigError: the root's policy, the space's IdP pin or its sentinel is missing or
-            corrupt (the sentence names `cotal up`).
+        ConfigError: a bad ``server``; neither ``server`` nor ``policy.json``; the space's IdP
+            pin or its sentinel is missing or corrupt (the sentence names the fix).
     """
     space_paths = where.space_paths()
-    policy = load_policy(where.paths().policy_json)
+    servers = resolve_servers(where.paths(), server)
     pin = load_idp_pin(space_paths.idp_json)
     if not space_paths.sentinel_creds.exists():
         raise missing(space_paths.sentinel_creds)
     return {
         "space": space_paths.space,
-        "server": f"nats://127.0.0.1:{policy.port}",
+        "server": ",".join(servers),
+        "servers": list(servers),
         "sentinelCreds": str(space_paths.sentinel_creds.absolute()),
         "authService": str(space_paths.auth_service_json.absolute()),
         "idp": {"kind": pin.kind, "issuer": pin.issuer, "audience": pin.audience, "jwksUri": pin.jwks_uri},
@@ -315,19 +321,24 @@ DEV_JWKS_NOTE = "none - the development IdP's keys are in the root (cotal up ser
 def connect_info(
     *,
     as_json: Annotated[bool, Parameter(name="--json", negative="")] = False,
+    server: Server = None,
     where: Where = Where(),
 ) -> None:
     """Print how a client connects to the space: server, sentinel creds, auth service, IdP.
+
+    On a root `cotal up` runs, the server is its broker; on any other root (a cluster's),
+    pass --server. With --json, servers lists the seed URLs one by one.
 
     Parameters
     ----------
     as_json
         Print a JSON object instead of one "key: value" line each.
     """
-    details = connect_details(where)
+    details = connect_details(where, server)
     if as_json:
         print(json.dumps(details, indent=2))
         return
+    del details["servers"]  # the plain `server:` line holds them all
     idp = details.pop("idp")
     if not idp["jwksUri"]:
         idp["jwksUri"] = DEV_JWKS_NOTE

@@ -38,6 +38,7 @@ from ..http.client import ServiceRecord, check_url, no_redirect_opener, pid_aliv
 from ..lanes.metrics import MetricsSummary, read_summary
 from ..state import RootPaths, read_json
 from ..state.lock import LOCK_NAME
+from ._servers import Server, parse_servers
 from .common import Where
 
 __all__ = ["SpaceStatus", "read_status", "status"]
@@ -96,16 +97,23 @@ def status(
     *,
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
     as_json: Annotated[bool, Parameter(name="--json", negative="", help="Print one JSON object.")] = False,
+    server: Server = None,
 ) -> int:
     """Print each space's state, pid, exchange URL, callout counts and in-flight.
 
-    Exits 0 when every space is serving, 1 when one is not or nothing runs for the root.
+    With --server (a cluster root's nodes, comma-separated) the first line, or the JSON's
+    servers, names them. Exits 0 when every space is serving, 1 when one is not or nothing
+    runs for the root.
     """
+    servers = None if server is None else list(parse_servers(server))
     paths = Where(root=root).paths()
     running, spaces = read_status(paths)
     if as_json:
-        print(json.dumps({"root": str(paths.root), "running": running, "spaces": [s.to_json() for s in spaces]}))
+        shown = {} if servers is None else {"servers": servers}
+        print(json.dumps({"root": str(paths.root), **shown, "running": running, "spaces": [s.to_json() for s in spaces]}))
     else:
+        if servers is not None:
+            print(f"servers: {','.join(servers)}")
         for space in spaces:
             print(space.line())
     if not running:

@@ -6,6 +6,10 @@ bearer; publish and receive within the grant (the principal's own DM subject, wh
 grant carries); publish outside it and see the broker refuse; connect with a tampered bearer and
 see the callout refuse. The first failing step ends the check and names itself.
 
+The broker is given as seed URLs (issue 17 items 3 and 6: a cluster root has no ``policy.json``,
+so the command line passes ``--server``); each connect goes through the first seed that answers,
+since nats-py's first connect tries one server of its pool only when it may not reconnect.
+
 With the development IdP and no token given, the check grants its own throwaway actor
 (``cotal_check`` for IdP subject ``cotal-check``, no channels) and revokes it when done.
 """
@@ -16,22 +20,22 @@ import functools
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import trio
 
-from ..core.errors import AuthServiceError, ConfigError, leaves
+from ..core.errors import AuthServiceError, ConfigError, Unavailable, leaves
 from ..core.identity import derive_owner, mint_lifecycle_uid
 from ..core.ledger import LedgerKind, LedgerRow
 from ..core.profiles import dm_subject
 from ..devidp import DevIdpMaterial, mint_dev_token
 from ..http.client import post_exchange, read_service
 from ..natsio import Connection, Message, open_connection, open_loop
-from ..state import RootPaths, SpacePaths, load_idp_pin, load_owner_secret, load_policy, remove_row, write_row
+from ..state import RootPaths, SpacePaths, load_idp_pin, load_owner_secret, remove_row, write_row
 
 __all__ = ["CHECK_ACTOR", "CHECK_SUBJECT", "CheckFailed", "run_check"]
 
@@ -51,9 +55,9 @@ class CheckFailed(AuthServiceError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Target:
-    """Where the check runs and as whom."""
+    """Where the check runs and as whom (``servers``: the broker's seed URLs, in order)."""
 
-    server_url: str
+    servers: tuple[str, ...]
     sentinel_creds: str
     space: str
     owner: str
@@ -85,10 +89,34 @@ def _grant_check_actor(paths: RootPaths, space: str, issuer: str) -> LedgerRow:
 @asynccontextmanager
 async def _client(target: Target, bearer: str) -> AsyncIterator[Connection]:
     nonce = "ibx" + secrets.token_hex(8)
-    async with open_loop(), open_connection(
-        target.server_url, creds=target.sentinel_creds, token=bearer, name=nonce,
+    async with open_loop(), _first_answering(
+        target.servers, creds=target.sentinel_creds, token=bearer, name=nonce,
         inbox_prefix=f"_INBOX_{nonce}", reconnect=False,
     ) as conn:
+        yield conn
+
+
+@asynccontextmanager
+async def _first_answering(servers: Sequence[str], **options: Any) -> AsyncIterator[Connection]:
+    """A connection through the first of ``servers`` that answers; a refusal is not retried.
+
+    Raises:
+        Unavailable: no server answered (naming each), or the broker refused the connect.
+    """
+    unreachable: list[str] = []
+    async with AsyncExitStack() as stack:
+        conn = None
+        for url in servers:
+            try:
+                conn = await stack.enter_async_context(open_connection(url, **options))
+            except* Unavailable as group:
+                if any("Authorization Violation" in str(e) for e in leaves(group)):
+                    raise  # a refusal: every node of the cluster would give the same answer
+                unreachable += [str(e) for e in leaves(group)]
+            if conn is not None:
+                break
+        if conn is None:
+            raise Unavailable("; ".join(unreachable) or "no broker URL was given")
         yield conn
 
 
@@ -164,9 +192,14 @@ async def _tampered_refused(target: Target, bearer: str) -> None:
 
 
 async def run_check(
-    paths: RootPaths, space: str, *, report: Report, idp_token: str | None = None, actor: str | None = None
+    paths: RootPaths, space: str, *, servers: Sequence[str], report: Report,
+    idp_token: str | None = None, actor: str | None = None,
 ) -> None:
     """Run every step, reporting ``✓ <step>`` lines; raises CheckFailed at the first failure.
+
+    Args:
+        servers: the broker's seed URLs, ``nats://host:port``; each connect goes through the
+            first that answers.
 
     Raises:
         CheckFailed: a step failed (the message names it).
@@ -188,7 +221,7 @@ async def run_check(
             report("✓ IdP token from the development IdP")
         answer = await _step(report, "exchange the IdP token for a bearer", functools.partial(_exchange, space_paths, idp_token, actor or CHECK_ACTOR))
         target = Target(
-            server_url=f"nats://127.0.0.1:{load_policy(paths.policy_json).port}",
+            servers=tuple(servers),
             sentinel_creds=space_paths.sentinel_creds.read_text(), space=space,
             owner=answer["owner"], actor=actor or CHECK_ACTOR,
         )

@@ -207,6 +207,7 @@ def test_connect_info_json_has_absolute_paths(root, capsys, monkeypatch):
     assert json.loads(out) == {
         "space": SPACE,
         "server": f"nats://127.0.0.1:{BROKER_PORT}",
+        "servers": [f"nats://127.0.0.1:{BROKER_PORT}"],
         "sentinelCreds": str(root.space.sentinel_creds),
         "authService": str(root.space.auth_service_json),
         "idp": {"kind": "dev", "issuer": root.idp.issuer, "audience": root.idp.audience, "jwksUri": ""},

@@ -24,7 +24,7 @@ STEPS = [
 
 async def test_check_passes_every_step_and_cleans_up(stack):
     lines: list[str] = []
-    await run_check(stack.paths, SPACE, report=lines.append)
+    await run_check(stack.paths, SPACE, servers=[stack.info.server_url], report=lines.append)
     assert lines == STEPS
     rows, corrupt = list_rows(stack.space_paths)
     assert [r.actor for r in rows] == [] and corrupt == []
@@ -34,7 +34,7 @@ async def test_check_with_a_given_token_names_the_failing_step(stack):
     stack.grant("alice", "cli")
     lines: list[str] = []
     with pytest.raises(CheckFailed) as failed:
-        await run_check(stack.paths, SPACE, report=lines.append, idp_token=stack.idp_token("bob"), actor="cli")
+        await run_check(stack.paths, SPACE, servers=[stack.info.server_url], report=lines.append, idp_token=stack.idp_token("bob"), actor="cli")
     assert failed.value.step == "exchange the IdP token for a bearer"
     assert 'actor "cli" is not granted for this user' in str(failed.value)
     assert lines == ["✓ the auth service is running"]
@@ -43,6 +43,6 @@ async def test_check_with_a_given_token_names_the_failing_step(stack):
 async def test_check_as_a_granted_actor(stack):
     stack.grant("alice", "cli", publish=(), subscribe=())
     lines: list[str] = []
-    await run_check(stack.paths, SPACE, report=lines.append, idp_token=stack.idp_token("alice"), actor="cli")
+    await run_check(stack.paths, SPACE, servers=[stack.info.server_url], report=lines.append, idp_token=stack.idp_token("alice"), actor="cli")
     assert lines == [STEPS[0], *STEPS[2:]]
     assert CHECK_ACTOR not in {r.actor for r in list_rows(stack.space_paths)[0]}

@@ -1,0 +1,41 @@
+"""``--server`` of the root commands (cotal_trio/cli/_servers.py; issue 17 items 3 and 6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cotal_trio.cli._servers import parse_servers, resolve_servers
+from cotal_trio.core.errors import ConfigError
+from cotal_trio.state import BrokerPolicy, RootPaths, save_policy
+
+
+def test_a_list_keeps_its_order_and_drops_blanks_and_repeats():
+    assert parse_servers(" tls://a:1, nats://b:2,,tls://a:1 ") == ("tls://a:1", "nats://b:2")
+    assert parse_servers("nats://h") == ("nats://h",)  # nats-py's default port
+
+
+@pytest.mark.parametrize("bad", ["http://h:1", "nats://h:x", "nats://:4222", "h:4222"])
+def test_a_bad_url_is_named(bad):
+    with pytest.raises(ConfigError, match=f"^--server {bad} is not a broker address - pass nats://host:port$"):
+        parse_servers(f"nats://ok:1,{bad}")
+
+
+def test_an_empty_list_is_refused():
+    with pytest.raises(ConfigError, match="^--server is empty"):
+        parse_servers(" , ")
+
+
+def test_server_wins_over_policy_and_policy_is_the_fallback(tmp_path):
+    paths = RootPaths(tmp_path)
+    save_policy(paths.policy_json, BrokerPolicy(port=4999))
+    assert resolve_servers(paths, "nats://n1:4222,nats://n2:4222") == ("nats://n1:4222", "nats://n2:4222")
+    assert resolve_servers(paths, None) == ("nats://127.0.0.1:4999",)
+
+
+def test_neither_names_both_and_the_fix(tmp_path):
+    with pytest.raises(ConfigError) as missing:
+        resolve_servers(RootPaths(tmp_path), None)
+    assert str(missing.value) == (
+        f"no broker address for root {tmp_path}: --server is not given and {tmp_path}/policy.json is missing"
+        " (only `cotal up` writes it) - pass --server nats://host:port (a cluster: every node's URL, comma-separated)"
+    )
