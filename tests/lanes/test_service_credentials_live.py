@@ -21,6 +21,8 @@ import base64
 import functools
 import json
 import logging
+import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -33,9 +35,10 @@ from cotal_trio.broker import provision
 from cotal_trio.broker.accounts import open_system_connection
 from cotal_trio.broker.provision import mint_service_user
 from cotal_trio.core.admission import CalloutLimits
-from cotal_trio.core.errors import ConfigError
+from cotal_trio.core.errors import ConfigError, Unavailable
 from cotal_trio.core.profiles import issuer_permissions
-from cotal_trio.lanes.issued import issued_shapes
+from cotal_trio.lanes.issued import IssuedStoresMissing, issued_shapes
+from cotal_trio.lanes.service_users import IssuerSession
 from cotal_trio.lanes.space import LaneConfig, run_lane
 from cotal_trio.natsio import Connection, open_connection, open_loop
 from cotal_trio.state import load_space
@@ -260,3 +263,32 @@ async def test_the_issuer_session_is_renewed_across_its_expiry_while_connects_ke
     renewed = [r for r in caplog.records if r.getMessage().startswith(f"space {SPACE}: issuer session renewed")]
     assert len(renewed) >= 2
     assert not [r for r in caplog.records if "User Authentication Expired" in r.getMessage()]
+
+
+async def test_an_issuer_session_that_cannot_be_renewed_for_a_lifetime_ends_the_lane(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker paused (SIGSTOP) keeps the socket open but answers nothing: each renewal's
+    connect fails, and once no session has been up for a whole lifetime the session's task
+    raises ``Unavailable`` naming the fix (which ends the lane; its host restarts it)."""
+    mesh, pid = await start_mesh(nursery, tmp_path, nats_server_bin)
+    session = IssuerSession(
+        load_space(mesh.paths.space(SPACE).callout_json, SPACE), mesh.server_url, lifetime_s=3, clock=time.time,
+        reconnect=False,
+    )
+    with trio.fail_after(CEILING_S):
+        async with open_loop():
+            with pytest.RaisesGroup(pytest.RaisesExc(Unavailable), flatten_subgroups=True) as ended:
+                async with trio.open_nursery() as inner:
+                    stores = await inner.start(session.run)
+                    with pytest.raises(IssuedStoresMissing):  # the first session answers
+                        await stores.check()
+                    os.kill(pid, signal.SIGSTOP)
+                    try:
+                        await trio.sleep_forever()
+                    finally:
+                        os.kill(pid, signal.SIGCONT)
+    (error,) = [e for e in _leaves(ended.value) if isinstance(e, Unavailable)]
+    assert str(error).startswith(f"space {SPACE}: no issuer session could be opened for 3 s (")
+    assert str(error).endswith(" - check that the broker runs and trusts the space's account")
+    assert session.renewals == 0
