@@ -37,12 +37,14 @@ from cotal_trio.broker.provision import mint_service_user
 from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.errors import ConfigError, Unavailable
 from cotal_trio.core.profiles import issuer_permissions
+from cotal_trio.lanes.host import HostConfig, run_host
+from cotal_trio.lanes.hosting import lane_factory
 from cotal_trio.lanes.issued import IssuedStoresMissing, issued_shapes
 from cotal_trio.lanes.service_users import IssuerSession
 from cotal_trio.lanes.space import LaneConfig, run_lane
 from cotal_trio.natsio import Connection, open_connection, open_loop
-from cotal_trio.state import load_space
-from tests.lanes.test_auth_service_live import AUTH_TIMEOUT_S, Mesh, start_mesh
+from cotal_trio.state import atomic_write, load_space
+from tests.lanes.test_auth_service_live import AUTH_TIMEOUT_S, Mesh, start_mesh, until
 from tests.lanes.test_issuance_live import _bearer
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
@@ -292,3 +294,32 @@ async def test_an_issuer_session_that_cannot_be_renewed_for_a_lifetime_ends_the_
     assert str(error).startswith(f"space {SPACE}: no issuer session could be opened for 3 s (")
     assert str(error).endswith(" - check that the broker runs and trusts the space's account")
     assert session.renewals == 0
+
+
+async def test_a_callout_host_names_the_drifted_space_with_the_remedy_and_serves_the_others(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str
+) -> None:
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    manifest = tmp_path / "host" / "spaces.json"
+    manifest.parent.mkdir()
+    atomic_write(manifest, json.dumps({"version": 2, "spaces": [{"space": SPACE}, {"space": "b"}]}).encode())
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as lanes:
+            await lanes.start(_lane(mesh, callout_only=False))
+            lanes.cancel_scope.cancel()
+        async with _admin(mesh) as admin:
+            config = (await _api(admin, f"$JS.API.STREAM.INFO.{ISSUED}"))["config"]
+            assert "error" not in await _api(admin, f"$JS.API.STREAM.UPDATE.{ISSUED}", {**config, "max_age": 10**12})
+        start_lane = lane_factory(
+            root=mesh.paths, server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
+            callout_only=True,
+        )
+        host = await nursery.start(run_host, HostConfig(
+            manifest=manifest, start_lane=start_lane, callout_only=True, backstop_s=600,
+        ))  # fmt: skip
+        spaces = await until(host, manifest, lambda s: s.get(SPACE, {}).get("state") == "retrying"
+                             and s.get("b", {}).get("state") == "serving")  # fmt: skip
+    assert spaces[SPACE]["reason"] == (
+        f"space {SPACE}'s store {ISSUED} has another shape than issued authority needs (max_age is 1000000000000,"
+        f" not 0) and is refused - stop the space's auth service, its callout replicas and managers, then run {REMEDY}"
+    ), spaces
