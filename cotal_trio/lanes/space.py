@@ -265,9 +265,12 @@ async def run_lane(
 
     Raises:
         ConfigError: before started: the space's material in the root is missing or corrupt; or
-            this is a replica and the space admits service endpoints (spec "Callout replicas").
+            this is a replica and the space admits service endpoints (spec "Callout replicas");
+            or an issued store has drifted (spec "Issued authority"; the sentence names the
+            remedy), for a full lane and a replica alike.
         ClaimRefused: before started: another full service holds the space (a ConfigError).
-        Unavailable: the broker refused or dropped the callout or store connection; after
+        Unavailable: the broker refused or dropped the callout or store connection, or refused
+            the first issuer session, or none could be renewed for a whole lifetime; after
             ``started`` it means the lane lost the broker and ends (the host decides whether to
             retry).
     """
