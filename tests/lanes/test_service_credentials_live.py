@@ -38,7 +38,7 @@ from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.errors import ConfigError, Unavailable
 from cotal_trio.core.profiles import issuer_permissions
 from cotal_trio.lanes.host import HostConfig, run_host
-from cotal_trio.lanes.hosting import lane_factory
+from cotal_trio.lanes.hosting import ServiceConfig, lane_factory, run_service
 from cotal_trio.lanes.issued import IssuedStoresMissing, issued_shapes
 from cotal_trio.lanes.service_users import IssuerSession
 from cotal_trio.lanes.space import LaneConfig, run_lane
@@ -319,7 +319,18 @@ async def test_a_callout_host_names_the_drifted_space_with_the_remedy_and_serves
         ))  # fmt: skip
         spaces = await until(host, manifest, lambda s: s.get(SPACE, {}).get("state") == "retrying"
                              and s.get("b", {}).get("state") == "serving")  # fmt: skip
-    assert spaces[SPACE]["reason"] == (
+        # A single-space replica (`cotal auth-service --callout-only --space a`) refuses to start.
+        single = ServiceConfig(
+            root=mesh.paths, server_url=mesh.server_url, space=SPACE, callout_only=True,
+            limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
+        )  # fmt: skip
+        with pytest.RaisesGroup(pytest.RaisesExc(ConfigError), flatten_subgroups=True) as refused:
+            async with trio.open_nursery() as service:
+                await service.start(run_service, single)
+                pytest.fail("a single-space replica started on a drifted issued store")
+    sentence = (
         f"space {SPACE}'s store {ISSUED} has another shape than issued authority needs (max_age is 1000000000000,"
         f" not 0) and is refused - stop the space's auth service, its callout replicas and managers, then run {REMEDY}"
-    ), spaces
+    )
+    assert spaces[SPACE]["reason"] == sentence, spaces
+    assert [str(e) for e in _leaves(refused.value) if isinstance(e, ConfigError)] == [sentence]
