@@ -239,7 +239,7 @@ class IssuerSession:
         while True:
             try:
                 return await nursery.start(self._hold)
-            except Unavailable as exc:
+            except (Unavailable, OSError) as exc:  # refused, unreachable, or no broker there
                 if trio.current_time() + retry_s >= give_up:
                     raise Unavailable(
                         f"space {self.space}: no issuer session could be opened for {self.lifetime_s} s ({exc})"
