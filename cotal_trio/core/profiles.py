@@ -84,7 +84,8 @@ WHOLESALE: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "run-operator": (),
     "issuer": (
         "$KV.cotal_issued_<S>.>", "$KV.cotal_accepted_<S>.>", "$JS.API.STREAM.MSG.GET.KV_cotal_issued_<S>",
-        "$JS.API.DIRECT.GET.KV_cotal_accepted_<S>", "$JS.API.DIRECT.GET.KV_cotal_accepted_<S>.>",
+        "$JS.API.STREAM.MSG.GET.KV_cotal_accepted_<S>", "$JS.API.DIRECT.GET.KV_cotal_accepted_<S>",
+        "$JS.API.DIRECT.GET.KV_cotal_accepted_<S>.>",
     ),
     "run-admitter": (),
     "view": (),
@@ -411,8 +412,10 @@ def _admission_reads(space: str, run_id: str) -> list[str]:
 
 def issuer_permissions(*, space: str, inbox_nonce: str) -> Permissions:
     """One issuance window: writes to the issued and accepted stores, the first-message reads of
-    evidence (``STREAM.MSG.GET``: the issued store has no direct get), direct get of accepted
-    rows, and ``STREAM.INFO`` of both for the shape check.
+    evidence (``STREAM.MSG.GET``: the issued store has no direct get), the reads of accepted rows
+    (``STREAM.MSG.GET``, as :class:`~cotal_trio.lanes.issued.IssuedStores` reads a key's first
+    message, and direct get), and ``STREAM.INFO`` of both for the shape check. What the auth
+    service's and each replica's own issuer session holds (spec "Profiles", issuer row).
 
     Raises:
         Refused: BAD_REQUEST for a bad space or nonce.
@@ -420,7 +423,7 @@ def issuer_permissions(*, space: str, inbox_nonce: str) -> Permissions:
     issued, accepted = wire.issued_bucket(space), wire.accepted_bucket(space)
     return _profile(space, inbox_nonce, [
         wire.kv_subject(issued, ">"), wire.kv_subject(accepted, ">"), wire.js_msg_get(wire.kv_stream(issued)),
-        wire.js_direct_get(wire.kv_stream(accepted)), wire.js_direct_get(wire.kv_stream(accepted), ">"),
+        wire.js_msg_get(wire.kv_stream(accepted)), wire.js_direct_get(wire.kv_stream(accepted)), wire.js_direct_get(wire.kv_stream(accepted), ">"),
         wire.js_stream_info(wire.kv_stream(issued)), wire.js_stream_info(wire.kv_stream(accepted)),
     ])  # fmt: skip
 

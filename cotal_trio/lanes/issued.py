@@ -214,6 +214,12 @@ class IssuedStores:
         self._grace_s = grace_s
         self._random = random_bytes
 
+    def rebind(self, conn: Connection) -> None:
+        """Sync: carry on over ``conn``, a renewed issuer session replacing one about to expire
+        (:class:`~cotal_trio.lanes.service_users.IssuerSession`). Calls already in flight finish
+        on the old connection, which stays open a while longer; each step after this rides ``conn``."""
+        self._conn = conn
+
     # -- the stores ----------------------------------------------------------------------------
 
     async def ensure(self) -> None:

@@ -19,7 +19,10 @@ holds the claim; a replica holds a read-only store connection of its own and, be
 subscribes, refuses a space whose admission is open (spec "Callout replicas";
 :mod:`cotal_trio.lanes.service_endpoints`). Either connection closing for good ends the lane.
 Both kinds write each mint's issuance row over their store connection; only a full lane
-prunes them (:mod:`cotal_trio.lanes.issuance`).
+prunes them (:mod:`cotal_trio.lanes.issuance`). Both issue at connect over an ``issuer`` session
+of their own, renewed before it expires; a replica checks the issued stores' shape over it
+before it subscribes and refuses a drifted one with the remedy (issue 15 items 3 and 4;
+:mod:`cotal_trio.lanes.service_users`). Each connection's allow-list is what the lane uses.
 
 Each lane start has its own :class:`~cotal_trio.lanes.metrics.LaneMetrics` (its own registry):
 the responder and both exchange faces feed it, and the loopback face serves it as
@@ -35,7 +38,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NoReturn
 
@@ -49,7 +52,7 @@ from ..core.errors import ConfigError, Unavailable
 from ..core.jose import BearerKeySet
 from ..core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimiter, ConnectLimits, Limited
 from ..core.manifest import SpaceEntry
-from ..core.plane import Lease, plane_bucket
+from ..core.plane import Lease
 from ..http.client import pid_alive
 from ..http.errors import Handler
 from ..http.faces import ExchangeContext
@@ -76,24 +79,20 @@ from ..state import (
     write_json,
 )
 from .callout import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder, read_in_threads
-from .connect_authority import ConnectAuthority, replica_issued_permissions
+from .connect_authority import ConnectAuthority
 from .events import EventBus, callout_hook, exchange_hook
-from .issuance import RowExpiries, issuance_store, replica_permissions, run_issuance_sweep
-from .issued import IssuedStores, issued_permissions
+from .issuance import RowExpiries, issuance_store, run_issuance_sweep
+from .issued import IssuedStores, IssuedStoresMissing
 from .metrics import LaneMetrics
 from .plane import DEFAULT_LEASE, hold_plane, holder_id
-from .records import (
-    Permissions,
-    RecordsStore,
-    ensure_records_stores,
-    merge_permissions,
-    records_permissions,
-    replica_read_permissions,
-)
-from .service_endpoints import (
-    open_admission,
-    open_store_user,
-    refuse_if_admitted,
+from .records import RecordsStore, ensure_records_stores
+from .service_endpoints import open_admission, refuse_if_admitted
+from .service_users import (
+    ISSUER_LIFETIME_S,
+    IssuerSession,
+    open_service_user,
+    replica_store_permissions,
+    store_permissions,
 )
 from .streams import Provisioner, ensure_space_streams
 from .views import view_confirmer
@@ -168,6 +167,9 @@ class LaneConfig:
         events: the host process's event bus (issue 7 item 1): the lane publishes each callout
             answer and each exchange answer on it, and its loopback face streams it on
             ``/events``; None: no events, no ``/events``.
+        issuer_lifetime_s: the lane's issuer session's credential lifetime (seconds, at least 3;
+            :data:`~cotal_trio.lanes.service_users.ISSUER_LIFETIME_S`, five minutes); it is
+            replaced before it expires. Tests shorten it.
 
     Raises:
         ConfigError: ``service_endpoints``, a public face or connect limits other than the
@@ -192,6 +194,7 @@ class LaneConfig:
     holder: str | None = None
     tool_result_consent: bool = False
     events: EventBus | None = None
+    issuer_lifetime_s: int = ISSUER_LIFETIME_S
 
     def __post_init__(self) -> None:
         if self.callout_only and self.public is not None:
@@ -262,9 +265,12 @@ async def run_lane(
 
     Raises:
         ConfigError: before started: the space's material in the root is missing or corrupt; or
-            this is a replica and the space admits service endpoints (spec "Callout replicas").
+            this is a replica and the space admits service endpoints (spec "Callout replicas");
+            or an issued store has drifted (spec "Issued authority"; the sentence names the
+            remedy), for a full lane and a replica alike.
         ClaimRefused: before started: another full service holds the space (a ConfigError).
-        Unavailable: the broker refused or dropped the callout or store connection; after
+        Unavailable: the broker refused or dropped the callout or store connection, or refused
+            the first issuer session, or none could be renewed for a whole lifetime; after
             ``started`` it means the lane lost the broker and ends (the host decides whether to
             retry).
     """
@@ -278,7 +284,10 @@ async def run_lane(
     name = f"cotal:auth-service:{config.space}"
     ledger, row_expiries = LedgerReader(config.paths), RowExpiries()
     connect = open_connection(config.server_url, creds=creds, name=name, reconnect=config.reconnect)
-    async with open_loop(), connect as conn, _open_store(config, material) as store_conn:
+    async with (
+        open_loop(), connect as conn, _open_store(config, material) as store_conn,
+        _open_issuer(config, material) as issued,
+    ):
         records = RecordsStore(store_conn, config.space)
         if exchange is not None:
             provision = Provisioner(store_conn, config.space)
@@ -297,7 +306,8 @@ async def run_lane(
             connect_limits=limiter,
             on_answer=callout_hook(metrics.callout_answered, config.events),  # metrics, then the event (issue 7)
             confirm_view=view_confirmer(records),
-            issue_authority=ConnectAuthority(IssuedStores(store_conn, config.space), read_ledger=read_ledger),  # issue 6 item 6
+            # issue 6 item 6, over the lane's own issuer session (issue 15 item 4)
+            issue_authority=ConnectAuthority(issued, read_ledger=read_ledger),
         )
         metrics.watch(responder.statistics, limits=limiter.statistics)
         async with trio.open_nursery() as nursery:
@@ -305,6 +315,7 @@ async def run_lane(
                 # Spec "Callout replicas": a replica cannot issue a service-endpoint connection,
                 # so it refuses such a space before it subscribes.
                 await refuse_if_admitted(store_conn, config.space)
+                await _check_issued(issued)
             else:
                 await _hold_space(nursery, config, store_conn, row_expiries)
             await nursery.start(responder.run)
@@ -327,13 +338,6 @@ async def run_lane(
             finally:
                 if exchange is not None:
                     _remove_readiness(config, exchange.capability)
-
-
-def _store_permissions(space: str) -> Permissions:
-    """A full lane's store user: the JetStream API, the space's auth bucket, the records and
-    sessions stores (``lanes.records``) and the issued and accepted stores (``lanes.issued``)."""
-    own = {"pub": {"allow": ["$JS.API.>", f"$KV.{plane_bucket(space)}.>"]}, "sub": {"allow": ["_INBOX.>"]}}
-    return merge_permissions(own, records_permissions(space), issued_permissions(space))
 
 
 Guard = Callable[[], Awaitable[object]]
@@ -366,22 +370,54 @@ def _door_tables(
 def _open_store(config: LaneConfig, material: SpaceMaterial) -> contextlib.AbstractAsyncContextManager[Connection]:
     """The lane's data-account store connection, as a fresh service user minted per lane start.
 
-    A full lane's user has the JetStream API and the space's auth bucket; a replica's reads and
-    writes issuance rows and issued-authority rows only (it creates no store). Must be entered inside the lane's
-    ``open_loop()``.
+    Its allow-list is exactly what the lane does with it (issue 15 item 4; docs/wire-layout.md
+    "The service's own users"): :func:`~cotal_trio.lanes.service_users.store_permissions` for a
+    full lane, :func:`~cotal_trio.lanes.service_users.replica_store_permissions` for a replica
+    (it creates no store). Must be entered inside the lane's ``open_loop()``.
     """
     space = config.space
-    if config.callout_only:  # issuance rows, reads of the records a view bearer is bound to, and
-        # issued authority at connect (writes and reads of the issued and accepted stores)
-        permissions = merge_permissions(
-            replica_permissions(space), replica_read_permissions(space), replica_issued_permissions(space)
-        )
-    else:
-        permissions = _store_permissions(space)
-    return open_store_user(
-        material, config.server_url, name=f"cotal:auth-store:{space}", permissions=permissions,
-        iat=int(config.clock()), reconnect=config.reconnect,
+    permissions = replica_store_permissions if config.callout_only else store_permissions
+    return open_service_user(
+        material, config.server_url, name=f"cotal:auth-store:{space}",
+        permissions=functools.partial(permissions, space), iat=int(config.clock()), exp=None,
+        reconnect=config.reconnect,
     )
+
+
+@contextlib.asynccontextmanager
+async def _open_issuer(config: LaneConfig, material: SpaceMaterial) -> AsyncIterator[IssuedStores]:
+    """The lane's own issuer session (spec "Profiles", issuer row; "Callout replicas": "it holds
+    its own issuer session"), renewed in a nursery of its own for as long as the lane runs; yields
+    the issued stores over it, which each renewal rebinds. Must be entered inside ``open_loop()``.
+
+    Raises:
+        Unavailable: the first session was refused, or no session could be renewed for a whole
+            lifetime (which ends the lane).
+    """
+    session = IssuerSession(
+        material, config.server_url, lifetime_s=config.issuer_lifetime_s, clock=config.clock,
+        reconnect=config.reconnect,
+    )
+    async with trio.open_nursery() as nursery:
+        yield await nursery.start(session.run)
+        nursery.cancel_scope.cancel()
+
+
+async def _check_issued(issued: IssuedStores) -> None:
+    """A replica's bind of the issued stores (spec "Issued authority": a drifted store "is refused
+    by every service that binds them, with the remedy"): the full lane's shape check, without
+    creating a store. Missing stores are left to the connects (each is minted on the legacy rail,
+    :mod:`~cotal_trio.lanes.connect_authority`) until the full service creates them.
+
+    Raises:
+        ConfigError: a store has another shape; the sentence names the differences and the
+            remedy. The replica then issues nothing.
+        Unavailable: the broker did not answer.
+    """
+    try:
+        await issued.check()
+    except IssuedStoresMissing as exc:
+        log.warning("%s; until then this replica's connects carry no issued authority", exc)
 
 
 async def _hold_space(

@@ -142,7 +142,8 @@ class Provisioner:
     next exchange tries again.
 
     Args:
-        conn: a data-account connection allowed the JetStream API (the full lane's store user).
+        conn: a data-account connection allowed the ``provisioner`` profile's lists (the full
+            lane's store user, :func:`~cotal_trio.lanes.service_users.store_permissions`).
         space: the space.
     """
 

@@ -302,7 +302,7 @@ PROFILE_TABLE = [
     ], INBOX_ONLY),
     ("issuer", {}, [
         "$KV.cotal_issued_demo.>", "$KV.cotal_accepted_demo.>", "$JS.API.STREAM.MSG.GET.KV_cotal_issued_demo",
-        "$JS.API.DIRECT.GET.KV_cotal_accepted_demo", "$JS.API.DIRECT.GET.KV_cotal_accepted_demo.>",
+        "$JS.API.STREAM.MSG.GET.KV_cotal_accepted_demo", "$JS.API.DIRECT.GET.KV_cotal_accepted_demo", "$JS.API.DIRECT.GET.KV_cotal_accepted_demo.>",
         "$JS.API.STREAM.INFO.KV_cotal_issued_demo", "$JS.API.STREAM.INFO.KV_cotal_accepted_demo", INFO,
     ], INBOX_ONLY),
     ("run-admitter", {"run_id": RUN}, [

@@ -310,6 +310,7 @@ async def test_an_issuer_writes_the_issued_and_accepted_stores_only(stack):
             read_evidence = await first_message(conn, f"KV_{ISSUED}", evidence)
             accepted = await kv_put(conn, ACCEPTED, "row.g1", b"accepted")
             read_row = await conn.request(f"$JS.API.DIRECT.GET.KV_{ACCEPTED}.{row}", b"")
+            first_row = await first_message(conn, f"KV_{ACCEPTED}", row)  # how IssuedStores reads it
             issued_info = await js(conn, f"$JS.API.STREAM.INFO.KV_{ISSUED}")
             accepted_info = await js(conn, f"$JS.API.STREAM.INFO.KV_{ACCEPTED}")
             errors = conn.error_count
@@ -317,7 +318,7 @@ async def test_an_issuer_writes_the_issued_and_accepted_stores_only(stack):
             await refused(conn, f"$KV.{AUTH}.plane", b"x")
             await refused(conn, f"$KV.{ADMISSION}.admit.{RUN}", b"x")
             await refused(conn, f"$KV.{PRESENCE}.{stack.owner('alice')}.cli", b"x")
-            await refused(conn, f"$JS.API.STREAM.MSG.GET.KV_{ACCEPTED}")
+            await refused(conn, f"$JS.API.STREAM.MSG.GET.KV_{RECORDS}")
             await refused(conn, f"$JS.API.DIRECT.GET.KV_{ISSUED}")
             await refused(conn, f"$JS.API.STREAM.MSG.GET.KV_{AUTH}")
             await refused(conn, f"$JS.API.STREAM.PURGE.KV_{ISSUED}")
@@ -328,5 +329,6 @@ async def test_an_issuer_writes_the_issued_and_accepted_stores_only(stack):
     assert errors == 0
     assert read_evidence is not None and (read_evidence.seq, read_evidence.data) == (first, b"evidence-1")
     assert read_row.data == b"accepted"
+    assert first_row is not None and (first_row.seq, first_row.data) == (accepted, b"accepted")
     assert stored_row is not None and (stored_row.seq, stored_row.data) == (accepted, b"accepted")
     assert (issued_info["config"]["name"], accepted_info["config"]["name"]) == (f"KV_{ISSUED}", f"KV_{ACCEPTED}")
