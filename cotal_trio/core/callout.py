@@ -35,6 +35,7 @@ __all__ = [
     "CalloutKeys",
     "ConnectGrant",
     "Dropped",
+    "MAX_REQUEST_BYTES",
     "NO_TOKEN_REASON",
     "SERVER_XKEY_HEADER",
     "TIMEOUT_REASON",
@@ -48,6 +49,10 @@ __all__ = [
 SERVER_XKEY_HEADER = "Nats-Server-Xkey"
 NO_TOKEN_REASON = "no user token presented (auth_token empty) - connect with a bearer from the exchange"
 TIMEOUT_REASON = "timeout: the auth callout could not answer inside the broker's authorization timeout"
+# A request's sealed size bound, checked before it is unsealed (issue 15 item 2): the broker's
+# request holds the connect options (a sentinel JWT, a bearer, perhaps a client certificate
+# chain), a few KiB; 256 KiB leaves room for a long chain and still bounds the work.
+MAX_REQUEST_BYTES = 256 * 1024
 
 
 class Dropped(AuthServiceError):
@@ -97,15 +102,25 @@ def open_request(
         headers: the message headers; ``Nats-Server-Xkey`` must name the broker's xkey.
         now: wall time, unix seconds.
 
+    Every way the bytes can be wrong is a :class:`Dropped` (issue 15 item 2): the payload is
+    bounded (``MAX_REQUEST_BYTES``) before it is unsealed, and the JWT's size, JSON depth and
+    integer lengths before it is parsed (:func:`~cotal_trio.core.natsjwt.decode`). The claims
+    are parsed before the signature is checked because the key that signed them is their own
+    ``iss``: a forger signs with a server key of its own and the signature verifies, so checking
+    it first would keep no forged request from the parser. What keeps the parser safe is the
+    bounds, and after it the provenance checks below (and ``server_ids``) refuse the forger.
+
     Raises:
-        Dropped: unsealed, does not open, not a NATS JWT signed by its ``iss``, ``iss`` not a
-            server key equal to ``server_id.id``, wrong audience, another account, expired,
-            a header key that differs from the signed ``server_id.xkey``, or a server outside
-            the allow-list.
+        Dropped: too large, unsealed, does not open, not a NATS JWT signed by its ``iss``
+            (or not JSON within the bounds), ``iss`` not a server key equal to
+            ``server_id.id``, wrong audience, another account, expired, a header key that
+            differs from the signed ``server_id.xkey``, or a server outside the allow-list.
     """
     header_xkey = (headers or {}).get(SERVER_XKEY_HEADER)
     if not header_xkey:
         raise Dropped("unsealed request (no Nats-Server-Xkey header)")
+    if len(payload) > MAX_REQUEST_BYTES:
+        raise Dropped(f"request is larger than {MAX_REQUEST_BYTES} bytes")
     try:
         claims = natsjwt.verify(keys.xkey.open(payload, header_xkey))
         request = natsjwt.decode_authorization_request(claims)

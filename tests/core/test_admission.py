@@ -1,0 +1,105 @@
+"""Deadlines, clock skew and the drain estimate, pure (spec "Callout deadlines"; issue 14
+items 1 and 2). Times are passed in; the limits make every time exact in binary floating
+point (auth timeout 2.25 s: budget 2.0 s)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cotal_trio.core.admission import (
+    MAX_CLOCK_SKEW_S,
+    CalloutLimits,
+    ClockSkew,
+    DrainEstimate,
+    broker_gave_up,
+    request_deadline,
+)
+
+LIMITS = CalloutLimits(auth_timeout_s=2.25)
+WALL = 1_800_000_000
+
+
+@pytest.mark.parametrize(
+    ("received", "opened", "now", "exp", "deadline"),
+    [
+        # read at once, broker stamp fresh: exp = WALL + 3 on a broker that waits 3 s (2.75 from
+        # the stamp's earliest) - ours, receipt + 2.0, is earlier
+        (10.0, 10.0, WALL + 0.5, WALL + 3, 12.0),
+        # read at once, but the broker sent it 1.5 s ago: its exp - 0.25 comes first
+        (10.0, 10.0, WALL + 1.5, WALL + 2, 10.25),
+        # queued 0.5 s before it was read: the broker's deadline is counted on the trio clock
+        (10.0, 10.5, WALL + 1.5, WALL + 2, 10.75),
+        # the broker's budget was spent before it was read
+        (10.0, 10.0, WALL + 2.0, WALL + 2, 9.75),
+    ],
+)
+def test_the_deadline_is_the_earlier_of_ours_and_the_brokers(received, opened, now, exp, deadline):
+    assert request_deadline(received=received, opened=opened, now=now, exp=exp, skew_s=0.0, limits=LIMITS) == deadline
+
+
+def test_skew_moves_the_brokers_deadline_on_our_clock():
+    # our clock 0.5 s ahead: the broker gives up at exp on its clock, exp + 0.5 on ours
+    assert request_deadline(received=10.0, opened=10.0, now=WALL + 1.5, exp=WALL + 2, skew_s=0.5, limits=LIMITS) == 10.75
+    assert request_deadline(received=10.0, opened=10.0, now=WALL + 1.5, exp=WALL + 2, skew_s=-0.5, limits=LIMITS) == 9.75
+
+
+def test_the_broker_has_surely_given_up_a_second_after_exp():
+    assert not broker_gave_up(now=WALL + 2.875, exp=WALL + 2, skew_s=0.0)
+    assert broker_gave_up(now=WALL + 3.0, exp=WALL + 2, skew_s=0.0)
+    assert not broker_gave_up(now=WALL + 3.0, exp=WALL + 2, skew_s=0.25)
+
+
+def test_ages_the_stamp_resolution_explains_are_no_skew():
+    skew = ClockSkew()
+    for at, age in enumerate([0.0, 0.99, 0.5, 0.25]):
+        assert skew.observe(age, at=float(at)) == 0.0
+    assert (skew.measured_s, skew.large) == (0.0, False)
+
+
+def test_a_broker_clock_ahead_counts_at_once_and_is_bounded():
+    skew = ClockSkew()
+    assert skew.observe(-0.25, at=0.0) == -0.25
+    assert not skew.large
+    assert skew.observe(-3.0, at=0.125) == -MAX_CLOCK_SKEW_S
+    assert (skew.measured_s, skew.large) == (-3.0, True)
+
+
+def test_a_clock_ahead_of_the_broker_is_learned_slowly_and_a_late_burst_teaches_little():
+    """Every request 3 s old: the estimate rises 0.05 s per second of traffic, from 0."""
+    skew = ClockSkew()
+    for at in range(21):
+        skew.observe(3.0, at=float(at))
+    assert (skew.measured_s, skew.large) == (pytest.approx(0.0), False)  # 20 s * 0.05 = 1.0: the stamp's second
+    for at in range(21, 41):
+        skew.observe(3.0, at=float(at))
+    assert (skew.measured_s, skew.large, skew.skew_s) == (pytest.approx(1.0), True, pytest.approx(MAX_CLOCK_SKEW_S))
+    for at in range(41, 81):
+        skew.observe(3.0, at=float(at))
+    assert (skew.measured_s, skew.skew_s) == (2.0, MAX_CLOCK_SKEW_S)  # learned, and bounded
+    paused = ClockSkew()
+    paused.observe(0.5, at=0.0)
+    for i in range(1000):  # a paused process's backlog, 10 s late, read in 1 ms
+        paused.observe(10.0, at=3600.0 + i / 1000)
+    assert paused.measured_s == 0.0  # an idle hour and the burst together rose it by 0.1 s
+
+
+def test_the_drain_estimate_counts_only_busy_intervals():
+    drain = DrainEstimate()
+    drain.answered(at=0.0, backlog=False)
+    drain.answered(at=5.0, backlog=True)  # after an idle gap: arrivals, not service
+    assert drain.seconds_per_answer is None
+    assert not drain.overfull(1000, LIMITS)
+    drain.answered(at=5.125, backlog=True)
+    assert drain.seconds_per_answer == 0.125
+    drain.answered(at=5.375, backlog=False)
+    assert drain.seconds_per_answer == pytest.approx(0.125 + 0.1 * 0.125)
+    drain.answered(at=9.0, backlog=False)  # the queue had emptied: no interval
+    assert drain.seconds_per_answer == pytest.approx(0.1375)
+
+
+def test_the_queue_is_overfull_when_it_takes_more_than_half_the_budget_to_drain():
+    drain = DrainEstimate()
+    drain.answered(at=0.0, backlog=True)
+    drain.answered(at=0.125, backlog=True)
+    assert not drain.overfull(8, LIMITS)  # 8 * 0.125 = 1.0 s, half the 2.0 s budget
+    assert drain.overfull(9, LIMITS)
