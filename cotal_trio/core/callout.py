@@ -18,6 +18,7 @@ Steps 2 and 4 raise :class:`~cotal_trio.core.errors.Refused`; the lane answers t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -143,7 +144,7 @@ def _check_claims(
     if claims.get("aud") != natsjwt.AUTH_REQUEST_AUDIENCE:
         raise Dropped("request audience is not nats-authorization-request")
     if request.account != keys.auth_account:
-        raise Dropped(f"request is for account {request.account}, not this space's auth account")
+        raise Dropped(f"request is for account {_shown(request.account)}, not this space's auth account")
     # The broker writes exp in whole seconds, truncated: its real deadline lies in [exp, exp+1).
     if now >= request.exp + 1:
         raise Dropped("request expired before it was read")
@@ -151,6 +152,12 @@ def _check_claims(
         raise Dropped("header xkey differs from the signed server xkey")
     if keys.server_ids is not None and request.server_id not in keys.server_ids:
         raise Dropped(f"server {request.server_id} is not in the allow-list")
+
+
+def _shown(value: str) -> str:
+    """A request's string for a log line: JSON-quoted (no lone surrogate, no line break), at most
+    64 characters of it (the request is not trusted to be short or printable)."""
+    return json.dumps(value[:64])
 
 
 def check_bearer(
