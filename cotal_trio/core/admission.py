@@ -1,9 +1,9 @@
 """Callout limits, deadlines and the admission rule (spec "Callout deadlines").
 
 nats-server waits ``authorization { timeout }`` (2 s by default) for the callout. A request's
-deadline is that budget less 250 ms, counted from receipt, and never later than the broker's
-own stamp allows (:func:`request_deadline`): a request that sat in a socket or a paused process
-is not given a fresh budget the broker no longer has. Requests start oldest first, at most
+deadline is that budget less 250 ms, counted from receipt; a request the broker's stamp proves
+late (:func:`request_deadline`), one that sat in a socket or a paused process, is not given a
+fresh budget the broker no longer has. Requests start oldest first, at most
 ``max_in_flight`` at a time; while the oldest request still waiting for a slot has waited more
 than half the budget, or the queue already holds more than half the budget can drain at the
 observed rate (:class:`DrainEstimate`), the queue is not draining in time and a new request is
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "CLOCK_SKEW_TOLERANCE_S", "CalloutLimits", "ClockSkew", "DEADLINE_MARGIN_S", "DrainEstimate", "MAX_CLOCK_SKEW_S",
+    "PROVEN_LATE_S",
     "broker_gave_up", "request_deadline", "should_shed",
 ]
 
@@ -33,6 +34,9 @@ DEADLINE_MARGIN_S = 0.25
 MAX_CLOCK_SKEW_S = 1.0
 CLOCK_SKEW_TOLERANCE_S = 0.5
 SKEW_RISE_PER_S = 0.05
+# A request older than this on arrival (by the broker's stamp, skew corrected) was delayed
+# before it reached the lane: the stamp's second plus the skew it tolerates.
+PROVEN_LATE_S = 1.0 + CLOCK_SKEW_TOLERANCE_S
 # The drain estimate: the smoothing weight of each new interval between answers.
 DRAIN_WEIGHT = 0.1
 
@@ -77,23 +81,33 @@ def should_shed(oldest_waited_s: float | None, limits: CalloutLimits) -> bool:
     return oldest_waited_s is not None and oldest_waited_s > limits.budget_s / 2
 
 
-def request_deadline(*, received: float, opened: float, now: float, exp: int, skew_s: float, limits: CalloutLimits) -> float:
-    """A request's deadline, in trio seconds: the earlier of ours and the broker's.
+def request_deadline(
+    *, received: float, opened: float, now: float, iat: int, exp: int, skew_s: float, limits: CalloutLimits
+) -> float:
+    """A request's deadline, in trio seconds: ours, or the broker's when its stamp proves it late.
 
-    Ours is ``received + budget`` (spec "Callout deadlines"). The broker's: it writes ``exp`` as
-    its send time plus its timeout, truncated to the second, so it gives up no earlier than
-    ``exp`` on its clock, ``exp + skew_s`` on ours; the answer must leave ``DEADLINE_MARGIN_S``
-    before that. (With the budget's own timeout that is "the broker's send time + budget" at
-    its earliest.)
+    Ours is ``received + budget`` (spec "Callout deadlines"). The broker stamps ``iat`` and
+    ``exp`` (its send time, and that plus its timeout) truncated to the second, so it gives up
+    somewhere in ``[exp, exp + 1)`` and a request that reached us at once reads as 0 to 1 s old.
+    Within that (plus ``CLOCK_SKEW_TOLERANCE_S``) the stamp cannot tell a fresh request from one
+    delayed before it reached us, and the receipt counts, as the spec says: taking ``exp`` as
+    the give-up time for every request would shorten every budget by the unknown part of a
+    second and, with a 1 s broker timeout, refuse a quarter of fresh connects. A request older
+    than that was delayed (a paused or starved process, a full socket) by an amount the stamp
+    cannot narrow to less than a second, so it gets the earliest deadline the broker allows:
+    ``exp`` less the margin, on our clock ``exp + skew_s - DEADLINE_MARGIN_S``.
 
     Args:
         received: trio time the request arrived; opened: trio time ``now`` was read.
         now: wall time, unix seconds, read at ``opened``.
-        exp: the request JWT's ``exp`` (broker clock, unix seconds).
+        iat, exp: the request JWT's stamps (broker clock, unix seconds).
         skew_s: how far our wall clock runs ahead of the broker's (:class:`ClockSkew`).
     """
-    broker = opened + (exp + skew_s - DEADLINE_MARGIN_S - now)
-    return min(received + limits.budget_s, broker)
+    ours = received + limits.budget_s
+    received_wall = now - (opened - received)
+    if received_wall - skew_s - iat < PROVEN_LATE_S:
+        return ours
+    return min(ours, received + (exp + skew_s - DEADLINE_MARGIN_S - received_wall))
 
 
 def broker_gave_up(*, now: float, exp: int, skew_s: float) -> bool:

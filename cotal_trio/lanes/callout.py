@@ -75,6 +75,9 @@ QUEUE_CAPACITY = 1024
 # lag it remembers halves every KEEPER_LEAD_HALF_LIFE_S seconds.
 KEEPER_MAX_LEAD_S = 0.1
 KEEPER_LEAD_HALF_LIFE_S = 10.0
+# Requests the deadline keeper answers in one pass at most (each costs an unseal, a verify and
+# a signed denial, about 0.3 ms), so a backlog of expiries holds the thread for tens of ms.
+KEEPER_BATCH = 256
 # Issuance rows being withdrawn at once (each at most WITHDRAW_S); past this, a row that must
 # go is left to its own TTL, with a warning.
 MAX_WITHDRAWALS = 1024
@@ -308,19 +311,18 @@ class CalloutResponder:
         ``KEEPER_MAX_LEAD_S``; the lead halves every ``KEEPER_LEAD_HALF_LIFE_S`` unless a larger
         lag is seen), so its denial goes out by the deadline. On an idle thread the lag, and so
         the lead, is zero. A started request whose broker stamp moved its deadline earlier than
-        receipt order (:meth:`_serve`) is watched too, from the short list of those.
+        receipt order (:meth:`_serve`) is watched too, from the short list of those. Every
+        request due when it wakes is answered in that one pass (at most ``KEEPER_BATCH``), not
+        one per scheduler pass: behind a backlog a pass takes milliseconds, and the owed denials
+        would leave one such pass apart, after their deadlines (issue 14 item 2).
         """
-        pending = self._pending
         while True:
-            while pending and pending[0].answered:
-                pending.popleft()
-            self._shortened = [p for p in self._shortened if not p.answered]
-            if not pending:
+            oldest = self._oldest_unanswered()
+            if oldest is None:
                 self._arrived = trio.Event()
                 await self._arrived.wait()
                 self._arrived = None
                 continue
-            oldest = min([pending[0], *self._shortened], key=_deadline)
             wake = oldest.deadline - self._lead
             if wake > trio.current_time():
                 self._rearm = trio.Event()
@@ -334,6 +336,23 @@ class CalloutResponder:
                 await trio.lowlevel.checkpoint()
             if not oldest.answered:
                 self._expire(oldest)
+            for _ in range(KEEPER_BATCH - 1):  # the rest already due
+                due = self._oldest_unanswered()
+                if due is None or due.deadline - self._lead > trio.current_time():
+                    break
+                self._expire(due)
+
+    def _oldest_unanswered(self) -> _Pending | None:
+        """The unanswered request whose deadline comes first, or None."""
+        pending = self._pending
+        while pending and pending[0].answered:
+            pending.popleft()
+        if not pending:
+            return None
+        if self._shortened:
+            self._shortened = [p for p in self._shortened if not p.answered]
+            return min([pending[0], *self._shortened], key=_deadline)
+        return pending[0]
 
     def _remember_lag(self, lag: float) -> None:
         now = trio.current_time()
@@ -395,9 +414,10 @@ class CalloutResponder:
         log.warning(format_dropped_line(self._keys.space, reason))
 
     def _deadline(self, received: float, opened: float, now: float, request: AuthorizationRequest) -> float:
-        """The request's deadline (trio seconds), the broker's stamp counted (spec "Callout
-        deadlines", :func:`~cotal_trio.core.admission.request_deadline`); learns the clock skew
-        from the request's age on arrival and names a large one, once."""
+        """The request's deadline (trio seconds): from receipt, or the broker's when its stamp
+        proves the request late (spec "Callout deadlines",
+        :func:`~cotal_trio.core.admission.request_deadline`); learns the clock skew from the
+        request's age on arrival and names a large one, once."""
         skew_s = self._skew.observe(now - (opened - received) - request.iat, at=opened)
         if self._skew.large and not self._skew.warned:
             self._skew.warned = True
@@ -409,7 +429,8 @@ class CalloutResponder:
                 "before" if self._skew.measured_s > 0 else "after", MAX_CLOCK_SKEW_S,
             )
         return request_deadline(
-            received=received, opened=opened, now=now, exp=request.exp, skew_s=skew_s, limits=self._limits
+            received=received, opened=opened, now=now, iat=request.iat, exp=request.exp, skew_s=skew_s,
+            limits=self._limits,
         )
 
     def _gave_up(self, request: AuthorizationRequest, now: float) -> bool:
@@ -438,15 +459,15 @@ class CalloutResponder:
     async def _serve(self, pending: _Pending) -> None:
         """Answer one request a worker took from the queue.
 
-        Its deadline becomes the earlier of ours and the broker's (:meth:`_deadline`). A request
-        whose deadline has already passed when it is read costs only that check (no bearer, no
-        ledger, no row): it gets the signed timeout denial while the broker may still be
-        waiting (its stamp's ``exp`` not yet reached), as spec "Callout deadlines" owes every
-        request unanswered at its deadline, and it is dropped with its line once the broker may
-        have given up, since no answer can reach a client then and signing one would spend the
-        thread on nothing (issue 14 item 1). Whatever happens later, nothing is published after
-        the deadline but the timeout denial, so nothing is minted after the broker's timeout,
-        and a row written for it is withdrawn.
+        Its deadline becomes the broker's when the broker's stamp proves the request late
+        (:meth:`_deadline`). A request whose deadline has already passed when it is read costs
+        only that check (no bearer, no ledger, no row): it gets the signed timeout denial while
+        the broker may still be waiting (before ``exp + 1``), as spec "Callout deadlines" owes
+        every request unanswered at its deadline and so the broker logs why, and it is dropped
+        with its line once the broker has surely given up, since no answer can reach a client
+        then and signing one would spend the thread on nothing (issue 14 item 1). Whatever
+        happens later, nothing is published after the deadline but the timeout denial, so a
+        late request is never minted, and a row written for it is withdrawn.
         """
         start, now = trio.current_time(), self._clock()
         request = self._open(pending.msg, now)

@@ -20,27 +20,36 @@ WALL = 1_800_000_000
 
 
 @pytest.mark.parametrize(
-    ("received", "opened", "now", "exp", "deadline"),
+    ("received", "opened", "now", "iat", "deadline"),
     [
-        # read at once, broker stamp fresh: exp = WALL + 3 on a broker that waits 3 s (2.75 from
-        # the stamp's earliest) - ours, receipt + 2.0, is earlier
-        (10.0, 10.0, WALL + 0.5, WALL + 3, 12.0),
-        # read at once, but the broker sent it 1.5 s ago: its exp - 0.25 comes first
-        (10.0, 10.0, WALL + 1.5, WALL + 2, 10.25),
-        # queued 0.5 s before it was read: the broker's deadline is counted on the trio clock
-        (10.0, 10.5, WALL + 1.5, WALL + 2, 10.75),
-        # the broker's budget was spent before it was read
-        (10.0, 10.0, WALL + 2.0, WALL + 2, 9.75),
+        # read at once: 0.75 s after the stamp's second began, within its resolution: ours
+        (10.0, 10.0, WALL + 0.75, WALL, 12.0),
+        # 1.25 s after it: still within the stamp's second plus the skew tolerated, ours
+        (10.0, 10.0, WALL + 1.25, WALL, 12.0),
+        # 1.5 s after it: proven late, the broker's earliest give-up (exp = WALL + 2) less 0.25
+        (10.0, 10.0, WALL + 1.5, WALL, 10.25),
+        # queued 0.5 s before it was read: its age on arrival is what counts, on the trio clock
+        (10.0, 10.5, WALL + 1.5, WALL, 12.0),
+        (10.0, 10.5, WALL + 2.0, WALL, 10.25),
+        # the broker's budget was spent before it arrived
+        (10.0, 10.0, WALL + 2.0, WALL, 9.75),
     ],
 )
-def test_the_deadline_is_the_earlier_of_ours_and_the_brokers(received, opened, now, exp, deadline):
-    assert request_deadline(received=received, opened=opened, now=now, exp=exp, skew_s=0.0, limits=LIMITS) == deadline
+def test_the_deadline_is_ours_unless_the_brokers_stamp_proves_the_request_late(received, opened, now, iat, deadline):
+    got = request_deadline(received=received, opened=opened, now=now, iat=iat, exp=iat + 2, skew_s=0.0, limits=LIMITS)
+    assert got == deadline
 
 
 def test_skew_moves_the_brokers_deadline_on_our_clock():
-    # our clock 0.5 s ahead: the broker gives up at exp on its clock, exp + 0.5 on ours
-    assert request_deadline(received=10.0, opened=10.0, now=WALL + 1.5, exp=WALL + 2, skew_s=0.5, limits=LIMITS) == 10.75
-    assert request_deadline(received=10.0, opened=10.0, now=WALL + 1.5, exp=WALL + 2, skew_s=-0.5, limits=LIMITS) == 9.75
+    # our clock 0.5 s ahead: the request is 1.5 s old by our clock, 1.0 by the broker's: ours
+    assert request_deadline(received=10.0, opened=10.0, now=WALL + 1.5, iat=WALL, exp=WALL + 2, skew_s=0.5,
+                            limits=LIMITS) == 12.0
+    # 2.0 s old by our clock, 1.5 by the broker's: proven late; it gives up at exp + 0.5 on our clock
+    assert request_deadline(received=10.0, opened=10.0, now=WALL + 2.0, iat=WALL, exp=WALL + 2, skew_s=0.5,
+                            limits=LIMITS) == 10.25
+    # our clock behind: a request 1.0 s old by our clock is 1.5 s old by the broker's
+    assert request_deadline(received=10.0, opened=10.0, now=WALL + 1.0, iat=WALL, exp=WALL + 2, skew_s=-0.5,
+                            limits=LIMITS) == 10.25
 
 
 def test_the_broker_has_surely_given_up_a_second_after_exp():

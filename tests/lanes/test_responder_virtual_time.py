@@ -518,6 +518,7 @@ async def test_statistics_count_every_outcome(nursery, autojump_clock, caplog):
         await nursery.start(responder.run)
         await lane.wait_published(4)
         assert trio.current_time() == 1.125
+        await trio.sleep(1)  # E's worker, which the keeper's denial cut short, ends at its next step
     assert lane.answers() == [
         ("_INBOX.r.4", TIMEOUT_REASON, 0.625),
         ("_INBOX.r.1", "jwt", 0.625),
@@ -782,8 +783,10 @@ async def test_kept_rows_and_withdrawn_ones_are_noted_so_the_sweep_reads_neither
 
 # -- the broker's deadline (issue 14 item 1) ----------------------------------------------------
 #
-# The wall clock is NOW + virtual time. The broker stamps iat and exp = iat + 2 (its 2 s timeout)
-# and gives up no earlier than exp; our deadline is the earlier of receipt + 1.0 and exp - 0.25.
+# The wall clock is NOW + virtual time. The broker stamps iat and exp = iat + its timeout and gives
+# up in [exp, exp + 1). A request 1.5 s or more past its iat on arrival is proven late: its deadline
+# is the earlier of receipt + 1.0 and exp - 0.25. Where a test needs a late request with a live
+# broker deadline it is stamped NOW - 2 by a broker with a 3 s timeout (exp NOW + 1: deadline 0.75).
 
 GAVE_UP_REASON = "the broker's authorization timeout passed before the answer (cid {cid})"
 
@@ -803,13 +806,14 @@ async def test_a_request_read_after_the_broker_gave_up_costs_provenance_only(nur
     assert lane.responder.statistics().dropped == 1
 
 
-@pytest.mark.parametrize(("arrives", "issued_at"), [(0.875, NOW - 1), (0.0, NOW - 2)], ids=["0.125 s past", "0.25 s past"])
+@pytest.mark.parametrize(("arrives", "issued_at"), [(0.875, NOW - 1), (0.0, NOW - 2)], ids=["1.875 s old", "2 s old"])
 async def test_a_request_whose_brokers_budget_is_spent_gets_the_timeout_denial_at_once(
     nursery, autojump_clock, caplog, arrives, issued_at
 ):
-    """Read past exp - 0.25 though our own deadline (receipt + 1.0) is far off, while the broker
-    may still wait (until exp + 1 at the latest): the signed timeout denial goes out at once,
-    ``at=queue``, with no ledger read and no row. (It was minted before.)"""
+    """Proven late (1.5 s or more past its stamp) and read past exp - 0.25, though our own
+    deadline (receipt + 1.0) is far off, while the broker may still wait (until exp + 1 at the
+    latest): the signed timeout denial goes out at once, ``at=queue``, with no ledger read and
+    no row. (It was minted before.)"""
     with trio.fail_after(CEILING_S):
         lane = Lane(autojump_clock)
         await nursery.start(lane.responder.run)
@@ -822,14 +826,29 @@ async def test_a_request_whose_brokers_budget_is_spent_gets_the_timeout_denial_a
     assert (line["outcome"], line["at"], line["queue_ms"], line["total_ms"]) == ("timeout", "queue", 0, 0)
 
 
+async def test_a_fresh_request_late_in_its_stamps_second_is_counted_from_receipt(nursery, autojump_clock, caplog):
+    """A broker with a 1 s timeout stamps NOW (exp NOW + 1) and sends at NOW + 0.875: its give-up
+    is at NOW + 1.875, which the stamp cannot tell from NOW + 1. Read at once, the request is
+    within the stamp's second, so its deadline counts from receipt and it is minted; taking exp
+    as the give-up would have refused it (and a quarter of such a broker's fresh connects)."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, ledger_s=0.125)
+        await nursery.start(lane.responder.run)
+        await trio.sleep_until(0.875)
+        lane.responder.on_message(_message(1, issued_at=NOW, broker_timeout_s=1))
+        await lane.wait_published(1)
+    assert lane.answers() == [("_INBOX.r.1", "jwt", 1.0)]
+
+
 async def test_a_row_written_past_the_brokers_deadline_is_withdrawn_and_nothing_minted(nursery, autojump_clock, caplog):
-    """Stamped NOW - 1, read at 0: the broker's deadline is 0.75, ours 1.0. The issuance row's
-    create lands at 0.875, after it: the timeout denial goes out at 0.75 and the row is withdrawn.
-    (Before, the mint went out at 0.875, inside our own budget but after the broker's.)"""
+    """Stamped NOW - 2 (exp NOW + 1), read at 0: the broker's deadline is 0.75, ours 1.0. The
+    issuance row's create lands at 0.875, after it: the timeout denial goes out at 0.75 and the
+    row is withdrawn. (Before, the mint went out at 0.875, inside our own budget but after the
+    broker's.)"""
     with trio.fail_after(CEILING_S):
         lane = Lane(autojump_clock, store=FakeBucket(latency_s={"create": 0.875}))
         await nursery.start(lane.responder.run)
-        lane.responder.on_message(_message(1, issued_at=NOW - 1))
+        lane.responder.on_message(_message(1, issued_at=NOW - 2, broker_timeout_s=3))
         await lane.wait_published(1)
         await trio.sleep(3)
     assert lane.answers() == [("_INBOX.r.1", TIMEOUT_REASON, 0.75)]
@@ -839,13 +858,13 @@ async def test_a_row_written_past_the_brokers_deadline_is_withdrawn_and_nothing_
 
 
 async def test_a_step_that_holds_the_thread_past_the_brokers_timeout_answers_nothing(nursery, autojump_clock, caplog):
-    """Stamped NOW - 1: the broker gives up by 2.0 at the latest. The ledger read holds the
-    thread until 2.125: no mint and no denial either (nobody waits for it), a dropped line, no
-    row. (It was a timeout denial sent after the broker's timeout before.)"""
+    """Stamped NOW - 2 (exp NOW + 1): the broker gives up by 2.0 at the latest. The ledger read
+    holds the thread until 2.125: no mint and no denial either (nobody waits for it), a dropped
+    line, no row. (It was a timeout denial sent after the broker's timeout before.)"""
     with trio.fail_after(CEILING_S):
         lane = Lane(autojump_clock, ledger_s=2.125)
         await nursery.start(lane.responder.run)
-        lane.responder.on_message(_message(1, issued_at=NOW - 1))
+        lane.responder.on_message(_message(1, issued_at=NOW - 2, broker_timeout_s=3))
         await trio.sleep(3)
     assert lane.published == [] and lane.store.events == []
     assert _lines(caplog) == []
@@ -853,12 +872,12 @@ async def test_a_step_that_holds_the_thread_past_the_brokers_timeout_answers_not
 
 
 async def test_the_keeper_answers_a_stuck_request_at_the_brokers_deadline(nursery, autojump_clock, caplog):
-    """Stamped NOW - 1, read at 0, its ledger read deaf to cancellation until 1.5: the keeper's
-    timeout denial leaves at the broker's deadline, 0.75, not at ours, 1.0."""
+    """Stamped NOW - 2 (exp NOW + 1), read at 0, its ledger read deaf to cancellation until 1.5:
+    the keeper's timeout denial leaves at the broker's deadline, 0.75, not at ours, 1.0."""
     with trio.fail_after(CEILING_S):
         lane = Lane(autojump_clock, stuck_s=1.5)
         await nursery.start(lane.responder.run)
-        lane.responder.on_message(_message(1, issued_at=NOW - 1))
+        lane.responder.on_message(_message(1, issued_at=NOW - 2, broker_timeout_s=3))
         await lane.wait_published(1)
         await trio.sleep(2)
     assert lane.answers() == [("_INBOX.r.1", TIMEOUT_REASON, 0.75)]
@@ -975,3 +994,31 @@ async def test_a_decode_failure_of_any_kind_is_a_drop(nursery, autojump_clock, c
         await lane.wait_published(1)
     assert lane.answers() == [("_INBOX.r.2", "jwt", 0.0)]
     assert _dropped(caplog) == [{"space": SPACE, "reason": "request could not be decoded (MemoryError)"}]
+
+
+async def test_a_backlog_that_expires_together_is_answered_in_one_pass(nursery, autojump_clock, caplog):
+    """A at 0 holds the one worker (deaf to cancellation until 1.5); 200 more arrive at 0, all due
+    at 1.0. A task watching from 1.0 on, once per scheduler pass, sees none or all of the 200
+    denials, never a part: the keeper answers the whole backlog in one pass. (Before, one denial
+    left per pass, so behind a busy thread the last went out long after its deadline.)"""
+    seen: list[int] = []
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, stuck_s=1.5)
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+        await trio.sleep(0)
+        for cid in range(2, 202):
+            lane.responder.on_message(_message(cid))
+
+        async def watch() -> None:
+            await trio.sleep_until(1.0)
+            while len(lane.published) < 201:
+                seen.append(len(lane.published))
+                await trio.lowlevel.checkpoint()
+            seen.append(len(lane.published))
+
+        nursery.start_soon(watch)
+        await lane.wait_published(201)
+        assert trio.current_time() == 1.0
+    assert set(seen) <= {0, 201}, sorted(set(seen))
+    assert {answer for _, answer, _ in lane.answers()} == {TIMEOUT_REASON}
