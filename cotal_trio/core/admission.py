@@ -26,14 +26,14 @@ __all__ = [
 DEADLINE_MARGIN_S = 0.25
 # The broker's stamps are whole seconds, truncated, so a fresh request reads as 0 to 1 s old.
 # An age the stamp cannot explain is clock skew: a correction up to MAX_CLOCK_SKEW_S is applied
-# (beyond it the clocks are broken, not skewed, and trusting the broker's give-up time matters
-# more than answering); past CLOCK_SKEW_TOLERANCE_S it is logged once. The skew estimate is
-# the smallest age seen, allowed to rise only SKEW_RISE_PER_S seconds a second, so a burst of
-# truly late requests (a paused process) barely moves it while a clock step is learned in
-# tens of seconds.
+# (beyond it the clocks are broken, not skewed, and a lane that learned more from a long
+# overload would stop seeing late requests); past CLOCK_SKEW_TOLERANCE_S it is logged once. The
+# skew estimate is the smallest age seen, allowed to rise only SKEW_RISE_PER_S seconds a second
+# (20 times NTP's fastest slew), so a burst of truly late requests (a paused process) barely
+# moves it while a stepped clock is learned in minutes.
 MAX_CLOCK_SKEW_S = 1.0
 CLOCK_SKEW_TOLERANCE_S = 0.5
-SKEW_RISE_PER_S = 0.05
+SKEW_RISE_PER_S = 0.01
 # A request older than this on arrival (by the broker's stamp, skew corrected) was delayed
 # before it reached the lane: the stamp's second plus the skew it tolerates.
 PROVEN_LATE_S = 1.0 + CLOCK_SKEW_TOLERANCE_S
@@ -129,11 +129,12 @@ class ClockSkew:
     second the broker's truncated stamp dropped (0 to 1 s) plus the skew. The estimate starts
     at 0 (the clocks agree) and is the smallest age seen, except that it may rise only
     ``SKEW_RISE_PER_S`` per second of traffic (at most one second counted per request, so an
-    idle hour teaches nothing). Evidence that deadlines come sooner (an age below 0: the
-    broker's clock ahead) counts at once; evidence that they come later (every age above 1 s)
-    only slowly, so a burst of truly late requests (a paused process) cannot buy itself time.
-    Only what falls outside ``[0, 1]`` counts, bounded to ``MAX_CLOCK_SKEW_S`` either way.
-    Mutable; one per lane.
+    idle hour teaches nothing): with traffic, the freshest request's age is the skew. Evidence
+    that our clock is behind (an age below 0) counts at once; evidence that it is ahead (every
+    age above 1 s) only slowly, so a burst of truly late requests (a paused process) cannot
+    teach that they were fresh. An estimate inside ``[0, 1]`` is no skew (the stamp's own
+    resolution); outside it the estimate is the skew, bounded to ``MAX_CLOCK_SKEW_S`` either
+    way. Mutable; one per lane.
     """
 
     __slots__ = ("_least", "_at", "warned")
@@ -154,8 +155,7 @@ class ClockSkew:
     @property
     def measured_s(self) -> float:
         """The skew the stamps show, unbounded (0 while they fit the stamp's resolution)."""
-        least = self._least
-        return least - 1.0 if least > 1.0 else min(least, 0.0)
+        return 0.0 if 0.0 <= self._least <= 1.0 else self._least
 
     @property
     def skew_s(self) -> float:
