@@ -90,7 +90,8 @@ def request_deadline(
     ``exp`` (its send time, and that plus its timeout) truncated to the second, so it gives up
     somewhere in ``[exp, exp + 1)`` and a request that reached us at once reads as 0 to 1 s old.
     Within that (plus ``CLOCK_SKEW_TOLERANCE_S``) the stamp cannot tell a fresh request from one
-    delayed before it reached us, and the receipt counts, as the spec says: taking ``exp`` as
+    delayed before it reached us, and the receipt counts, as the spec says (never past
+    ``exp + 1`` less the margin, when the broker has surely given up): taking ``exp`` as
     the give-up time for every request would shorten every budget by the unknown part of a
     second and, with a 1 s broker timeout, refuse a quarter of fresh connects. A request older
     than that was delayed (a paused or starved process, a full socket) by an amount the stamp
@@ -105,8 +106,8 @@ def request_deadline(
     """
     ours = received + limits.budget_s
     received_wall = now - (opened - received)
-    if received_wall - skew_s - iat < PROVEN_LATE_S:
-        return ours
+    if received_wall - skew_s - iat < PROVEN_LATE_S:  # by exp + 1 it surely gave up
+        return min(ours, received + (exp + 1 + skew_s - DEADLINE_MARGIN_S - received_wall))
     return min(ours, received + (exp + skew_s - DEADLINE_MARGIN_S - received_wall))
 
 

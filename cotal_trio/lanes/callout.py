@@ -35,7 +35,15 @@ from dataclasses import dataclass, field
 
 import trio
 
-from ..core.admission import MAX_CLOCK_SKEW_S, ClockSkew, CalloutLimits, DrainEstimate, broker_gave_up, request_deadline, should_shed
+from ..core.admission import (
+    MAX_CLOCK_SKEW_S,
+    CalloutLimits,
+    ClockSkew,
+    DrainEstimate,
+    broker_gave_up,
+    request_deadline,
+    should_shed,
+)
 from ..core.bearer import BearerVerifier, ValidatedBearer
 from ..core.callout import (
     TIMEOUT_REASON,
@@ -351,7 +359,7 @@ class CalloutResponder:
             return None
         if self._shortened:
             self._shortened = [p for p in self._shortened if not p.answered]
-            return min([pending[0], *self._shortened], key=_deadline)
+            return min([pending[0], *self._shortened], key=_deadline_of)
         return pending[0]
 
     def _remember_lag(self, lag: float) -> None:
@@ -500,11 +508,11 @@ class CalloutResponder:
             if payload is None or trio.current_time() >= pending.deadline:
                 record.outcome = Outcome.TIMEOUT
                 payload = self._deny(request, TIMEOUT_REASON, now)
-            if record.outcome is Outcome.MINTED:
-                issuance.keep()
             if self._gave_up(request, now + trio.current_time() - start):
                 pending.answered = True  # a step held the thread past the broker's timeout: nobody waits
-                return
+                return  # (and a row it wrote is withdrawn below)
+            if record.outcome is Outcome.MINTED:
+                issuance.keep()
             pending.answered = True
             self._publish(pending.msg.reply, payload)
             self._drain.answered(at=trio.current_time(), backlog=bool(self._queue))
@@ -673,7 +681,7 @@ class CalloutResponder:
         log.log(level, format_callout_line(record, slow_ms=self._limits.slow_ms))
 
 
-def _deadline(pending: _Pending) -> float:
+def _deadline_of(pending: _Pending) -> float:
     return pending.deadline
 
 

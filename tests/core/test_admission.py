@@ -24,12 +24,13 @@ WALL = 1_800_000_000
     [
         # read at once: 0.75 s after the stamp's second began, within its resolution: ours
         (10.0, 10.0, WALL + 0.75, WALL, 12.0),
-        # 1.25 s after it: still within the stamp's second plus the skew tolerated, ours
-        (10.0, 10.0, WALL + 1.25, WALL, 12.0),
+        # 1.25 s after it: within the stamp's second plus the skew tolerated, ours, but never
+        # past exp + 1 less 0.25, when the broker surely gave up
+        (10.0, 10.0, WALL + 1.25, WALL, 11.5),
         # 1.5 s after it: proven late, the broker's earliest give-up (exp = WALL + 2) less 0.25
         (10.0, 10.0, WALL + 1.5, WALL, 10.25),
         # queued 0.5 s before it was read: its age on arrival is what counts, on the trio clock
-        (10.0, 10.5, WALL + 1.5, WALL, 12.0),
+        (10.0, 10.5, WALL + 1.5, WALL, 11.75),
         (10.0, 10.5, WALL + 2.0, WALL, 10.25),
         # the broker's budget was spent before it arrived
         (10.0, 10.0, WALL + 2.0, WALL, 9.75),
@@ -42,8 +43,9 @@ def test_the_deadline_is_ours_unless_the_brokers_stamp_proves_the_request_late(r
 
 def test_skew_moves_the_brokers_deadline_on_our_clock():
     # our clock 0.5 s ahead: the request is 1.5 s old by our clock, 1.0 by the broker's: ours
+    # (the broker surely gives up by exp + 1, WALL + 3.5 on our clock, 2.0 s away less 0.25)
     assert request_deadline(received=10.0, opened=10.0, now=WALL + 1.5, iat=WALL, exp=WALL + 2, skew_s=0.5,
-                            limits=LIMITS) == 12.0
+                            limits=LIMITS) == 11.75
     # 2.0 s old by our clock, 1.5 by the broker's: proven late; it gives up at exp + 0.5 on our clock
     assert request_deadline(received=10.0, opened=10.0, now=WALL + 2.0, iat=WALL, exp=WALL + 2, skew_s=0.5,
                             limits=LIMITS) == 10.25
