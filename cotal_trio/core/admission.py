@@ -192,9 +192,14 @@ class DrainEstimate:
             self.seconds_per_answer = interval if previous is None else previous + DRAIN_WEIGHT * (interval - previous)
         self._last, self._busy = at, backlog
 
-    def overfull(self, queued: int, limits: CalloutLimits) -> bool:
-        """True when ``queued`` requests (the new one included) take more than half the budget
-        to drain at the observed rate: the new one would wait past what the spec's shed rule
-        allows, so it is shed now rather than queued to time out."""
+    def overfull(self, *, queued: int, in_flight: int, limits: CalloutLimits) -> bool:
+        """True when a new request would wait more than half the budget for a slot at the
+        observed rate: past what the spec's shed rule allows, so it is shed now rather than
+        queued to time out.
+
+        It gets a slot after ``queued + in_flight + 1 - max_in_flight`` answers (none while a
+        slot is free).
+        """
         per = self.seconds_per_answer
-        return per is not None and queued * per > limits.budget_s / 2
+        answers = queued + in_flight + 1 - limits.max_in_flight
+        return per is not None and answers > 0 and answers * per > limits.budget_s / 2

@@ -256,17 +256,16 @@ class CalloutResponder:
         """Subscription callback: queue without blocking, or shed at once.
 
         A request is shed when the oldest queued request has waited more than half the budget
-        (the queue is not draining in time), when the queue with it would take more than half
-        the budget to drain at the rate answers were observed to leave (it would wait that
-        long: shed before the queue holds what the budget cannot drain, issue 14 item 2), or
-        when the queue is full.
+        (the queue is not draining in time), when it would wait more than half the budget for a
+        slot at the rate answers were observed to leave (shed before the queue holds what the
+        budget cannot drain, issue 14 item 2), or when the queue is full.
         """
         received = trio.current_time()
         queued = len(self._queue)
         if (
             queued >= QUEUE_CAPACITY
             or should_shed(self._oldest_waited(received), self._limits)
-            or self._drain.overfull(queued + 1, self._limits)
+            or self._drain.overfull(queued=queued, in_flight=self._stats.in_flight, limits=self._limits)
         ):
             self._shed(msg)
             return

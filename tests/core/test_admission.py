@@ -99,7 +99,7 @@ def test_the_drain_estimate_counts_only_busy_intervals():
     drain.answered(at=0.0, backlog=False)
     drain.answered(at=5.0, backlog=True)  # after an idle gap: arrivals, not service
     assert drain.seconds_per_answer is None
-    assert not drain.overfull(1000, LIMITS)
+    assert not drain.overfull(queued=1000, in_flight=32, limits=LIMITS)
     drain.answered(at=5.125, backlog=True)
     assert drain.seconds_per_answer == 0.125
     drain.answered(at=5.375, backlog=False)
@@ -108,9 +108,15 @@ def test_the_drain_estimate_counts_only_busy_intervals():
     assert drain.seconds_per_answer == pytest.approx(0.1375)
 
 
-def test_the_queue_is_overfull_when_it_takes_more_than_half_the_budget_to_drain():
+def test_a_new_request_is_shed_when_it_would_wait_more_than_half_the_budget_for_a_slot():
     drain = DrainEstimate()
     drain.answered(at=0.0, backlog=True)
     drain.answered(at=0.125, backlog=True)
-    assert not drain.overfull(8, LIMITS)  # 8 * 0.125 = 1.0 s, half the 2.0 s budget
-    assert drain.overfull(9, LIMITS)
+    slots = LIMITS.max_in_flight
+    # every slot taken: it waits for queued + 1 answers; 8 * 0.125 = 1.0 s is half the 2.0 s budget
+    assert not drain.overfull(queued=7, in_flight=slots, limits=LIMITS)
+    assert drain.overfull(queued=8, in_flight=slots, limits=LIMITS)
+    # a slot free (the workers not yet scheduled): the queue ahead of it takes the free ones first
+    assert not drain.overfull(queued=8, in_flight=slots - 1, limits=LIMITS)
+    assert drain.overfull(queued=9, in_flight=slots - 1, limits=LIMITS)
+    assert not drain.overfull(queued=0, in_flight=0, limits=LIMITS)

@@ -906,8 +906,9 @@ async def test_a_broker_clock_ahead_of_ours_is_named_once_and_bounded(nursery, a
 
 async def test_a_queue_the_budget_cannot_drain_sheds_before_anyone_waited(nursery, autojump_clock, caplog):
     """Each ledger read holds the thread 125 ms: answers leave every 0.125 s while busy (A and B
-    teach it). Half the 1.0 s budget drains 4 requests, so with C..F queued at once (nobody has
-    waited yet) G is shed at once instead of queued to time out."""
+    teach it). Half the 1.0 s budget is 4 answers. C..G are queued at once (nobody has waited yet,
+    and the one worker's slot is free, so C takes it): H would get a slot only after 5 answers,
+    0.625 s, and is shed at once instead of queued to time out."""
     with trio.fail_after(CEILING_S):
         lane = Lane(autojump_clock, ledger_s=0.125)
         await nursery.start(lane.responder.run)
@@ -915,13 +916,13 @@ async def test_a_queue_the_budget_cannot_drain_sheds_before_anyone_waited(nurser
         lane.responder.on_message(_message(2))
         await lane.wait_published(2)
         assert trio.current_time() == 0.25
-        for cid in (3, 4, 5, 6, 7):
+        for cid in (3, 4, 5, 6, 7, 8):
             lane.responder.on_message(_message(cid))
-        assert lane.answers()[2:] == [("_INBOX.r.7", TIMEOUT_REASON, 0.25)]
-        await lane.wait_published(7)
-    assert [answer for _, answer, _ in lane.answers()] == ["jwt", "jwt", TIMEOUT_REASON, "jwt", "jwt", "jwt", "jwt"]
+        assert lane.answers()[2:] == [("_INBOX.r.8", TIMEOUT_REASON, 0.25)]
+        await lane.wait_published(8)
+    assert [answer for _, answer, _ in lane.answers()] == ["jwt", "jwt", TIMEOUT_REASON, *["jwt"] * 5]
     shed = [line for line in _lines(caplog) if line["outcome"] == "shed"]
-    assert [(line["cid"], line["waited_ms"], line["ahead"]) for line in shed] == [(7, 0, 4)]
+    assert [(line["cid"], line["waited_ms"], line["ahead"]) for line in shed] == [(8, 0, 5)]
 
 
 # -- requests that are absurd inside (issue 15 item 2) ------------------------------------------
