@@ -49,6 +49,21 @@ start lag and everyone's CPU; then the knee (the highest rate admitted within KN
 offered), p50/p99 callout time at and below it, the shares shed and timed out above it, the
 static rate, and the deadline check: lines over the budget, and mints the client never got.
 
+Offered multiples (issue 14 item 5), the default of ``--load``::
+
+    python bench/callout.py --load [--multiples 0.5,0.8,1,1.5,2,3] [--step-s 60] [--pin]
+
+Instead of the ramp (b, c), each multiple of the closed-loop callout rate measured in (a) is
+offered in turn for ``--step-s``, all of them (no early stop), and a goodput table follows:
+clients admitted a second (and as a share of the closed-loop rate), answers after the deadline
+(callout lines over the budget), answers after the broker's timeout (mints whose client was
+refused anyway, denials whose client waited the broker's whole timeout), p99 of the callout's
+``total_ms`` and of the admitted clients, then the service's RSS before and after and one quiet
+connect's time once the offer stopped. ``--rates`` instead runs the ramp of absolute rates.
+``--pin`` puts every thread of the service on the last usable CPU and the broker and this load
+generator on the others (``sched_setaffinity``, what ``taskset -p`` does; threads the service
+starts later inherit it), so the service's own queueing can be read apart from CPU contention.
+
 Connect limits (60/min per actor, 600/min per owner) are avoided by spreading: 1000 actors, one
 owner each, used in turn, so no actor draws more than its bucket holds in a run (the report
 prints the most any actor drew and the RATE_LIMITED denials). ``cotal up`` runs the defaults.
@@ -127,6 +142,8 @@ FLAT_STEPS = 2  # the ramp ends after this many rates in a row without growth
 KNEE_SHORTFALL = 0.05  # the knee: the highest rate admitted within this share of offered
 OVERLOAD = 2.5  # the overload probe offers this multiple of the most admitted in a step
 TARGET_P99_MS = 50  # issue 4: p99 callout time under 50 ms below the knee
+# --load (issue 14 item 5): offered multiples of the measured closed-loop callout rate
+LOAD_MULTIPLES = (0.5, 0.8, 1.0, 1.5, 2.0, 3.0)
 EXCHANGE_THREADS = 4
 
 
@@ -679,10 +696,18 @@ async def run_load(args: argparse.Namespace, stack: Stack) -> None:
         return sentinel.line(auth_token=stack.bearers[i], name="ibx" + secrets.token_hex(8))
 
     log = CalloutLog(stack.log_path)
+    if args.pin:
+        print(pin(stack), flush=True)
     await closed_loop(stack, 4, 1.0, callout)  # warm: memo, ledger cache, KV bucket
     await closed_loop(stack, 4, 0.5, lambda: static)
     static_rates = [await _closed_batch(stack, "static", args, lambda: static)]
     callout_rate = await _closed_batch(stack, "callout", args, callout)
+    if args.rates is None:
+        await _offer_multiples(args, stack, callout, log, callout_rate, budget_ms)
+        static_rates.append(await _closed_batch(stack, "static", args, lambda: static))
+        print(f"static-user connect rate, closed loop: {med(static_rates):.0f} /s; callout closed loop: "
+              f"{callout_rate:.0f} /s")
+        return
     steps = await _ramp(stack, args, callout, log)
     probe = None
     if args.overload > 0:
@@ -836,6 +861,84 @@ def _breakdown(steps: list[LoadStep]) -> None:
     print()
 
 
+# -- the load mode: offered multiples of the closed-loop rate (issue 14 item 5) -------------------
+
+
+def _tasks(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        return []
+
+
+def pin(stack: Stack) -> str:
+    """Every thread of the service on the last usable CPU; the broker's and ours on the rest."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return "--pin: not pinned, only one usable CPU"
+    service_cpu, rest = cpus[-1], set(cpus[:-1])
+    for tid in _tasks(stack.proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(tid, {service_cpu})
+    for tid in _tasks(stack.broker_pid) if stack.broker_pid else []:
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(tid, rest)
+    os.sched_setaffinity(0, rest)
+    return f"--pin: service on CPU {service_cpu}; broker and load generator on CPU {','.join(map(str, sorted(rest)))}"
+
+
+def rss_kib(pid: int) -> int | None:
+    """The process's resident set (VmRSS, KiB), or None once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return None
+    m = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+    return int(m[1]) if m else None
+
+
+async def _offer_multiples(
+    args: argparse.Namespace, stack: Stack, callout: NextLine, log: CalloutLog, closed_rate: float, budget_ms: int
+) -> None:
+    """Offer each multiple of ``closed_rate`` for ``--step-s``, then print the goodput table."""
+    rss0 = rss_kib(stack.proc.pid)
+    print(_STEP_HEADER, flush=True)
+    steps = []
+    for multiple in args.multiples:
+        await asyncio.sleep(PAUSE_S)
+        step = await _step(stack, multiple * closed_rate, args, callout, log)
+        steps.append((multiple, step))
+        print(_step_row(step) + f"  <- {multiple:g}x", flush=True)
+    await asyncio.sleep(PAUSE_S)
+    quiet = await raw_connect(*_host_port(stack.url), callout())
+    rss1 = rss_kib(stack.proc.pid)
+    print()
+    _goodput_table(steps, closed_rate, budget_ms, CalloutLimits().auth_timeout_s)
+    print(f"service RSS: {rss0} KiB before the offer, {rss1} KiB after"
+          + (f" ({(rss1 - rss0) / 1024:+.1f} MiB)" if rss0 is not None and rss1 is not None else ""))
+    print(f"a quiet connect once the offer stopped: {quiet.result} in {quiet.elapsed_s * 1000:.1f} ms")
+
+
+def _goodput_table(steps: list[tuple[float, LoadStep]], closed_rate: float, budget_ms: int, timeout_s: float) -> None:
+    """Per multiple: goodput, answers after our deadline and after the broker's timeout, p99s."""
+    print(f"goodput: clients admitted /s (closed-loop callout rate {closed_rate:.0f} /s); deadline = the "
+          f"{budget_ms} ms budget; the broker's timeout = {timeout_s:g} s")
+    print("  multiple offered/s  goodput/s  x closed | after deadline | after broker timeout: mints denials "
+          "| no line | p99 ms: callout client")
+    for multiple, s in steps:
+        pairs = list(zip(s.samples, s.lines, strict=True))
+        after_deadline = sum(1 for ln in s.lines if ln is not None and ln.ms["total"] > budget_ms)
+        late_mints = sum(1 for x, ln in pairs if ln is not None and ln.outcome == "minted" and x.result != "ok")
+        late_denials = sum(
+            1 for x, ln in pairs
+            if ln is not None and ln.outcome != "minted" and x.elapsed_s - x.info_s >= timeout_s
+        )
+        noline = sum(1 for ln in s.lines if ln is None)
+        print(f"  {multiple:8g} {s.rate:10.0f} {s.admitted_per_s:10.0f} {s.admitted_per_s / closed_rate:9.2f} | "
+              f"{after_deadline:14} | {late_mints:26} {late_denials:7} | {noline:7} | "
+              f"{pct(s.callout_ms(outcome=None), 0.99):14.0f} {pct(s.client_ms(), 0.99):6.0f}")
+
+
 # -- the running service and what the benchmark set up on it -----------------------------------
 
 
@@ -971,8 +1074,14 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=None,
                         help=f"granted actors whose bearers rotate (default 100; {LOAD_ACTORS} with --load)")
     parser.add_argument("--load", action="store_true", help="open-loop connect arrivals at rising rates")
-    parser.add_argument("--rates", type=_rates, default=LOAD_RATES,
-                        help=f"--load: offered connects/s, comma separated (default {','.join(map(str, LOAD_RATES))})")
+    parser.add_argument("--rates", type=_rates, default=None,
+                        help="--load: a ramp of absolute offered connects/s instead of --multiples, comma separated "
+                             f"(e.g. {','.join(map(str, LOAD_RATES))})")
+    parser.add_argument("--multiples", type=_rates, default=LOAD_MULTIPLES,
+                        help="--load: offer these multiples of the closed-loop callout rate, each for --step-s "
+                             f"(default {','.join(f'{m:g}' for m in LOAD_MULTIPLES)})")
+    parser.add_argument("--pin", action="store_true",
+                        help="--load: the service on a CPU of its own, the broker and the generator on the others")
     parser.add_argument("--step-s", type=float, default=LOAD_STEP_S,
                         help=f"--load: seconds each rate is offered (default {LOAD_STEP_S:g})")
     parser.add_argument("--overload", type=float, default=OVERLOAD,
@@ -991,9 +1100,10 @@ def main() -> None:
           f"{nats_server_version()}, nats-py {nats.aio.client.__version__}")
     print(f"code: {Path(cotal_trio.__file__).parent} ({code_version()})")
     if args.load:
-        print(f"command: python bench/callout.py --load --rates {','.join(f'{r:g}' for r in args.rates)} "
-              f"--step-s {args.step_s:g} --overload {args.overload:g} --concurrency {args.concurrency} "
-              f"--actors {args.actors}", flush=True)
+        offered = (f"--multiples {','.join(f'{m:g}' for m in args.multiples)}" if args.rates is None
+                   else f"--rates {','.join(f'{r:g}' for r in args.rates)} --overload {args.overload:g}")
+        print(f"command: python bench/callout.py --load {offered} --step-s {args.step_s:g} "
+              f"--concurrency {args.concurrency} --actors {args.actors}" + (" --pin" if args.pin else ""), flush=True)
     else:
         print(f"command: python bench/callout.py --n {args.n} --concurrency {args.concurrency} "
               f"--rounds {args.rounds} --actors {args.actors}", flush=True)

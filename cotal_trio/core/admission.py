@@ -1,18 +1,44 @@
-"""Callout limits and the admission rule (spec "Callout deadlines").
+"""Callout limits, deadlines and the admission rule (spec "Callout deadlines").
 
 nats-server waits ``authorization { timeout }`` (2 s by default) for the callout. A request's
-deadline is that budget less 250 ms, counted from receipt. Requests start oldest first, at most
+deadline is that budget less 250 ms, counted from receipt; a request the broker's stamp proves
+late (:func:`request_deadline`), one that sat in a socket or a paused process, is not given a
+fresh budget the broker no longer has. Requests start oldest first, at most
 ``max_in_flight`` at a time; while the oldest request still waiting for a slot has waited more
-than half the budget, the queue is not draining in time and a new request is shed at once.
+than half the budget, or the queue already holds more than half the budget can drain at the
+observed rate (:class:`DrainEstimate`), the queue is not draining in time and a new request is
+shed at once.
+
+Everything here is pure: times are passed in, in seconds (``trio`` for monotonic times, wall
+for unix seconds, named in each signature).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CalloutLimits", "DEADLINE_MARGIN_S", "should_shed"]
+__all__ = [
+    "CLOCK_SKEW_TOLERANCE_S", "CalloutLimits", "ClockSkew", "DEADLINE_MARGIN_S", "DrainEstimate", "MAX_CLOCK_SKEW_S",
+    "PROVEN_LATE_S",
+    "broker_gave_up", "request_deadline", "should_shed",
+]
 
 DEADLINE_MARGIN_S = 0.25
+# The broker's stamps are whole seconds, truncated, so a fresh request reads as 0 to 1 s old.
+# An age the stamp cannot explain is clock skew: a correction up to MAX_CLOCK_SKEW_S is applied
+# (beyond it the clocks are broken, not skewed, and a lane that learned more from a long
+# overload would stop seeing late requests); past CLOCK_SKEW_TOLERANCE_S it is logged once. The
+# skew estimate is the smallest age seen, allowed to rise only SKEW_RISE_PER_S seconds a second
+# (20 times NTP's fastest slew), so a burst of truly late requests (a paused process) barely
+# moves it while a stepped clock is learned in minutes.
+MAX_CLOCK_SKEW_S = 1.0
+CLOCK_SKEW_TOLERANCE_S = 0.5
+SKEW_RISE_PER_S = 0.01
+# A request older than this on arrival (by the broker's stamp, skew corrected) was delayed
+# before it reached the lane: the stamp's second plus the skew it tolerates.
+PROVEN_LATE_S = 1.0 + CLOCK_SKEW_TOLERANCE_S
+# The drain estimate: the smoothing weight of each new interval between answers.
+DRAIN_WEIGHT = 0.1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,3 +79,127 @@ def should_shed(oldest_waited_s: float | None, limits: CalloutLimits) -> bool:
             or None when nothing waits.
     """
     return oldest_waited_s is not None and oldest_waited_s > limits.budget_s / 2
+
+
+def request_deadline(
+    *, received: float, opened: float, now: float, iat: int, exp: int, skew_s: float, limits: CalloutLimits
+) -> float:
+    """A request's deadline, in trio seconds: ours, or the broker's when its stamp proves it late.
+
+    Ours is ``received + budget`` (spec "Callout deadlines"). The broker stamps ``iat`` and
+    ``exp`` (its send time, and that plus its timeout) truncated to the second, so it gives up
+    somewhere in ``[exp, exp + 1)`` and a request that reached us at once reads as 0 to 1 s old.
+    Within that (plus ``CLOCK_SKEW_TOLERANCE_S``) the stamp cannot tell a fresh request from one
+    delayed before it reached us, and the receipt counts, as the spec says (never past
+    ``exp + 1`` less the margin, when the broker has surely given up): taking ``exp`` as
+    the give-up time for every request would shorten every budget by the unknown part of a
+    second and, with a 1 s broker timeout, refuse a quarter of fresh connects. A request older
+    than that was delayed (a paused or starved process, a full socket) by an amount the stamp
+    cannot narrow to less than a second, so it gets the earliest deadline the broker allows:
+    ``exp`` less the margin, on our clock ``exp + skew_s - DEADLINE_MARGIN_S``.
+
+    Args:
+        received: trio time the request arrived; opened: trio time ``now`` was read.
+        now: wall time, unix seconds, read at ``opened``.
+        iat, exp: the request JWT's stamps (broker clock, unix seconds).
+        skew_s: how far our wall clock runs ahead of the broker's (:class:`ClockSkew`).
+    """
+    ours = received + limits.budget_s
+    received_wall = now - (opened - received)
+    if received_wall - skew_s - iat < PROVEN_LATE_S:  # by exp + 1 it surely gave up
+        return min(ours, received + (exp + 1 + skew_s - DEADLINE_MARGIN_S - received_wall))
+    return min(ours, received + (exp + skew_s - DEADLINE_MARGIN_S - received_wall))
+
+
+def broker_gave_up(*, now: float, exp: int, skew_s: float) -> bool:
+    """True once the broker has surely stopped waiting: wall ``now`` at or past ``exp + 1 + skew_s``.
+
+    Its ``exp`` is truncated to the second, so it gives up somewhere in ``[exp, exp + 1)`` on its
+    clock: before ``exp`` a mint may still be let in (the deadline stops one at ``exp`` less the
+    margin), inside that second a timeout denial may still reach it (the broker then logs its
+    reason), and after it no answer reaches anyone, so the request is dropped, not answered
+    (:meth:`~cotal_trio.lanes.callout.CalloutResponder._serve`, spec "Callout deadlines").
+    """
+    return now >= exp + 1 + skew_s
+
+
+class ClockSkew:
+    """How far this host's wall clock runs ahead of the broker's, learned from request stamps.
+
+    Each request gives its age on arrival, ``received_wall - iat``: transit plus the part of a
+    second the broker's truncated stamp dropped (0 to 1 s) plus the skew. The estimate starts
+    at 0 (the clocks agree) and is the smallest age seen, except that it may rise only
+    ``SKEW_RISE_PER_S`` per second of traffic (at most one second counted per request, so an
+    idle hour teaches nothing): with traffic, the freshest request's age is the skew. Evidence
+    that our clock is behind (an age below 0) counts at once; evidence that it is ahead (every
+    age above 1 s) only slowly, so a burst of truly late requests (a paused process) cannot
+    teach that they were fresh. An estimate inside ``[0, 1]`` is no skew (the stamp's own
+    resolution); outside it the estimate is the skew, bounded to ``MAX_CLOCK_SKEW_S`` either
+    way. Mutable; one per lane.
+    """
+
+    __slots__ = ("_least", "_at", "warned")
+
+    def __init__(self) -> None:
+        self._least = 0.0
+        self._at: float | None = None
+        self.warned = False  # the lane logs a large skew once, then sets this
+
+    def observe(self, age_s: float, *, at: float) -> float:
+        """Note one request's arrival age (seconds, by our clock) at trio time ``at``; returns
+        :attr:`skew_s` after it."""
+        elapsed = 0.0 if self._at is None else min(1.0, max(0.0, at - self._at))
+        self._least = min(age_s, self._least + SKEW_RISE_PER_S * elapsed)
+        self._at = at
+        return self.skew_s
+
+    @property
+    def measured_s(self) -> float:
+        """The skew the stamps show, unbounded (0 while they fit the stamp's resolution)."""
+        return 0.0 if 0.0 <= self._least <= 1.0 else self._least
+
+    @property
+    def skew_s(self) -> float:
+        """The correction the deadlines use: :attr:`measured_s` bounded to +-MAX_CLOCK_SKEW_S."""
+        return max(-MAX_CLOCK_SKEW_S, min(MAX_CLOCK_SKEW_S, self.measured_s))
+
+    @property
+    def large(self) -> bool:
+        """True while the measured skew is past ``CLOCK_SKEW_TOLERANCE_S`` (log it, once)."""
+        return abs(self.measured_s) > CLOCK_SKEW_TOLERANCE_S
+
+
+class DrainEstimate:
+    """Seconds per answer while the callout is busy: how fast its queue drains.
+
+    Only the interval between two answers with work still waiting at the first counts (an idle
+    gap measures arrivals, not service). Smoothed with weight ``DRAIN_WEIGHT``. Mutable; one per
+    lane; trio seconds.
+    """
+
+    __slots__ = ("_last", "_busy", "seconds_per_answer")
+
+    def __init__(self) -> None:
+        self._last: float | None = None
+        self._busy = False
+        self.seconds_per_answer: float | None = None  # None until two busy answers were seen
+
+    def answered(self, *, at: float, backlog: bool) -> None:
+        """One request was answered at ``at``; ``backlog``: others were queued at that moment."""
+        if self._busy and self._last is not None:
+            interval = at - self._last
+            previous = self.seconds_per_answer
+            self.seconds_per_answer = interval if previous is None else previous + DRAIN_WEIGHT * (interval - previous)
+        self._last, self._busy = at, backlog
+
+    def overfull(self, *, queued: int, in_flight: int, limits: CalloutLimits) -> bool:
+        """True when a new request would wait more than half the budget for a slot at the
+        observed rate: past what the spec's shed rule allows, so it is shed now rather than
+        queued to time out.
+
+        It gets a slot after ``queued + in_flight + 1 - max_in_flight`` answers (none while a
+        slot is free).
+        """
+        per = self.seconds_per_answer
+        answers = queued + in_flight + 1 - limits.max_in_flight
+        return per is not None and answers > 0 and answers * per > limits.budget_s / 2

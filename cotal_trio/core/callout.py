@@ -18,6 +18,7 @@ Steps 2 and 4 raise :class:`~cotal_trio.core.errors.Refused`; the lane answers t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ __all__ = [
     "CalloutKeys",
     "ConnectGrant",
     "Dropped",
+    "MAX_REQUEST_BYTES",
     "NO_TOKEN_REASON",
     "SERVER_XKEY_HEADER",
     "TIMEOUT_REASON",
@@ -48,6 +50,10 @@ __all__ = [
 SERVER_XKEY_HEADER = "Nats-Server-Xkey"
 NO_TOKEN_REASON = "no user token presented (auth_token empty) - connect with a bearer from the exchange"
 TIMEOUT_REASON = "timeout: the auth callout could not answer inside the broker's authorization timeout"
+# A request's sealed size bound, checked before it is unsealed (issue 15 item 2): the broker's
+# request holds the connect options (a sentinel JWT, a bearer, perhaps a client certificate
+# chain), a few KiB; 256 KiB leaves room for a long chain and still bounds the work.
+MAX_REQUEST_BYTES = 256 * 1024
 
 
 class Dropped(AuthServiceError):
@@ -97,15 +103,25 @@ def open_request(
         headers: the message headers; ``Nats-Server-Xkey`` must name the broker's xkey.
         now: wall time, unix seconds.
 
+    Every way the bytes can be wrong is a :class:`Dropped` (issue 15 item 2): the payload is
+    bounded (``MAX_REQUEST_BYTES``) before it is unsealed, and the JWT's size, JSON depth and
+    integer lengths before it is parsed (:func:`~cotal_trio.core.natsjwt.decode`). The claims
+    are parsed before the signature is checked because the key that signed them is their own
+    ``iss``: a forger signs with a server key of its own and the signature verifies, so checking
+    it first would keep no forged request from the parser. What keeps the parser safe is the
+    bounds, and after it the provenance checks below (and ``server_ids``) refuse the forger.
+
     Raises:
-        Dropped: unsealed, does not open, not a NATS JWT signed by its ``iss``, ``iss`` not a
-            server key equal to ``server_id.id``, wrong audience, another account, expired,
-            a header key that differs from the signed ``server_id.xkey``, or a server outside
-            the allow-list.
+        Dropped: too large, unsealed, does not open, not a NATS JWT signed by its ``iss``
+            (or not JSON within the bounds), ``iss`` not a server key equal to
+            ``server_id.id``, wrong audience, another account, expired, a header key that
+            differs from the signed ``server_id.xkey``, or a server outside the allow-list.
     """
     header_xkey = (headers or {}).get(SERVER_XKEY_HEADER)
     if not header_xkey:
         raise Dropped("unsealed request (no Nats-Server-Xkey header)")
+    if len(payload) > MAX_REQUEST_BYTES:
+        raise Dropped(f"request is larger than {MAX_REQUEST_BYTES} bytes")
     try:
         claims = natsjwt.verify(keys.xkey.open(payload, header_xkey))
         request = natsjwt.decode_authorization_request(claims)
@@ -128,7 +144,7 @@ def _check_claims(
     if claims.get("aud") != natsjwt.AUTH_REQUEST_AUDIENCE:
         raise Dropped("request audience is not nats-authorization-request")
     if request.account != keys.auth_account:
-        raise Dropped(f"request is for account {request.account}, not this space's auth account")
+        raise Dropped(f"request is for account {_shown(request.account)}, not this space's auth account")
     # The broker writes exp in whole seconds, truncated: its real deadline lies in [exp, exp+1).
     if now >= request.exp + 1:
         raise Dropped("request expired before it was read")
@@ -136,6 +152,12 @@ def _check_claims(
         raise Dropped("header xkey differs from the signed server xkey")
     if keys.server_ids is not None and request.server_id not in keys.server_ids:
         raise Dropped(f"server {request.server_id} is not in the allow-list")
+
+
+def _shown(value: str) -> str:
+    """A request's string for a log line: JSON-quoted (no lone surrogate, no line break), at most
+    64 characters of it (the request is not trusted to be short or printable)."""
+    return json.dumps(value[:64])
 
 
 def check_bearer(

@@ -35,7 +35,15 @@ from dataclasses import dataclass, field
 
 import trio
 
-from ..core.admission import CalloutLimits, should_shed
+from ..core.admission import (
+    MAX_CLOCK_SKEW_S,
+    CalloutLimits,
+    ClockSkew,
+    DrainEstimate,
+    broker_gave_up,
+    request_deadline,
+    should_shed,
+)
 from ..core.bearer import BearerVerifier, ValidatedBearer
 from ..core.callout import (
     TIMEOUT_REASON,
@@ -75,6 +83,9 @@ QUEUE_CAPACITY = 1024
 # lag it remembers halves every KEEPER_LEAD_HALF_LIFE_S seconds.
 KEEPER_MAX_LEAD_S = 0.1
 KEEPER_LEAD_HALF_LIFE_S = 10.0
+# Requests the deadline keeper answers in one pass at most (each costs an unseal, a verify and
+# a signed denial, about 0.3 ms), so a backlog of expiries holds the thread for tens of ms.
+KEEPER_BATCH = 256
 # Issuance rows being withdrawn at once (each at most WITHDRAW_S); past this, a row that must
 # go is left to its own TTL, with a warning.
 MAX_WITHDRAWALS = 1024
@@ -133,8 +144,9 @@ class _Statistics:
 class _Pending:
     """One admitted request, from :meth:`CalloutResponder.on_message` until it is answered.
 
-    Trio times (seconds): ``received`` and ``deadline``. ``request``, ``record`` and ``now``
-    (wall time, unix seconds) are set by the worker that takes it.
+    Trio times (seconds): ``received`` and ``deadline`` (from receipt, moved earlier by the
+    broker's stamp once it is read). ``request``, ``record``, ``now`` (wall time, unix seconds)
+    and ``opened`` (the trio time ``now`` was read) are set by the worker that takes it.
     """
 
     msg: Message
@@ -146,6 +158,7 @@ class _Pending:
     request: AuthorizationRequest | None = None
     record: CalloutRecord | None = None
     now: float = 0.0
+    opened: float = 0.0  # trio time ``now`` was read
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -232,6 +245,10 @@ class CalloutResponder:
         self._withdrawing = 0
         self._stats = _Statistics()
         self._timeout_warned = False
+        self._skew = ClockSkew()  # our wall clock against the broker's stamps
+        self._drain = DrainEstimate()  # seconds per answer while busy: the predictive shed
+        self._shortened: list[_Pending] = []  # started, deadline moved before receipt order's
+        self._rearm: trio.Event | None = None  # set when a shortened deadline needs the keeper
 
     # -- the asyncio side ----------------------------------------------------------------------
 
@@ -239,10 +256,17 @@ class CalloutResponder:
         """Subscription callback: queue without blocking, or shed at once.
 
         A request is shed when the oldest queued request has waited more than half the budget
-        (the queue is not draining in time), or when the queue is full.
+        (the queue is not draining in time), when it would wait more than half the budget for a
+        slot at the rate answers were observed to leave (shed before the queue holds what the
+        budget cannot drain, issue 14 item 2), or when the queue is full.
         """
         received = trio.current_time()
-        if len(self._queue) >= QUEUE_CAPACITY or should_shed(self._oldest_waited(received), self._limits):
+        queued = len(self._queue)
+        if (
+            queued >= QUEUE_CAPACITY
+            or should_shed(self._oldest_waited(received), self._limits)
+            or self._drain.overfull(queued=queued, in_flight=self._stats.in_flight, limits=self._limits)
+        ):
             self._shed(msg)
             return
         pending = _Pending(msg, received, received + self._limits.budget_s)
@@ -293,26 +317,49 @@ class CalloutResponder:
         keeper wakes late; it measures that lag and wakes that much earlier (at most
         ``KEEPER_MAX_LEAD_S``; the lead halves every ``KEEPER_LEAD_HALF_LIFE_S`` unless a larger
         lag is seen), so its denial goes out by the deadline. On an idle thread the lag, and so
-        the lead, is zero.
+        the lead, is zero. A started request whose broker stamp moved its deadline earlier than
+        receipt order (:meth:`_serve`) is watched too, from the short list of those. Every
+        request due when it wakes is answered in that one pass (at most ``KEEPER_BATCH``), not
+        one per scheduler pass: behind a backlog a pass takes milliseconds, and the owed denials
+        would leave one such pass apart, after their deadlines (issue 14 item 2).
         """
-        pending = self._pending
         while True:
-            while pending and pending[0].answered:
-                pending.popleft()
-            if not pending:
+            oldest = self._oldest_unanswered()
+            if oldest is None:
                 self._arrived = trio.Event()
                 await self._arrived.wait()
                 self._arrived = None
                 continue
-            oldest = pending[0]
             wake = oldest.deadline - self._lead
             if wake > trio.current_time():
-                await trio.sleep_until(wake)
+                self._rearm = trio.Event()
+                with trio.move_on_at(wake):
+                    await self._rearm.wait()
+                self._rearm = None
+                if trio.current_time() < wake:
+                    continue  # a deadline moved earlier: look again
                 self._remember_lag(trio.current_time() - wake)  # a wake-up, not a backlog of expiries
             else:
                 await trio.lowlevel.checkpoint()
             if not oldest.answered:
                 self._expire(oldest)
+            for _ in range(KEEPER_BATCH - 1):  # the rest already due
+                due = self._oldest_unanswered()
+                if due is None or due.deadline - self._lead > trio.current_time():
+                    break
+                self._expire(due)
+
+    def _oldest_unanswered(self) -> _Pending | None:
+        """The unanswered request whose deadline comes first, or None."""
+        pending = self._pending
+        while pending and pending[0].answered:
+            pending.popleft()
+        if not pending:
+            return None
+        if self._shortened:
+            self._shortened = [p for p in self._shortened if not p.answered]
+            return min([pending[0], *self._shortened], key=_deadline_of)
+        return pending[0]
 
     def _remember_lag(self, lag: float) -> None:
         now = trio.current_time()
@@ -334,27 +381,71 @@ class CalloutResponder:
                 self._queue.popleft()
             else:
                 self._queue.remove(pending)
-            now = self._clock()
+            opened, now = trio.current_time(), self._clock()
             request = self._open(pending.msg, now)
+            if request is not None:
+                self._deadline(pending.received, opened, now, request)  # learns the skew
             record = None if request is None else self._record(request)
             if record is not None:
                 record.add(Step.QUEUE, trio.current_time() - pending.received)
                 record.at = Step.QUEUE
         if request is None or record is None:
             return  # dropped, and logged, by _open
+        if self._gave_up(request, now + trio.current_time() - (pending.opened if pending.started else opened)):
+            return  # nobody waits for this answer: dropped, and logged
         record.outcome = Outcome.TIMEOUT
         self._publish(pending.msg.reply, self._deny(request, TIMEOUT_REASON, now))
         self._finish(record)
 
     def _open(self, msg: Message, now: float) -> AuthorizationRequest | None:
+        """Provenance (:func:`open_request`), or None: dropped and logged, or no reply subject.
+
+        Every failure of any kind while decoding is a drop with its line, never an exception out
+        of here: this runs in the workers, in the deadline keeper and in the subscription
+        callback, and one request must not stop any of them (issue 15 item 2).
+        """
         try:
             request = open_request(msg.data, msg.headers, keys=self._keys, now=now)
         except Dropped as exc:
-            self._stats.dropped += 1
-            log.warning(format_dropped_line(self._keys.space, str(exc)))
+            self._drop(str(exc))
+            return None
+        except Exception as exc:  # our bug, not the request's: still only this request's (STYLE.md 10)
+            log.debug("auth callout: space=%s a request failed to decode", self._keys.space, exc_info=True)
+            self._drop(f"request could not be decoded ({type(exc).__name__})")
             return None
         self._check_broker_timeout(request)
         return request if msg.reply else None
+
+    def _drop(self, reason: str) -> None:
+        self._stats.dropped += 1
+        log.warning(format_dropped_line(self._keys.space, reason))
+
+    def _deadline(self, received: float, opened: float, now: float, request: AuthorizationRequest) -> float:
+        """The request's deadline (trio seconds): from receipt, or the broker's when its stamp
+        proves the request late (spec "Callout deadlines",
+        :func:`~cotal_trio.core.admission.request_deadline`); learns the clock skew from the
+        request's age on arrival and names a large one, once."""
+        skew_s = self._skew.observe(now - (opened - received) - request.iat, at=opened)
+        if self._skew.large and not self._skew.warned:
+            self._skew.warned = True
+            log.warning(
+                "auth callout: space=%s requests arrive stamped %.1fs %s this host's clock - the broker's "
+                "clock and this host's differ; deadlines allow for at most %.1fs of it, so synchronise the "
+                "clocks (NTP)",
+                self._keys.space, abs(self._skew.measured_s),
+                "before" if self._skew.measured_s > 0 else "after", MAX_CLOCK_SKEW_S,
+            )
+        return request_deadline(
+            received=received, opened=opened, now=now, iat=request.iat, exp=request.exp, skew_s=skew_s,
+            limits=self._limits,
+        )
+
+    def _gave_up(self, request: AuthorizationRequest, now: float) -> bool:
+        """True, after dropping it with its line, when the broker may have stopped waiting."""
+        if not broker_gave_up(now=now, exp=request.exp, skew_s=self._skew.skew_s):
+            return False
+        self._drop(f"the broker's authorization timeout passed before the answer (cid {request.client_id})")
+        return True
 
     def _check_broker_timeout(self, request: AuthorizationRequest) -> None:
         broker_s = request.exp - request.iat
@@ -373,13 +464,36 @@ class CalloutResponder:
         return now - self._queue[0].received if self._queue else None
 
     async def _serve(self, pending: _Pending) -> None:
+        """Answer one request a worker took from the queue.
+
+        Its deadline becomes the broker's when the broker's stamp proves the request late
+        (:meth:`_deadline`). A request whose deadline has already passed when it is read costs
+        only that check (no bearer, no ledger, no row): it gets the signed timeout denial while
+        the broker may still be waiting (before ``exp + 1``), as spec "Callout deadlines" owes
+        every request unanswered at its deadline and so the broker logs why, and it is dropped
+        with its line once the broker has surely given up, since no answer can reach a client
+        then and signing one would spend the thread on nothing (issue 14 item 1). Whatever
+        happens later, nothing is published after the deadline but the timeout denial, so a
+        late request is never minted, and a row written for it is withdrawn.
+        """
         start, now = trio.current_time(), self._clock()
         request = self._open(pending.msg, now)
         if request is None:
             pending.answered = True  # dropped (logged), or no reply subject: nothing to send
             return
+        deadline = self._deadline(pending.received, start, now, request)
+        if deadline < pending.deadline:
+            pending.deadline = deadline
+            self._shortened.append(pending)
+            if self._rearm is not None:
+                self._rearm.set()
+        if start >= pending.deadline:
+            pending.answered = True
+            if not self._gave_up(request, now):
+                self._answer_spent(pending, request, now, start)
+            return
         record = self._record(request)
-        pending.request, pending.record, pending.now = request, record, now
+        pending.request, pending.record, pending.now, pending.opened = request, record, now, start
         record.add(Step.QUEUE, start - pending.received)
         record.add(Step.VERIFY, trio.current_time() - start)
         record.enter(Step.QUEUE, trio.current_time())
@@ -393,14 +507,26 @@ class CalloutResponder:
             if payload is None or trio.current_time() >= pending.deadline:
                 record.outcome = Outcome.TIMEOUT
                 payload = self._deny(request, TIMEOUT_REASON, now)
+            if self._gave_up(request, now + trio.current_time() - start):
+                pending.answered = True  # a step held the thread past the broker's timeout: nobody waits
+                return  # (and a row it wrote is withdrawn below)
             if record.outcome is Outcome.MINTED:
                 issuance.keep()
             pending.answered = True
             self._publish(pending.msg.reply, payload)
+            self._drain.answered(at=trio.current_time(), backlog=bool(self._queue))
             self._finish(record)
         finally:
             if issuance.unsettled:  # a row sent but not answered with a mint (issue 4 item 1)
                 self._withdraw_soon(issuance)
+
+    def _answer_spent(self, pending: _Pending, request: AuthorizationRequest, now: float, start: float) -> None:
+        """The signed timeout denial for a request read at or past its deadline (``at=queue``)."""
+        record = self._record(request)
+        record.add(Step.QUEUE, start - pending.received)
+        record.at, record.outcome = Step.QUEUE, Outcome.TIMEOUT
+        self._publish(pending.msg.reply, self._deny(request, TIMEOUT_REASON, now))
+        self._finish(record)
 
     def _withdraw_soon(self, issuance: Issuance) -> None:
         """Withdraw a request's row in a task of its own, after its answer went out."""
@@ -535,6 +661,9 @@ class CalloutResponder:
         request = self._open(msg, now)
         if request is None:
             return
+        self._deadline(start, start, now, request)  # learns the skew
+        if self._gave_up(request, now):
+            return
         record = self._record(request)
         record.outcome = Outcome.SHED
         record.waited_s = self._oldest_waited(start) or 0.0
@@ -549,6 +678,10 @@ class CalloutResponder:
             self._on_answer(record)
         level = logging.WARNING if is_slow(record, slow_ms=self._limits.slow_ms) else logging.INFO
         log.log(level, format_callout_line(record, slow_ms=self._limits.slow_ms))
+
+
+def _deadline_of(pending: _Pending) -> float:
+    return pending.deadline
 
 
 async def _next_step(scope: trio.CancelScope) -> None:

@@ -41,7 +41,7 @@ import trio.testing
 
 from cotal_trio.core import natsjwt
 from cotal_trio.core.admission import CalloutLimits
-from cotal_trio.core.callout import TIMEOUT_REASON
+from cotal_trio.core.callout import SERVER_XKEY_HEADER, TIMEOUT_REASON
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.issuance import IssuanceRow, exists_reason, render_row, store_missing_reason, write_failed_reason
 from cotal_trio.core.limits import ConnectLimiter, ConnectLimits
@@ -64,6 +64,7 @@ from tests.core.test_callout import (
     _sealed,
 )
 from tests.core.test_callout_log import parse_callout_line, parse_dropped_line
+from tests.core.test_natsjwt_bounds import signed_with
 from tests.lanes.test_issuance_virtual_time import FakeBucket
 
 CEILING_S = 10
@@ -80,8 +81,17 @@ def _user(cid: int) -> str:
 
 
 def _message(cid: int, *, token: str | None = BEARER, reply: str | None = "", sealed: bool = True,
-             broker_timeout_s: int = 2, issued_at: int = NOW) -> Message:
-    """A ``$SYS.REQ.USER.AUTH`` request as the broker sends it; ``cid`` names it everywhere."""
+             broker_timeout_s: int = 2, issued_at: int | None = None) -> Message:
+    """A ``$SYS.REQ.USER.AUTH`` request as the broker sends it; ``cid`` names it everywhere.
+
+    The broker stamps ``iat`` with its clock at sending, truncated to the second: by default the
+    test's wall clock now (``NOW`` plus the virtual time, or ``NOW`` outside trio).
+    """
+    if issued_at is None:
+        try:
+            issued_at = NOW + int(trio.current_time())
+        except RuntimeError:  # built outside trio (a parameter list)
+            issued_at = NOW
     claims = _claims(exp=issued_at + broker_timeout_s)
     claims["nats"]["user_nkey"] = _user(cid)
     claims["nats"]["client_info"]["id"] = cid
@@ -508,6 +518,7 @@ async def test_statistics_count_every_outcome(nursery, autojump_clock, caplog):
         await nursery.start(responder.run)
         await lane.wait_published(4)
         assert trio.current_time() == 1.125
+        await trio.sleep(1)  # E's worker, which the keeper's denial cut short, ends at its next step
     assert lane.answers() == [
         ("_INBOX.r.4", TIMEOUT_REASON, 0.625),
         ("_INBOX.r.1", "jwt", 0.625),
@@ -769,3 +780,246 @@ async def test_kept_rows_and_withdrawn_ones_are_noted_so_the_sweep_reads_neither
     assert [a[1] for a in lane.answers()] == ["jwt", NOT_GRANTED]
     assert noted == (bearer_exp, bearer_exp)
     assert reads == []
+
+# -- the broker's deadline (issue 14 item 1) ----------------------------------------------------
+#
+# The wall clock is NOW + virtual time. The broker stamps iat and exp = iat + its timeout and gives
+# up in [exp, exp + 1). A request 1.5 s or more past its iat on arrival is proven late: its deadline
+# is the earlier of receipt + 1.0 and exp - 0.25. Where a test needs a late request with a live
+# broker deadline it is stamped NOW - 2 by a broker with a 3 s timeout (exp NOW + 1: deadline 0.75).
+
+GAVE_UP_REASON = "the broker's authorization timeout passed before the answer (cid {cid})"
+
+
+async def test_a_request_read_after_the_broker_gave_up_costs_provenance_only(nursery, autojump_clock, caplog):
+    """Stamped 3 s before it is read (a paused process, a stalled socket): exp passed a second
+    ago, so the broker has surely given up. It is dropped with its line at provenance, before
+    its bearer: no answer, no ledger read, no row. (A pin: this one was dropped before too.)"""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1, issued_at=NOW - 3))
+        await trio.sleep(2)
+    assert lane.published == [] and lane.ledger_reads == [] and lane.store.events == []
+    assert _lines(caplog) == []
+    assert _dropped(caplog) == [{"space": SPACE, "reason": "request expired before it was read"}]
+    assert lane.responder.statistics().dropped == 1
+
+
+@pytest.mark.parametrize(("arrives", "issued_at"), [(0.875, NOW - 1), (0.0, NOW - 2)], ids=["1.875 s old", "2 s old"])
+async def test_a_request_whose_brokers_budget_is_spent_gets_the_timeout_denial_at_once(
+    nursery, autojump_clock, caplog, arrives, issued_at
+):
+    """Proven late (1.5 s or more past its stamp) and read past exp - 0.25, though our own
+    deadline (receipt + 1.0) is far off, while the broker may still wait (until exp + 1 at the
+    latest): the signed timeout denial goes out at once, ``at=queue``, with no ledger read and
+    no row. (It was minted before.)"""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        await nursery.start(lane.responder.run)
+        await trio.sleep_until(arrives)
+        lane.responder.on_message(_message(1, issued_at=issued_at))
+        await lane.wait_published(1)
+    assert lane.answers() == [("_INBOX.r.1", TIMEOUT_REASON, arrives)]
+    assert lane.ledger_reads == [] and lane.store.events == []
+    [line] = _lines(caplog)
+    assert (line["outcome"], line["at"], line["queue_ms"], line["total_ms"]) == ("timeout", "queue", 0, 0)
+
+
+async def test_a_fresh_request_late_in_its_stamps_second_is_counted_from_receipt(nursery, autojump_clock, caplog):
+    """A broker with a 1 s timeout stamps NOW (exp NOW + 1) and sends at NOW + 0.875: its give-up
+    is at NOW + 1.875, which the stamp cannot tell from NOW + 1. Read at once, the request is
+    within the stamp's second, so its deadline counts from receipt and it is minted; taking exp
+    as the give-up would have refused it (and a quarter of such a broker's fresh connects)."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, ledger_s=0.125)
+        await nursery.start(lane.responder.run)
+        await trio.sleep_until(0.875)
+        lane.responder.on_message(_message(1, issued_at=NOW, broker_timeout_s=1))
+        await lane.wait_published(1)
+    assert lane.answers() == [("_INBOX.r.1", "jwt", 1.0)]
+
+
+async def test_a_row_written_past_the_brokers_deadline_is_withdrawn_and_nothing_minted(nursery, autojump_clock, caplog):
+    """Stamped NOW - 2 (exp NOW + 1), read at 0: the broker's deadline is 0.75, ours 1.0. The
+    issuance row's create lands at 0.875, after it: the timeout denial goes out at 0.75 and the
+    row is withdrawn. (Before, the mint went out at 0.875, inside our own budget but after the
+    broker's.)"""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, store=FakeBucket(latency_s={"create": 0.875}))
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1, issued_at=NOW - 2, broker_timeout_s=3))
+        await lane.wait_published(1)
+        await trio.sleep(3)
+    assert lane.answers() == [("_INBOX.r.1", TIMEOUT_REASON, 0.75)]
+    assert lane.store.held() == {} and lane.rechecks == []
+    [line] = _lines(caplog)
+    assert (line["outcome"], line["at"]) == ("timeout", "ledger")
+
+
+async def test_a_step_that_holds_the_thread_past_the_brokers_timeout_answers_nothing(nursery, autojump_clock, caplog):
+    """Stamped NOW - 2 (exp NOW + 1): the broker gives up by 2.0 at the latest. The ledger read
+    holds the thread until 2.125: no mint and no denial either (nobody waits for it), a dropped
+    line, no row. (It was a timeout denial sent after the broker's timeout before.)"""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, ledger_s=2.125)
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1, issued_at=NOW - 2, broker_timeout_s=3))
+        await trio.sleep(3)
+    assert lane.published == [] and lane.store.events == []
+    assert _lines(caplog) == []
+    assert _dropped(caplog) == [{"space": SPACE, "reason": GAVE_UP_REASON.format(cid=1)}]
+
+
+async def test_the_keeper_answers_a_stuck_request_at_the_brokers_deadline(nursery, autojump_clock, caplog):
+    """Stamped NOW - 2 (exp NOW + 1), read at 0, its ledger read deaf to cancellation until 1.5:
+    the keeper's timeout denial leaves at the broker's deadline, 0.75, not at ours, 1.0."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, stuck_s=1.5)
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1, issued_at=NOW - 2, broker_timeout_s=3))
+        await lane.wait_published(1)
+        await trio.sleep(2)
+    assert lane.answers() == [("_INBOX.r.1", TIMEOUT_REASON, 0.75)]
+    assert lane.store.events == []
+
+
+async def test_a_broker_clock_ahead_of_ours_is_named_once_and_bounded(nursery, autojump_clock, caplog):
+    """Requests stamped 3 s in our future: the skew is named once; deadlines count at most 1 s
+    of it, so they come from receipt here (exp - 0.25 - 1 is 3.75 s away) and both are minted."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        await nursery.start(lane.responder.run)
+        for cid in (1, 2):
+            lane.responder.on_message(_message(cid, issued_at=NOW + 3))
+        await lane.wait_published(2)
+    warnings = [r.getMessage() for r in caplog.records if "stamped" in r.getMessage()]
+    assert warnings == [
+        f"auth callout: space={SPACE} requests arrive stamped 3.0s after this host's clock - the broker's clock "
+        "and this host's differ; deadlines allow for at most 1.0s of it, so synchronise the clocks (NTP)"
+    ]
+    assert [line["outcome"] for line in _lines(caplog)] == ["minted", "minted"]
+
+
+# -- goodput under overload (issue 14 item 2) ----------------------------------------------------
+
+
+async def test_a_queue_the_budget_cannot_drain_sheds_before_anyone_waited(nursery, autojump_clock, caplog):
+    """Each ledger read holds the thread 125 ms: answers leave every 0.125 s while busy (A and B
+    teach it). Half the 1.0 s budget is 4 answers. C..G are queued at once (nobody has waited yet,
+    and the one worker's slot is free, so C takes it): H would get a slot only after 5 answers,
+    0.625 s, and is shed at once instead of queued to time out."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, ledger_s=0.125)
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+        lane.responder.on_message(_message(2))
+        await lane.wait_published(2)
+        assert trio.current_time() == 0.25
+        for cid in (3, 4, 5, 6, 7, 8):
+            lane.responder.on_message(_message(cid))
+        assert lane.answers()[2:] == [("_INBOX.r.8", TIMEOUT_REASON, 0.25)]
+        await lane.wait_published(8)
+    assert [answer for _, answer, _ in lane.answers()] == ["jwt", "jwt", TIMEOUT_REASON, *["jwt"] * 5]
+    shed = [line for line in _lines(caplog) if line["outcome"] == "shed"]
+    assert [(line["cid"], line["waited_ms"], line["ahead"]) for line in shed] == [(8, 0, 5)]
+
+
+# -- requests that are absurd inside (issue 15 item 2) ------------------------------------------
+
+
+def _raw_message(cid: int, claims_text: str | bytes) -> Message:
+    """A request whose claims are ``claims_text`` verbatim, validly signed by the broker's key and
+    sealed to the space's xkey: it passes every check before the JSON parser."""
+    token = signed_with(SERVER, claims_text)
+    return Message(CALLOUT_SUBJECT, f"_INBOX.r.{cid}", SERVER_X.seal(token.encode(), KEYS.xkey.public_key),
+                   {SERVER_XKEY_HEADER: SERVER_X.public_key})
+
+
+ABSURD = {
+    "2,000 deep": '{"nats":' + "[" * 2000 + "]" * 2000 + "}",
+    "100,000 deep, unclosed": '{"nats":' + "[" * 100_000,
+    "a 5,000-digit number": '{"iat":' + "9" * 5000 + "}",
+    "100,000 deep, closed (past the size bound)": '{"nats":' + "[" * 100_000 + "]" * 100_000 + "}",
+}
+
+
+@pytest.mark.parametrize("path", ["worker", "shed", "deadline keeper"])
+async def test_absurd_requests_are_dropped_on_every_path_and_the_next_one_is_answered(
+    nursery, autojump_clock, caplog, path
+):
+    """Each absurd request is decoded by a worker, by the shed path (on_message, while the oldest
+    waited past half the budget) or by the deadline keeper (queued behind a stuck worker until
+    its deadline). Before: RecursionError or ValueError escaped that task and took the lane's
+    nursery down. Now each is a drop with its line and a good request right after is minted."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, waits=[(1.5, True)] if path != "worker" else None)
+        await nursery.start(lane.responder.run)
+        if path != "worker":
+            lane.responder.on_message(_message(100))  # holds the one worker until 1.5
+            await trio.sleep(0)
+        if path == "shed":
+            lane.responder.on_message(_message(101))  # waits in the queue
+            await trio.sleep_until(0.625)
+        for cid, text in enumerate(ABSURD.values(), start=1):
+            lane.responder.on_message(_raw_message(cid, text))
+        await trio.sleep_until(2.0)
+        lane.responder.on_message(_message(9))
+        await trio.sleep(1)
+    assert [r for r, a, _ in lane.answers() if a == "jwt"][-1] == "_INBOX.r.9"
+    assert {reply for reply, _, _ in lane.answers()}.isdisjoint({f"_INBOX.r.{cid}" for cid in (1, 2, 3, 4)})
+    assert [d["reason"] for d in _dropped(caplog)] == [
+        "request is not a valid sealed authorization request: the JWT claims nests deeper than 64",
+        "request is not a valid sealed authorization request: the JWT claims nests deeper than 64",
+        "request is not a valid sealed authorization request: a JWT number has more than 20 digits",
+        "request is larger than 262144 bytes",
+    ]
+
+
+async def test_a_decode_failure_of_any_kind_is_a_drop(nursery, autojump_clock, caplog, monkeypatch):
+    """Whatever a decoder might raise that no bound foresaw (here a MemoryError out of the JSON
+    parser) is still this request's drop with a line, not the lane's end."""
+    real_loads = natsjwt.json.loads
+
+    def loads(text, **kwargs):
+        if '"boom"' in text:
+            raise MemoryError
+        return real_loads(text, **kwargs)
+
+    monkeypatch.setattr(natsjwt.json, "loads", loads)
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_raw_message(1, '{"boom":1}'))
+        lane.responder.on_message(_message(2))
+        await lane.wait_published(1)
+    assert lane.answers() == [("_INBOX.r.2", "jwt", 0.0)]
+    assert _dropped(caplog) == [{"space": SPACE, "reason": "request could not be decoded (MemoryError)"}]
+
+
+async def test_a_backlog_that_expires_together_is_answered_in_one_pass(nursery, autojump_clock, caplog):
+    """A at 0 holds the one worker (deaf to cancellation until 1.5); 200 more arrive at 0, all due
+    at 1.0. A task watching from 1.0 on, once per scheduler pass, sees none or all of the 200
+    denials, never a part: the keeper answers the whole backlog in one pass. (Before, one denial
+    left per pass, so behind a busy thread the last went out long after its deadline.)"""
+    seen: list[int] = []
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, stuck_s=1.5)
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))
+        await trio.sleep(0)
+        for cid in range(2, 202):
+            lane.responder.on_message(_message(cid))
+
+        async def watch() -> None:
+            await trio.sleep_until(1.0)
+            while len(lane.published) < 201:
+                seen.append(len(lane.published))
+                await trio.lowlevel.checkpoint()
+            seen.append(len(lane.published))
+
+        nursery.start_soon(watch)
+        await lane.wait_published(201)
+        assert trio.current_time() == 1.0
+    assert set(seen) <= {0, 201}, sorted(set(seen))
+    assert {answer for _, answer, _ in lane.answers()} == {TIMEOUT_REASON}

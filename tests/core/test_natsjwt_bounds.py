@@ -1,0 +1,82 @@
+"""NATS JWT decoding is bounded before it parses (issue 15 item 2).
+
+JSON nested 2,000 or 100,000 deep used to raise RecursionError out of ``natsjwt.decode``, and a
+5,000-digit number ValueError (Python's int-string limit); both escaped every caller that
+catches CodecError. Every way a token can be wrong is now a CodecError naming what was wrong.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from cotal_trio.core import natsjwt
+from cotal_trio.core.errors import CodecError
+from cotal_trio.core.nkeys import KeyPair, Prefix
+
+SIGNER = KeyPair.from_raw(Prefix.SERVER, bytes([1]) * 32)
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def signed(claims_text: str | bytes, *, header: str | bytes | None = None) -> str:
+    """A compact NATS JWT over any claims text, validly signed by ``SIGNER``."""
+    return signed_with(SIGNER, claims_text, header=header)
+
+
+def signed_with(signer: KeyPair, claims_text: str | bytes, *, header: str | bytes | None = None) -> str:
+    """A compact NATS JWT over any claims text (lone surrogates kept), validly signed by ``signer``."""
+    raw = claims_text.encode("utf-8", "surrogatepass") if isinstance(claims_text, str) else claims_text
+    head = _b64(json.dumps(natsjwt.HEADER).encode()) if header is None else _b64(
+        header.encode() if isinstance(header, str) else header
+    )
+    signing_input = f"{head}.{_b64(raw)}"
+    return f"{signing_input}.{_b64(signer.sign(signing_input.encode()))}"
+
+
+HOSTILE = [
+    ("2,000 deep arrays", '{"a":' + "[" * 2000 + "]" * 2000 + "}", "nests deeper than 64"),
+    ("100,000 deep arrays", '{"a":' + "[" * 100_000 + "]" * 100_000 + "}", "nests deeper than 64"),
+    ("100,000 deep objects", '{"a":' * 100_000 + "1" + "}" * 100_000, "nests deeper than 64"),
+    ("100,000 unclosed", "[" * 100_000, "nests deeper than 64"),
+    ("a 5,000-digit number", '{"iat":' + "9" * 5000 + "}", "more than 20 digits"),
+    ("a 21-digit number", '{"iat":-' + "9" * 20 + "}", "more than 20 digits"),
+    ("NaN", '{"iat":NaN}', "NaN is not JSON"),
+    ("-Infinity", '{"iat":-Infinity}', "-Infinity is not JSON"),
+    ("not UTF-8", b'{"a":"\xff\xfe"}', "claims is not JSON"),
+    ("truncated", '{"a":[1,2', "claims is not JSON"),
+    ("a top-level array", "[1]", "not a JSON object"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "match"), HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_claims_are_a_codec_error_never_another_exception(name, text, match):
+    token = signed(text)
+    with pytest.raises(CodecError, match=match):
+        natsjwt.decode(token)
+    with pytest.raises(CodecError, match=match):
+        natsjwt.verify(token)
+
+
+def test_depth_up_to_the_bound_parses_and_brackets_inside_strings_do_not_count():
+    at_bound = '{"a":' + "[" * 63 + "]" * 63 + "}"  # 64 deep with the object
+    assert natsjwt.decode(signed(at_bound)).claims["a"] == json.loads(at_bound)["a"]
+    with pytest.raises(CodecError, match="nests deeper than 64"):
+        natsjwt.decode(signed('{"a":' + "[" * 64 + "]" * 64 + "}"))
+    in_strings = json.dumps({"a": "[" * 5000, "b": '\\"{' * 100, "c": [[["x"]]]})
+    assert natsjwt.decode(signed(in_strings)).claims == json.loads(in_strings)
+
+
+def test_a_20_character_integer_still_parses():
+    assert natsjwt.decode(signed('{"n":-9223372036854775808}')).claims == {"n": -9223372036854775808}
+
+
+def test_a_deep_header_and_an_oversized_token_are_refused_before_parsing():
+    with pytest.raises(CodecError, match="header nests deeper"):
+        natsjwt.decode(signed("{}", header="[" * 10_000 + "]" * 10_000))
+    with pytest.raises(CodecError, match="at most 1048576 characters"):
+        natsjwt.decode("a" * (natsjwt.MAX_JWT_CHARS + 1))
