@@ -17,18 +17,26 @@ the barrier began is an :class:`~cotal_trio.core.errors.Unavailable` (503, no ou
 The three doors share one ``trio.Lock`` per :func:`routes` call, so an activation's read and
 write never interleave with a retirement of the same space (the full lane is the only writer of
 lifecycle records).
+
+The ledger read blocks on a disk, so it runs in a worker thread of the doors' own
+:class:`~cotal_trio.state.ledger_threads.BlockingCalls` (at most
+:data:`~cotal_trio.http.faces.LEDGER_THREADS` at once, apart from the exchange's) and is
+abandoned at :data:`~cotal_trio.http.faces.LEDGER_READ_S`, as the exchange's read is (issue 15
+item 7): a stalled row file holds its own request and the lock only until then, never the lane's
+trio thread. That read comes before the barrier, so its 503 carries ``"outcome":
+"not-executed"`` (:func:`_fresh_row`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
-from cotal_trio.core.errors import CodecError, RateLimited, RefusalCode, Refused
+from cotal_trio.core.errors import CodecError, RateLimited, RefusalCode, Refused, Unavailable
 from cotal_trio.core.ledger import LedgerKind, LedgerRow, ReadRows
 from cotal_trio.core.lifecycle import (
     NOT_EXECUTED,
@@ -41,11 +49,13 @@ from cotal_trio.core.lifecycle import (
     parse_retire_body,
     retired_answer,
 )
-from cotal_trio.http.errors import Handler, Rejected
+from cotal_trio.http import faces
+from cotal_trio.http.errors import UNAVAILABLE, Handler, Rejected
 from cotal_trio.http.faces import TOO_MANY_REFUSALS
 from cotal_trio.lanes.issuance import RowStore
 from cotal_trio.lanes.lifecycle import LifecycleRecords, activate_lifecycle, read_record, retire_lifecycle
 from cotal_trio.state import SpacePaths
+from cotal_trio.state.ledger_threads import BlockingCalls
 
 __all__ = [
     "INTERACTIVE_RETIRE_PATH",
@@ -70,6 +80,10 @@ Guard = Callable[[], Awaitable[object]]
 raises (``Rejected``/``Refused``)."""
 
 
+def _ledger_threads() -> BlockingCalls:
+    return BlockingCalls(max_threads=faces.LEDGER_THREADS)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LifecycleDoors:
     """The ports of one space's lifecycle doors.
@@ -78,11 +92,13 @@ class LifecycleDoors:
         space: the space name (named in refusals).
         data_account: the space's assigned data account ``A…`` (``SpaceMaterial.data_account``).
         read_ledger: :data:`~cotal_trio.core.ledger.ReadRows`, a fresh read per call; blocking,
-            so the doors call it on a worker thread.
+            so the doors call it only from a worker thread of :attr:`threads`.
         paths: the space's files (the row files a retirement removes).
         records: the records store ``cotal_records_<space>`` (``lanes.records.RecordsStore``).
         issuance: the space's issuance rows ``cotal_auth_<space>`` (``lanes.issuance.issuance_store``).
         clock: wall time, unix seconds (a record's ``at``).
+        threads: the worker threads the ledger reads run in, at most
+            :data:`~cotal_trio.http.faces.LEDGER_THREADS` at once; fresh for each instance.
     """
 
     space: str
@@ -92,18 +108,29 @@ class LifecycleDoors:
     records: LifecycleRecords
     issuance: RowStore
     clock: Callable[[], float]
+    threads: BlockingCalls = field(init=False, repr=False, compare=False, default_factory=_ledger_threads)
 
 
 async def _fresh_row(ctx: LifecycleDoors, target: LifecycleTarget, kind: LedgerKind) -> LedgerRow | None:
-    """The principal's row of ``kind``, read on a worker thread.
+    """Trio: the principal's row of ``kind``, read in a worker thread within
+    ``faces.LEDGER_READ_S`` (read at each call).
 
     Raises:
         Refused: CONFLICT with ``not-executed`` when a row of the principal is corrupt.
+        Rejected: 503 ``{"outcome": "not-executed", "error": UNAVAILABLE}`` with ``Retry-After:
+            5`` when the read did not answer within the bound (nothing was done: the barrier
+            comes after it); :data:`~cotal_trio.http.faces.LEDGER_STALLED` is logged at warning.
     """
+    limit_s = faces.LEDGER_READ_S
+    stalled = faces.LEDGER_STALLED.format(s=limit_s)
     try:
-        interactive, managed = await trio.to_thread.run_sync(ctx.read_ledger, target.owner, target.actor)
+        rows = await ctx.threads.run_within(limit_s, stalled, ctx.read_ledger, target.owner, target.actor)
     except CodecError as corrupt:
         raise corrupt_row_refusal(corrupt) from None
+    except Unavailable as unanswered:
+        LOGGER.warning("auth-service: a dependency is unavailable: %s", unanswered)
+        raise Rejected(503, UNAVAILABLE, {"Retry-After": "5"}, fields=NOT_EXECUTED) from None
+    interactive, managed = rows
     return managed if kind is LedgerKind.MANAGED else interactive
 
 

@@ -11,11 +11,17 @@
 =================================================  ============================================
 
 The decisions are :mod:`cotal_trio.core.enrollment`; this module reads the ledger and the records
-store and answers. The loopback face supplies ``guard``: it runs the transport checks (Origin
-403, media type 415), the capability check (401/429) and reads the JSON body (413, 400), and
-returns the decoded body; these doors never see the capability. Refusals are logged on
-``cotal.http`` and offered to :attr:`ManagerDoors.admit_refusal`, the face's shared refused-request
-window, as the exchange's are; every answer carries ``Cache-Control: no-store``.
+store and answers. The ledger read blocks on a disk (a fresh small file read), so it never runs
+on the trio thread the lane's callout and exchange also run on: each read runs in a worker
+thread of the doors' own :class:`~cotal_trio.state.ledger_threads.BlockingCalls` (at most
+:data:`~cotal_trio.http.faces.LEDGER_THREADS` at once) and is abandoned at
+:data:`~cotal_trio.http.faces.LEDGER_READ_S` with a 503, as the exchange's is (issue 15 item 7).
+
+The loopback face supplies ``guard``: it runs the transport checks (Origin 403, media type 415),
+the capability check (401/429) and reads the JSON body (413, 400), and returns the decoded body;
+these doors never see the capability. Refusals are logged on ``cotal.http`` and offered to
+:attr:`ManagerDoors.admit_refusal`, the face's shared refused-request window, as the exchange's
+are; every answer carries ``Cache-Control: no-store``.
 """
 
 from __future__ import annotations
@@ -47,9 +53,11 @@ from cotal_trio.core.idp import IdpPin, check_password_proof, verify_idp_token
 from cotal_trio.core.jose import IssuerKey
 from cotal_trio.core.ledger import LedgerRow, ReadRows
 from cotal_trio.core.managers import ManagerInstance
+from cotal_trio.http import faces
 from cotal_trio.http.errors import LOGGER, Handler
 from cotal_trio.http.faces import TOO_MANY_REFUSALS
 from cotal_trio.natsio import KeyExists
+from cotal_trio.state.ledger_threads import BlockingCalls
 
 __all__ = ["CONSENT_PATH", "VERIFY_ENROLLMENT_PATH", "ManagerDoors", "RecordsPort", "routes"]
 
@@ -59,6 +67,10 @@ CONSENT_ID_TAKEN = "this consent id is already recorded, so it is not issued twi
 _NO_STORE = {"Cache-Control": "no-store"}
 
 Answer = tuple[dict[str, Any], int, dict[str, str]]
+
+
+def _ledger_threads() -> BlockingCalls:
+    return BlockingCalls(max_threads=faces.LEDGER_THREADS)
 
 
 class RecordsPort(Protocol):
@@ -81,7 +93,8 @@ class ManagerDoors:
 
     Attributes:
         space: the space (the consent's ``aud``; ``iss`` is ``urn:cotal:auth:<space>``).
-        read_ledger: :data:`~cotal_trio.core.ledger.ReadRows`; sync, a fresh read per call.
+        read_ledger: :data:`~cotal_trio.core.ledger.ReadRows`; sync, a fresh read per call,
+            blocking: the doors call it only from a worker thread of :attr:`threads`.
         records: the space's records store (``lanes.records.RecordsStore``; :class:`RecordsPort`).
         issuer_key: the space's active issuer key; signs consents.
         idp_pin: the pinned IdP; ``idp_pin.issuer`` keys owner derivation.
@@ -93,6 +106,10 @@ class ManagerDoors:
             once per refusal, ``True`` while it fits (``SlidingWindow.try_acquire``); once it
             answers ``False`` a refusal is a 429. None: refusals are never throttled here.
         random_bytes: ``n -> n random bytes`` for consent ids (``secrets.token_bytes``).
+        threads: the worker threads the ledger reads run in, at most
+            :data:`~cotal_trio.http.faces.LEDGER_THREADS` at once; fresh for each instance (a
+            ``dataclasses.replace`` copy gets its own). Apart from the exchange's, so stalled
+            door reads never take the exchange's slots.
     """
 
     space: str
@@ -106,6 +123,7 @@ class ManagerDoors:
     tool_result_consent: bool = False
     admit_refusal: Callable[[float], bool] | None = None
     random_bytes: Callable[[int], bytes] = secrets.token_bytes
+    threads: BlockingCalls = field(init=False, repr=False, compare=False, default_factory=_ledger_threads)
 
     def refused(self, refusal: Refused, what: str) -> Refused:
         """Log ``refusal`` and return what to answer: itself, or 429 once the window is full."""
@@ -115,10 +133,19 @@ class ManagerDoors:
         return Refused(RefusalCode.RATE_LIMITED, TOO_MANY_REFUSALS)
 
 
-def _read_rows(ctx: ManagerDoors, owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
-    """The principal's fresh rows; a corrupt row is a refusal naming it (never a 500)."""
+async def _read_rows(ctx: ManagerDoors, owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
+    """Trio: the principal's fresh rows, read in a worker thread within ``faces.LEDGER_READ_S``
+    (read at each call); a corrupt row is a refusal naming it (never a 500).
+
+    Raises:
+        Refused: NOT_GRANTED naming the corrupt row.
+        Unavailable: :data:`~cotal_trio.http.faces.LEDGER_STALLED`, no answer within the bound
+            (503; the edge logs the sentence at warning, no traceback).
+    """
+    limit_s = faces.LEDGER_READ_S
+    stalled = faces.LEDGER_STALLED.format(s=limit_s)
     try:
-        return ctx.read_ledger(owner, actor)
+        return await ctx.threads.run_within(limit_s, stalled, ctx.read_ledger, owner, actor)
     except CodecError as corrupt:
         raise Refused(RefusalCode.NOT_GRANTED, str(corrupt)) from None
 
@@ -126,7 +153,7 @@ def _read_rows(ctx: ManagerDoors, owner: str, actor: str) -> tuple[LedgerRow | N
 async def verify_enrollment(ctx: ManagerDoors, body: object) -> Answer:
     """Answer one verify-enrollment body (spec "Host-only routes"; ``core.enrollment``).
 
-    A checkpoint (reads the records store). Writes nothing.
+    A checkpoint (reads the ledger in a worker thread, then the records store). Writes nothing.
 
     Returns:
         ``(200 body of decide_enrollment, 200, {"Cache-Control": "no-store"})``.
@@ -135,11 +162,12 @@ async def verify_enrollment(ctx: ManagerDoors, body: object) -> Answer:
         Refused: 400 bad body or kind; 401 no ledger row; 403 no ``supervise``; 412 not
             registered; 409 another actor's instance or a stale serve epoch; 429 once the
             face's window is full.
-        Unavailable: the records store did not answer (503).
+        Unavailable: the records store, or the ledger within ``faces.LEDGER_READ_S``, did not
+            answer (503).
     """
     try:
         request = parse_enrollment_body(body)
-        interactive, managed = _read_rows(ctx, request.owner, request.actor)
+        interactive, managed = await _read_rows(ctx, request.owner, request.actor)
         instance = await ctx.records.get_manager(request.owner, request.instance_id)
         answer = decide_enrollment(request, interactive=interactive, managed=managed, instance=instance)
     except Refused as refusal:
@@ -147,12 +175,13 @@ async def verify_enrollment(ctx: ManagerDoors, body: object) -> Answer:
     return answer, 200, dict(_NO_STORE)
 
 
-def _consenting_owner(ctx: ManagerDoors, request: ConsentRequest, now: float) -> str:
-    """The owner of a fresh password proof who holds an interactive row for ``request.actor``."""
+async def _consenting_owner(ctx: ManagerDoors, request: ConsentRequest, now: float) -> str:
+    """Trio: the owner of a fresh password proof who holds an interactive row for
+    ``request.actor`` (the proof is checked before any ledger read)."""
     identity = verify_idp_token(request.idp_token, pin=ctx.idp_pin, keys=ctx.idp_keys(), now=now)
     check_password_proof(identity, subject=request.subject, now=now)
     owner = derive_owner(ctx.owner_secret, ctx.idp_pin.issuer, identity.sub)
-    interactive, _managed = _read_rows(ctx, owner, request.actor)
+    interactive, _managed = await _read_rows(ctx, owner, request.actor)
     authorize_consent(owner, request.actor, interactive)
     return owner
 
@@ -180,11 +209,12 @@ async def issue_consent(ctx: ManagerDoors, body: object) -> Answer:
     Raises:
         Refused: 400 bad body; 401 no fresh password proof for ``subject`` or no interactive row
             for ``actor``; 409 the consent id is already recorded; 429 once the window is full.
-        Unavailable: the records store did not answer (503); nothing was issued.
+        Unavailable: the records store, or the ledger within ``faces.LEDGER_READ_S``, did not
+            answer (503); nothing was issued.
     """
     try:
         request = parse_consent_body(body)
-        owner = _consenting_owner(ctx, request, ctx.clock())
+        owner = await _consenting_owner(ctx, request, ctx.clock())
     except Refused as refusal:
         raise ctx.refused(refusal, "a tool-result consent") from None
     consent_id = new_consent_id(ctx.random_bytes(CONSENT_ID_RANDOM_BYTES))

@@ -1,7 +1,8 @@
 """The ledger reader from trio: each blocking read in a worker thread (issue 15 item 7).
 
 Everything else in :mod:`cotal_trio.state` blocks; this is the one trio-side adapter, shared by
-the callout (``lanes/callout.py``) and the exchange faces (``http/faces.py``), so a stalled disk
+the callout (``lanes/callout.py``), the exchange faces (``http/faces.py``) and the host doors
+(``http/manager_doors.py``, ``http/lifecycle_doors.py``), so a stalled disk
 holds the one request that reads it, never the trio thread a lane's callout and faces share.
 It lives here, below both ``lanes`` and ``http``, so both can import it (docs/architecture.md).
 """
@@ -13,6 +14,7 @@ from typing import TypeVar
 
 import trio
 
+from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.ledger import LedgerRow, ReadRows
 
 __all__ = ["BlockingCalls", "ReadLedger", "read_in_threads"]
@@ -48,6 +50,20 @@ class BlockingCalls:
     async def run(self, call: Callable[..., T], *args: object) -> T:
         """Trio: ``call(*args)`` in a worker thread; its result, or what it raised."""
         return await trio.to_thread.run_sync(call, *args, limiter=self._limiter, abandon_on_cancel=True)
+
+    async def run_within(self, limit_s: float, stalled: str, call: Callable[..., T], *args: object) -> T:
+        """Trio: :meth:`run`, waiting at most ``limit_s`` seconds (for a slot and the call).
+
+        Past ``limit_s`` the call is abandoned as a cancelled :meth:`run` is (it finishes in its
+        thread, its result dropped), so its caller answers at the bound, never later.
+
+        Raises:
+            Unavailable: ``stalled`` (the sentence naming what did not answer), at ``limit_s``.
+            Exception: what ``call`` raised.
+        """
+        with trio.move_on_after(limit_s):
+            return await self.run(call, *args)
+        raise Unavailable(stalled)
 
 
 def read_in_threads(read: ReadRows, *, max_threads: int) -> ReadLedger:

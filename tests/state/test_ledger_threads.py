@@ -7,7 +7,7 @@ import threading
 import pytest
 import trio
 
-from cotal_trio.core.errors import CodecError
+from cotal_trio.core.errors import CodecError, Unavailable
 from cotal_trio.state.ledger_threads import BlockingCalls, read_in_threads
 
 CEILING_S = 10
@@ -50,3 +50,26 @@ async def test_a_stalled_call_is_abandoned_at_its_deadline_and_holds_only_its_sl
         assert full.cancelled_caught
         released.set()
         assert await calls.run(lambda: "after release") == "after release"
+
+
+async def test_run_within_answers_the_stalled_sentence_at_its_bound_and_passes_errors_on():
+    """The host doors' bounded wait (http/manager_doors.py, http/lifecycle_doors.py)."""
+    released = threading.Event()
+    calls = BlockingCalls(max_threads=1)
+    try:
+        with trio.fail_after(CEILING_S):
+            with pytest.raises(Unavailable, match="^the ledger did not answer$"):
+                await calls.run_within(0.2, "the ledger did not answer", released.wait, CEILING_S)
+            assert not released.is_set()  # abandoned at the bound, the thread still blocked
+            with pytest.raises(Unavailable, match="no slot"):  # the one slot is held: waiting for it is bounded too
+                await calls.run_within(0.2, "no slot", lambda: "never")
+            released.set()
+            with pytest.raises(CodecError, match="corrupt"):
+                await calls.run_within(CEILING_S, "-", _corrupt)
+            assert await calls.run_within(CEILING_S, "-", lambda: "answered") == "answered"
+    finally:
+        released.set()
+
+
+def _corrupt() -> None:
+    raise CodecError("ledger row u_x.cli is corrupt")
