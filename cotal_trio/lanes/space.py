@@ -5,8 +5,12 @@ returns a :class:`LaneInfo` once the lane is ready, which is exactly when its re
 the 0600 ``auth-service.json`` ``{ver, url, pid, cap}`` (plus ``publicUrl`` with a public face),
 has been written: after the callout subscription is flushed and every listener is bound (spec
 "Exclusive ownership"; DESIGN.md 7).
-Cancelling the lane's scope tears down exactly this space: the subscription and connection
-close in natsio's shielded ``finally``, the listener closes, and the file is removed.
+Cancelling the lane's scope tears down exactly this space, in two steps once it serves (issue
+15 item 8; :mod:`cotal_trio.lanes.stopping`): first the drain, bounded by ``DRAIN_S`` - the
+readiness file is removed, the listeners stop (new connects refused) while their in-flight
+exchanges finish, the callout subscription is drained, and every admitted callout is answered
+and flushed; then the cancel - the subscription and connection close in natsio's shielded
+``finally``. A lane cancelled while it starts stops at once.
 
 A full lane (not ``callout_only``) also holds its space's plane claim (DESIGN.md section 8) over
 a data-account service-user connection: the keeper starts before the callout subscription, so a
@@ -41,12 +45,14 @@ from typing import NoReturn
 
 import trio
 from nacl.signing import VerifyKey
+from quart_trio import QuartTrio
 
 from ..core.admission import CalloutLimits
 from ..core.bearer import BearerVerifier
 from ..core.callout import CalloutKeys
 from ..core.errors import ConfigError, Unavailable
 from ..core.jose import BearerKeySet
+from ..core.ledger import ReadRows
 from ..core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimiter, ConnectLimits, Limited
 from ..core.manifest import SpaceEntry
 from ..core.plane import Lease, plane_bucket
@@ -60,7 +66,7 @@ from ..http.manager_doors import ManagerDoors
 from ..http.manager_doors import routes as manager_routes
 from ..http.public import build_public_app
 from ..http.serve import serve_app
-from ..natsio import Connection, open_connection, open_loop
+from ..natsio import Connection, Subscription, open_connection, open_loop
 from ..state import (
     IssuerKeys,
     LedgerReader,
@@ -95,6 +101,7 @@ from .service_endpoints import (
     open_store_user,
     refuse_if_admitted,
 )
+from .stopping import graceful_stop
 from .streams import Provisioner, ensure_space_streams
 from .views import view_confirmer
 
@@ -168,6 +175,9 @@ class LaneConfig:
         events: the host process's event bus (issue 7 item 1): the lane publishes each callout
             answer and each exchange answer on it, and its loopback face streams it on
             ``/events``; None: no events, no ``/events``.
+        wrap_ledger: wraps the lane's blocking ledger read (``ReadRows -> ReadRows``), the one
+            its callout runs in worker threads: a fault to inject (a stalled or failing disk, in
+            tests); None: the read as it is.
 
     Raises:
         ConfigError: ``service_endpoints``, a public face or connect limits other than the
@@ -192,6 +202,7 @@ class LaneConfig:
     holder: str | None = None
     tool_result_consent: bool = False
     events: EventBus | None = None
+    wrap_ledger: Callable[[ReadRows], ReadRows] | None = None
 
     def __post_init__(self) -> None:
         if self.callout_only and self.public is not None:
@@ -278,12 +289,13 @@ async def run_lane(
     name = f"cotal:auth-service:{config.space}"
     ledger, row_expiries = LedgerReader(config.paths), RowExpiries()
     connect = open_connection(config.server_url, creds=creds, name=name, reconnect=config.reconnect)
-    async with open_loop(), connect as conn, _open_store(config, material) as store_conn:
+    async with graceful_stop() as stop, open_loop(), connect as conn, _open_store(config, material) as store_conn:
         records = RecordsStore(store_conn, config.space)
         if exchange is not None:
             provision = Provisioner(store_conn, config.space)
             exchange = dataclasses.replace(exchange, records=records, provision=provision.principal)
-        read_ledger = read_in_threads(ledger, max_threads=config.limits.max_in_flight)
+        blocking: ReadRows = ledger if config.wrap_ledger is None else config.wrap_ledger(ledger)
+        read_ledger = read_in_threads(blocking, max_threads=config.limits.max_in_flight)
         responder = CalloutResponder(
             keys=keys,
             verifier=verifier,
@@ -300,6 +312,7 @@ async def run_lane(
             issue_authority=ConnectAuthority(IssuedStores(store_conn, config.space), read_ledger=read_ledger),  # issue 6 item 6
         )
         metrics.watch(responder.statistics, limits=limiter.statistics)
+        faces = _Faces()
         async with trio.open_nursery() as nursery:
             if config.callout_only:
                 # Spec "Callout replicas": a replica cannot issue a service-endpoint connection,
@@ -308,7 +321,7 @@ async def run_lane(
             else:
                 await _hold_space(nursery, config, store_conn, row_expiries)
             await nursery.start(responder.run)
-            await conn.subscribe(CALLOUT_SUBJECT, queue=CALLOUT_QUEUE_GROUP, on_message=responder.on_message)
+            subscription = await conn.subscribe(CALLOUT_SUBJECT, queue=CALLOUT_QUEUE_GROUP, on_message=responder.on_message)
             await conn.flush()
             try:
                 # Every listener is bound before the readiness file is written: it is the signal
@@ -317,16 +330,66 @@ async def run_lane(
                 if exchange is not None and config.public is not None:
                     public = dataclasses.replace(exchange, metrics=exchange_hook(
                         metrics.exchange_answered, config.events, space=config.space, face="public"))
-                    public_url = await _open_public_face(nursery, config, config.public, public, material)
+                    public_url = await _open_public_face(nursery, config, config.public, public, material, faces)
                 url = None
                 if exchange is not None:
                     doors = _door_tables(config, exchange, material, records, store_conn)
-                    url = await _open_face(nursery, config, exchange, metrics, public_url, doors)
+                    url = await _open_face(nursery, config, exchange, metrics, public_url, doors, faces)
+                stop.serving()
                 task_status.started(LaneInfo(space=config.space, url=url))
-                await _until_lost(config.space, callout=conn, store=store_conn)
+                await _until_lost(config.space, stop.requested, callout=conn, store=store_conn)
+                if exchange is not None:  # no client finds a stopping lane's face any more
+                    _remove_readiness(config, exchange.capability)
+                await _drain(config.space, subscription, responder, conn, faces)
+                stop.done()
             finally:
                 if exchange is not None:
                     _remove_readiness(config, exchange.capability)
+    raise AssertionError("unreachable: the drain ends in the lane's cancel")  # pragma: no cover
+
+
+class _Faces:
+    """A lane's exchange listeners, for its drain: one event stops them all, each reports its end."""
+
+    def __init__(self) -> None:
+        self.stopping = trio.Event()
+        self.ended: list[trio.Event] = []
+
+    async def serve(
+        self, app: QuartTrio, *, port: int, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """:func:`serve_app` until cancelled, or until :attr:`stopping` and its requests finished."""
+        ended = trio.Event()
+        self.ended.append(ended)
+        try:
+            await serve_app(app, port=port, shutdown_trigger=self.stopping.wait, task_status=task_status)
+        finally:
+            ended.set()
+
+
+async def _drain(
+    space: str, subscription: Subscription, responder: CalloutResponder, conn: Connection, faces: _Faces
+) -> None:
+    """A stopping lane: take no new request, let the in-flight ones answer (issue 15 item 8).
+
+    The exchange listeners stop at once and their in-flight requests finish (hypercorn's
+    graceful shutdown); the callout subscription is drained (requests already delivered are
+    still answered, new ones go to the queue group's other members, or wait for the next
+    start); then every admitted callout is answered and the answers flushed to the broker.
+    The caller's :func:`~cotal_trio.lanes.stopping.graceful_stop` bounds all of it to
+    ``DRAIN_S``; what is still running then is cancelled.
+    """
+    started = trio.current_time()
+    faces.stopping.set()
+    try:
+        await subscription.drain()
+        await responder.drained()
+        await conn.flush()  # the answers are on the broker before the connection closes
+    except Unavailable as exc:  # the broker went while we drained: nothing more to deliver
+        log.warning("space %s: stopping without draining the callout: %s", space, exc)
+    for ended in faces.ended:
+        await ended.wait()
+    log.info("space %s: lane drained in %.3f s", space, trio.current_time() - started)
 
 
 def _store_permissions(space: str) -> Permissions:
@@ -416,22 +479,32 @@ async def _hold_space(
     _scrub_readiness(config)
 
 
-async def _until_lost(space: str, **conns: Connection) -> NoReturn:
-    """Trio: wait until one of the lane's connections closes for good; raise naming it.
+async def _until_lost(space: str, stopping: trio.Event, **conns: Connection) -> None:
+    """Trio: wait until ``stopping`` is set (return) or one of the lane's connections closes
+    for good (raise naming it).
 
     One error however many close at once (the broker going takes them all), so a single-space
     process reports one sentence; ``conns`` order decides which is named then.
 
     Raises:
-        Unavailable: always, once a connection in ``conns`` (``name=connection``) has closed.
+        Unavailable: once a connection in ``conns`` (``name=connection``) has closed.
     """
     async with trio.open_nursery() as watchers:
         for conn in conns.values():
             watchers.start_soon(_cancel_when_closed, conn, watchers.cancel_scope)
-    name, lost = next((name, conn) for name, conn in conns.items() if conn.closed.is_set())
+        watchers.start_soon(_cancel_when_set, stopping, watchers.cancel_scope)
+    lost = [(name, conn) for name, conn in conns.items() if conn.closed.is_set()]
+    if not lost:
+        return
+    name, conn = lost[0]
     raise Unavailable(
-        f"space {space}: the broker closed the {name} connection ({lost.last_error or 'no reason given'})"
+        f"space {space}: the broker closed the {name} connection ({conn.last_error or 'no reason given'})"
     )
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 async def _cancel_when_closed(conn: Connection, scope: trio.CancelScope) -> None:
@@ -467,11 +540,11 @@ def _remove_readiness(config: LaneConfig, capability: str) -> None:
 
 async def _open_face(
     nursery: trio.Nursery, config: LaneConfig, ctx: ExchangeContext, metrics: LaneMetrics, public_url: str | None,
-    doors: tuple[DoorTable, ...],
+    doors: tuple[DoorTable, ...], faces: _Faces,
 ) -> str:
     """Serve the loopback face, then write the readiness file ``{ver, url, pid, cap[, publicUrl]}``."""
     app = build_loopback_app(ctx, metrics=metrics.exposition, doors=doors, events=config.events)
-    port = await nursery.start(functools.partial(serve_app, app, port=config.http_port))
+    port = await nursery.start(functools.partial(faces.serve, app, port=config.http_port))
     url = f"http://127.0.0.1:{port}"
     record: dict[str, object] = {"ver": 1, "url": url, "pid": os.getpid(), "cap": ctx.capability}
     if public_url is not None:
@@ -482,6 +555,7 @@ async def _open_face(
 
 async def _open_public_face(
     nursery: trio.Nursery, config: LaneConfig, face: PublicFace, ctx: ExchangeContext, material: SpaceMaterial,
+    faces: _Faces,
 ) -> str:
     """Serve the public face on 127.0.0.1:``face.port`` in ``nursery`` (checkpoint); its URL.
 
@@ -503,6 +577,6 @@ async def _open_public_face(
         server_url=config.server_url, idp_url=idp_url, sentinel_creds=material.sentinel_creds,
         trusted_proxy=face.trusted_proxy,
     )
-    await nursery.start(functools.partial(serve_app, app, port=face.port))
+    await nursery.start(functools.partial(faces.serve, app, port=face.port))
     log.info("space %s: public exchange face on 127.0.0.1:%d (%s)", config.space, face.port, face.url or "no public URL")
     return public_url
