@@ -8,6 +8,7 @@ never imports the HTTP stack. Commands parse flags, build a config and call the 
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 
@@ -78,11 +79,15 @@ def main(argv: list[str] | None = None) -> int:
 
 # Errors that are the operator's or a dependency's to fix: one sentence, exit 1, no traceback.
 _EXPECTED = (ConfigError, Unavailable, Refused, OSError)
+# A full disk or quota: the fix is space, not permissions.
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def _sentence(exc: BaseException) -> str:
     if isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
         where = f" ({exc.filename})" if exc.filename else ""
+        if exc.errno in _FULL:
+            return f"{exc.strerror or exc}{where} - free space on that file system, then try again"
         return f"{exc.strerror or exc}{where} - check that path and its permissions"
     return str(exc)
 
