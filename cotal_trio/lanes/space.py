@@ -50,6 +50,7 @@ from quart_trio import QuartTrio
 from ..core.admission import CalloutLimits
 from ..core.bearer import BearerVerifier
 from ..core.callout import CalloutKeys
+from ..core.callout_log import CalloutRecord
 from ..core.errors import ConfigError, Unavailable
 from ..core.jose import BearerKeySet
 from ..core.ledger import ReadRows
@@ -101,6 +102,7 @@ from .service_endpoints import (
     open_store_user,
     refuse_if_admitted,
 )
+from .health import LaneHealth
 from .stopping import graceful_stop
 from .streams import Provisioner, ensure_space_streams
 from .views import view_confirmer
@@ -296,6 +298,8 @@ async def run_lane(
             exchange = dataclasses.replace(exchange, records=records, provision=provision.principal)
         blocking: ReadRows = ledger if config.wrap_ledger is None else config.wrap_ledger(ledger)
         read_ledger = read_in_threads(blocking, max_threads=config.limits.max_in_flight)
+        health = LaneHealth(config.space, read_ledger=read_ledger, store=store_conn, budget_s=config.limits.budget_s)
+        answered = callout_hook(metrics.callout_answered, config.events)  # metrics, then the event (issue 7)
         responder = CalloutResponder(
             keys=keys,
             verifier=verifier,
@@ -307,7 +311,7 @@ async def run_lane(
             publish=conn.publish_nowait,
             store=issuance_store(store_conn, config.space),
             connect_limits=limiter,
-            on_answer=callout_hook(metrics.callout_answered, config.events),  # metrics, then the event (issue 7)
+            on_answer=functools.partial(_answered, answered, health),
             confirm_view=view_confirmer(records),
             issue_authority=ConnectAuthority(IssuedStores(store_conn, config.space), read_ledger=read_ledger),  # issue 6 item 6
         )
@@ -320,6 +324,8 @@ async def run_lane(
                 await refuse_if_admitted(store_conn, config.space)
             else:
                 await _hold_space(nursery, config, store_conn, row_expiries)
+            await health.check()  # a lane that cannot answer does not start serving (issue 15 item 11)
+            nursery.start_soon(health.run)
             await nursery.start(responder.run)
             subscription = await conn.subscribe(CALLOUT_SUBJECT, queue=CALLOUT_QUEUE_GROUP, on_message=responder.on_message)
             await conn.flush()
@@ -346,6 +352,12 @@ async def run_lane(
                 if exchange is not None:
                     _remove_readiness(config, exchange.capability)
     raise AssertionError("unreachable: the drain ends in the lane's cancel")  # pragma: no cover
+
+
+def _answered(hook: Callable[[CalloutRecord], None], health: LaneHealth, record: CalloutRecord) -> None:
+    """The responder's answer hook: metrics and the event, then the lane's health."""
+    hook(record)
+    health.answered(record)
 
 
 class _Faces:
