@@ -8,7 +8,6 @@ never imports the HTTP stack. Commands parse flags, build a config and call the 
 
 from __future__ import annotations
 
-import errno
 import logging
 import sys
 
@@ -79,14 +78,14 @@ def main(argv: list[str] | None = None) -> int:
 
 # Errors that are the operator's or a dependency's to fix: one sentence, exit 1, no traceback.
 _EXPECTED = (ConfigError, Unavailable, Refused, OSError)
-# A full disk or quota: the fix is space, not permissions.
-_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def _sentence(exc: BaseException) -> str:
+    from ..state.files import FULL_DISK_ERRNOS  # here, not at the top: main's imports stay lean
+
     if isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
         where = f" ({exc.filename})" if exc.filename else ""
-        if exc.errno in _FULL:
+        if exc.errno in FULL_DISK_ERRNOS:  # the fix is space, not permissions
             return f"{exc.strerror or exc}{where} - free space on that file system, then try again"
         return f"{exc.strerror or exc}{where} - check that path and its permissions"
     return str(exc)

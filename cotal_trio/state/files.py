@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from cotal_trio.core.errors import ConfigError
 
 __all__ = [
+    "FULL_DISK_ERRNOS",
     "Fields",
     "atomic_create",
     "atomic_write",
@@ -47,6 +48,8 @@ SECRET_MODE = 0o600
 FOLDER_MODE = 0o700
 # Temporary files are hidden and carry this suffix; folder scans skip them.
 TEMP_SUFFIX = ".tmp"
+# A write refused for want of space: the file system is full, or the writer's quota is.
+FULL_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def corrupt(path: Path | str, why: str) -> ConfigError:
