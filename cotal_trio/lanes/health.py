@@ -49,6 +49,10 @@ class LaneUnhealthy(Unavailable):
 class LaneHealth:
     """One lane start's self-probe (module docstring).
 
+    Attributes:
+        reason: why the last probe failed (a sentence), None while it passed; the faces'
+            ``GET /health`` answers 503 with it (``lanes.space``).
+
     Args:
         space: the lane's space, for the reason's sentence.
         read_ledger: the lane's ledger port (the callout's own).
@@ -59,6 +63,7 @@ class LaneHealth:
     def __init__(self, space: str, *, read_ledger: ReadLedger, store: Connection, budget_s: float) -> None:
         self._space, self._read_ledger, self._store, self._budget_s = space, read_ledger, store, budget_s
         self._suspect = trio.Event()
+        self.reason: str | None = None  # why the last probe failed; None while it passed
 
     def answered(self, record: CalloutRecord) -> None:
         """Sync, from the callout's answer hook: a connect that timed out at the ledger step
@@ -90,7 +95,7 @@ class LaneHealth:
         Raises:
             LaneUnhealthy: the probe failed (the lane's start fails and the host retries it).
         """
-        reason = await self.probe()
+        reason = self.reason = await self.probe()
         if reason is not None:
             raise LaneUnhealthy(f"space {self._space}: the lane cannot answer connects - {reason}")
 
@@ -105,7 +110,7 @@ class LaneHealth:
             with trio.move_on_after(PROBE_RETRY_S if failures else PROBE_EVERY_S):
                 await self._suspect.wait()
             self._suspect = trio.Event()
-            reason = await self.probe()
+            reason = self.reason = await self.probe()
             failures = 0 if reason is None else failures + 1
             if reason is not None and failures >= PROBE_FAILURES:
                 raise LaneUnhealthy(

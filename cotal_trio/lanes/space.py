@@ -45,10 +45,11 @@ from typing import NoReturn
 
 import trio
 from nacl.signing import VerifyKey
+from quart import request
 from quart_trio import QuartTrio
 
 from ..core.admission import CalloutLimits
-from ..core.bearer import BearerVerifier
+from ..core.bearer import BearerVerifier, space_issuer
 from ..core.callout import CalloutKeys
 from ..core.callout_log import CalloutRecord
 from ..core.errors import ConfigError, Unavailable
@@ -336,11 +337,11 @@ async def run_lane(
                 if exchange is not None and config.public is not None:
                     public = dataclasses.replace(exchange, metrics=exchange_hook(
                         metrics.exchange_answered, config.events, space=config.space, face="public"))
-                    public_url = await _open_public_face(nursery, config, config.public, public, material, faces)
+                    public_url = await _open_public_face(nursery, config, config.public, public, material, faces, health)
                 url = None
                 if exchange is not None:
                     doors = _door_tables(config, exchange, material, records, store_conn)
-                    url = await _open_face(nursery, config, exchange, metrics, public_url, doors, faces)
+                    url = await _open_face(nursery, config, exchange, metrics, public_url, doors, faces, health)
                 stop.serving()
                 task_status.started(LaneInfo(space=config.space, url=url))
                 await _until_lost(config.space, stop.requested, callout=conn, store=store_conn)
@@ -358,6 +359,19 @@ def _answered(hook: Callable[[CalloutRecord], None], health: LaneHealth, record:
     """The responder's answer hook: metrics and the event, then the lane's health."""
     hook(record)
     health.answered(record)
+
+
+def answer_health(app: QuartTrio, health: LaneHealth, space: str) -> None:
+    """Make ``GET /health`` of a face say why while the lane's last probe failed: 503
+    ``{"ok": false, "issuer", "reason"}`` (issue 15 item 11); the face's own answer otherwise."""
+
+    async def unhealthy() -> tuple[dict[str, object], int] | None:
+        reason = health.reason
+        if reason is None or request.method != "GET" or request.scope["path"] != "/health":
+            return None
+        return {"ok": False, "issuer": space_issuer(space), "reason": reason}, 503
+
+    app.before_request(unhealthy)
 
 
 class _Faces:
@@ -552,10 +566,11 @@ def _remove_readiness(config: LaneConfig, capability: str) -> None:
 
 async def _open_face(
     nursery: trio.Nursery, config: LaneConfig, ctx: ExchangeContext, metrics: LaneMetrics, public_url: str | None,
-    doors: tuple[DoorTable, ...], faces: _Faces,
+    doors: tuple[DoorTable, ...], faces: _Faces, health: LaneHealth,
 ) -> str:
     """Serve the loopback face, then write the readiness file ``{ver, url, pid, cap[, publicUrl]}``."""
     app = build_loopback_app(ctx, metrics=metrics.exposition, doors=doors, events=config.events)
+    answer_health(app, health, config.space)
     port = await nursery.start(functools.partial(faces.serve, app, port=config.http_port))
     url = f"http://127.0.0.1:{port}"
     record: dict[str, object] = {"ver": 1, "url": url, "pid": os.getpid(), "cap": ctx.capability}
@@ -567,7 +582,7 @@ async def _open_face(
 
 async def _open_public_face(
     nursery: trio.Nursery, config: LaneConfig, face: PublicFace, ctx: ExchangeContext, material: SpaceMaterial,
-    faces: _Faces,
+    faces: _Faces, health: LaneHealth,
 ) -> str:
     """Serve the public face on 127.0.0.1:``face.port`` in ``nursery`` (checkpoint); its URL.
 
@@ -589,6 +604,7 @@ async def _open_public_face(
         server_url=config.server_url, idp_url=idp_url, sentinel_creds=material.sentinel_creds,
         trusted_proxy=face.trusted_proxy,
     )
+    answer_health(app, health, config.space)
     await nursery.start(functools.partial(faces.serve, app, port=face.port))
     log.info("space %s: public exchange face on 127.0.0.1:%d (%s)", config.space, face.port, face.url or "no public URL")
     return public_url
