@@ -162,11 +162,12 @@ def _service(paths: RootPaths, space: str) -> ServiceRecord | None:
 
 def _up_alive(paths: RootPaths) -> bool:
     """True when ``<root>/up.lock`` names a live process (``cotal up`` holds it while it runs)."""
+    lock = paths.root / LOCK_NAME
     try:
-        pid = int((paths.root / LOCK_NAME).read_text().strip() or 0)
+        pid, written = int(lock.read_text().strip() or 0), lock.stat().st_mtime
     except (OSError, ValueError):
         return False
-    return pid > 0 and pid_alive(pid)
+    return pid > 0 and pid_alive(pid, since=written)  # a pid reused since is not cotal up
 
 
 def _space_status(

@@ -544,10 +544,11 @@ def _scrub_readiness(config: LaneConfig) -> None:
     if not path.exists():
         return
     try:
-        pid = int(read_json(path).get("pid", 0))
-    except (ConfigError, TypeError, ValueError):
-        pid = 0
-    if pid and pid != os.getpid() and pid_alive(pid):
+        pid, written = int(read_json(path).get("pid", 0)), path.stat().st_mtime
+    except (ConfigError, OSError, TypeError, ValueError):
+        pid, written = 0, None
+    # A pid reused since the file was written (after a SIGKILL and a reboot) is not its writer.
+    if pid and pid != os.getpid() and pid_alive(pid, since=written):
         raise ConfigError(
             f"space {config.space} is already served by pid {pid} ({path}) - stop that auth service first"
         )
