@@ -9,8 +9,9 @@ runs before it subscribes, so the lane is ``serving`` again exactly once the cau
 
 The probe is what a connect does at its ledger step, minus the principal: one ledger read
 through the lane's own port (:func:`~cotal_trio.lanes.callout.read_in_threads`, so threads held
-by stalled reads count) of a principal no one holds, then a ping on the store connection, each
-bounded by the callout's deadline budget (slower than that, every connect would time out). It
+by stalled reads count) of a principal no one holds, then a read of an issuance row no one
+holds from the auth bucket (the store the connect writes its row to, over the same connection),
+each bounded by the callout's deadline budget (slower than that, every connect would time out). It
 runs every ``PROBE_EVERY_S``, at once when a connect timed out at the ledger step, and again
 ``PROBE_RETRY_S`` after a failure; ``PROBE_FAILURES`` failures in a row end the lane.
 """
@@ -23,8 +24,8 @@ import trio
 
 from ..core.callout_log import CalloutRecord, Outcome, Step
 from ..core.errors import AuthServiceError, Unavailable
-from ..natsio import Connection
 from .callout import ReadLedger
+from .issuance import BucketMissing, RowStore
 
 __all__ = ["PROBE_EVERY_S", "PROBE_FAILURES", "PROBE_RETRY_S", "LaneHealth", "LaneUnhealthy"]
 
@@ -40,6 +41,8 @@ PROBE_FAILURES = 3
 # are two missing files, so the probe costs two `stat` calls and reads nobody's row.
 PROBE_OWNER = "u_" + "a" * 26
 PROBE_ACTOR = "cotal_probe"
+# An issuance row key no connect writes (theirs are `natkey.<user nkey>`, an `U...` nkey).
+PROBE_ROW = "natkey.cotal_probe"
 
 
 class LaneUnhealthy(Unavailable):
@@ -56,11 +59,11 @@ class LaneHealth:
     Args:
         space: the lane's space, for the reason's sentence.
         read_ledger: the lane's ledger port (the callout's own).
-        store: the lane's store connection (pinged).
+        store: the lane's issuance store (``issuance_store`` over its store connection).
         budget_s: each probe step's bound in seconds: the callout's deadline budget.
     """
 
-    def __init__(self, space: str, *, read_ledger: ReadLedger, store: Connection, budget_s: float) -> None:
+    def __init__(self, space: str, *, read_ledger: ReadLedger, store: RowStore, budget_s: float) -> None:
         self._space, self._read_ledger, self._store, self._budget_s = space, read_ledger, store, budget_s
         self._suspect = trio.Event()
         self.reason: str | None = None  # why the last probe failed; None while it passed
@@ -82,11 +85,13 @@ class LaneHealth:
             return f"a ledger read did not answer within {self._budget_s:g} s"
         with trio.move_on_after(self._budget_s) as store:
             try:
-                await self._store.flush()
+                await self._store.get(PROBE_ROW)
+            except BucketMissing:
+                pass  # the store answered; a missing bucket is the start's to name, not a fault
             except Unavailable as exc:
-                return f"the store connection does not answer ({exc})"
+                return f"the issuance store does not answer ({exc})"
         if store.cancelled_caught:
-            return f"the store connection did not answer a ping within {self._budget_s:g} s"
+            return f"the issuance store did not answer within {self._budget_s:g} s"
         return None
 
     async def check(self) -> None:

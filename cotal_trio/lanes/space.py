@@ -299,7 +299,10 @@ async def run_lane(
             exchange = dataclasses.replace(exchange, records=records, provision=provision.principal)
         blocking: ReadRows = ledger if config.wrap_ledger is None else config.wrap_ledger(ledger)
         read_ledger = read_in_threads(blocking, max_threads=config.limits.max_in_flight)
-        health = LaneHealth(config.space, read_ledger=read_ledger, store=store_conn, budget_s=config.limits.budget_s)
+        health = LaneHealth(
+            config.space, read_ledger=read_ledger, store=issuance_store(store_conn, config.space),
+            budget_s=config.limits.budget_s,
+        )
         answered = callout_hook(metrics.callout_answered, config.events)  # metrics, then the event (issue 7)
         responder = CalloutResponder(
             keys=keys,

@@ -15,14 +15,15 @@ from cotal_trio.core.errors import CodecError, Unavailable
 from cotal_trio.http.errors import install_edge
 from cotal_trio.lanes import health
 from cotal_trio.lanes.health import PROBE_FAILURES, LaneHealth, LaneUnhealthy
+from cotal_trio.lanes.issuance import BucketMissing
 from cotal_trio.lanes.space import answer_health
 
 BUDGET_S = 1.75
 
 
 class Port:
-    """A ledger port and a store connection in one: ``mode`` None answers, "fail" raises,
-    "hang" never answers."""
+    """A ledger port and an issuance store in one: ``mode`` None answers, "fail" raises, "hang"
+    never answers, "store" and "no bucket" fail the store read."""
 
     def __init__(self) -> None:
         self.mode: str | None = None
@@ -36,9 +37,11 @@ class Port:
             await trio.sleep_forever()
         return None, None
 
-    async def flush(self) -> None:
+    async def get(self, key: str) -> None:
         if self.mode == "store":
-            raise Unavailable("flush: nats: connection closed")
+            raise Unavailable("kv get cotal_auth_a natkey.cotal_probe: nats: connection closed")
+        if self.mode == "no bucket":
+            raise BucketMissing("bucket cotal_auth_a does not exist")
 
 
 def lane_health(port: Port) -> LaneHealth:
@@ -49,7 +52,8 @@ def lane_health(port: Port) -> LaneHealth:
     (None, None),
     ("fail", "the ledger cannot be read (ledger row u_aaaaaaaaaaaaaaaaaaaaaaaaaa.cotal_probe is unreadable (Input/output error))"),
     ("hang", "a ledger read did not answer within 1.75 s"),
-    ("store", "the store connection does not answer (flush: nats: connection closed)"),
+    ("store", "the issuance store does not answer (kv get cotal_auth_a natkey.cotal_probe: nats: connection closed)"),
+    ("no bucket", None),
 ])
 async def test_a_probe_names_what_does_not_answer(mode, reason, autojump_clock):
     port = Port()
