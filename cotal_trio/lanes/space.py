@@ -12,6 +12,11 @@ exchanges finish, the callout subscription is drained, and every admitted callou
 and flushed; then the cancel - the subscription and connection close in natsio's shielded
 ``finally``. A lane cancelled while it starts stops at once.
 
+A lane that cannot answer is not serving (issue 15 item 11; :mod:`cotal_trio.lanes.health`): it
+probes its own ledger port and issuance store before it subscribes and while it serves, ends
+with the reason when the probe keeps failing (the host then shows it ``retrying``), and its
+faces' ``GET /health`` answers 503 with the reason while the last probe failed.
+
 A full lane (not ``callout_only``) also holds its space's plane claim (DESIGN.md section 8) over
 a data-account service-user connection: the keeper starts before the callout subscription, so a
 second full service for the space is refused (:class:`~cotal_trio.lanes.plane.ClaimRefused`)
@@ -280,7 +285,10 @@ async def run_lane(
         ClaimRefused: before started: another full service holds the space (a ConfigError).
         Unavailable: the broker refused or dropped the callout or store connection; after
             ``started`` it means the lane lost the broker and ends (the host decides whether to
-            retry).
+            retry). Its subclass LaneUnhealthy: the lane's probe failed, before ``started`` or
+            ``PROBE_FAILURES`` times in a row after it (:mod:`cotal_trio.lanes.health`).
+
+    Cancellation after ``started`` drains first (module docstring), for at most ``DRAIN_S``.
     """
     material = _load_material(config)
     keys, creds = _callout_keys(material)
