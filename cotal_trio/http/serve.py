@@ -2,7 +2,9 @@
 
 :func:`serve_app` is a startable (STYLE practice 7): ``port = await nursery.start(serve_app,
 app)`` returns once the listener is bound, with the real port, and the server then runs until
-its scope is cancelled. Cancelling closes the listener at once (new connects are refused).
+its scope is cancelled. Cancelling closes the listener at once (new connects are refused). A
+``shutdown_trigger`` stops it gracefully instead: the listener stops at once and the requests in
+flight finish (a lane's drain, issue 15 item 8).
 """
 
 from __future__ import annotations
