@@ -284,7 +284,9 @@ class CalloutResponder:
         Nothing new is refused here: the caller has stopped :meth:`on_message` calls first. The
         deadline keeper keeps running, so every admitted request is answered by its deadline,
         and this returns at the latest a budget after the last request arrived (the caller
-        bounds it anyway). Checked every ``DRAIN_POLL_S``: only a stopping lane waits here.
+        bounds it anyway). Looked at every ``DRAIN_POLL_S`` rather than woken by an event: that
+        would need a hook in the workers, the deadline keeper and the withdrawals alike, and only
+        a stopping lane waits here (at most ``DRAIN_S / DRAIN_POLL_S`` looks, once per stop).
         """
         while self._queue or self._stats.in_flight or self._withdrawing or any(
             not pending.answered for pending in self._pending

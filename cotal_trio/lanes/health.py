@@ -61,10 +61,16 @@ class LaneHealth:
         read_ledger: the lane's ledger port (the callout's own).
         store: the lane's issuance store (``issuance_store`` over its store connection).
         budget_s: each probe step's bound in seconds: the callout's deadline budget.
+        every_s: seconds between probes of a healthy lane (:data:`PROBE_EVERY_S`; tests
+            shorten it); a failed probe is tried again after ``min(PROBE_RETRY_S, every_s)``.
     """
 
-    def __init__(self, space: str, *, read_ledger: ReadLedger, store: RowStore, budget_s: float) -> None:
+    def __init__(
+        self, space: str, *, read_ledger: ReadLedger, store: RowStore, budget_s: float,
+        every_s: float = PROBE_EVERY_S,
+    ) -> None:
         self._space, self._read_ledger, self._store, self._budget_s = space, read_ledger, store, budget_s
+        self._every_s, self._retry_s = every_s, min(PROBE_RETRY_S, every_s)
         self._suspect = trio.Event()
         self.reason: str | None = None  # why the last probe failed; None while it passed
 
@@ -112,7 +118,7 @@ class LaneHealth:
         """
         failures = 0
         while True:
-            with trio.move_on_after(PROBE_RETRY_S if failures else PROBE_EVERY_S):
+            with trio.move_on_after(self._retry_s if failures else self._every_s):
                 await self._suspect.wait()
             self._suspect = trio.Event()
             reason = self.reason = await self.probe()

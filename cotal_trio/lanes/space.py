@@ -108,7 +108,7 @@ from .service_endpoints import (
     open_store_user,
     refuse_if_admitted,
 )
-from .health import LaneHealth
+from .health import PROBE_EVERY_S, LaneHealth
 from .stopping import graceful_stop
 from .streams import Provisioner, ensure_space_streams
 from .views import view_confirmer
@@ -186,6 +186,8 @@ class LaneConfig:
         wrap_ledger: wraps the lane's blocking ledger read (``ReadRows -> ReadRows``), the one
             its callout runs in worker threads: a fault to inject (a stalled or failing disk, in
             tests); None: the read as it is.
+        probe_every_s: seconds between the lane's self-probes while it is healthy
+            (:data:`~cotal_trio.lanes.health.PROBE_EVERY_S`, 5 s; tests shorten it).
 
     Raises:
         ConfigError: ``service_endpoints``, a public face or connect limits other than the
@@ -211,6 +213,7 @@ class LaneConfig:
     tool_result_consent: bool = False
     events: EventBus | None = None
     wrap_ledger: Callable[[ReadRows], ReadRows] | None = None
+    probe_every_s: float = PROBE_EVERY_S
 
     def __post_init__(self) -> None:
         if self.callout_only and self.public is not None:
@@ -309,7 +312,7 @@ async def run_lane(
         read_ledger = read_in_threads(blocking, max_threads=config.limits.max_in_flight)
         health = LaneHealth(
             config.space, read_ledger=read_ledger, store=issuance_store(store_conn, config.space),
-            budget_s=config.limits.budget_s,
+            budget_s=config.limits.budget_s, every_s=config.probe_every_s,
         )
         answered = callout_hook(metrics.callout_answered, config.events)  # metrics, then the event (issue 7)
         responder = CalloutResponder(

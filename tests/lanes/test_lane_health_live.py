@@ -21,7 +21,6 @@ import trio
 from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.errors import CodecError
 from cotal_trio.core.ledger import LedgerRow, ReadRows
-from cotal_trio.lanes import health
 from cotal_trio.lanes.host import Host, HostConfig, run_host
 from cotal_trio.lanes.hosting import lane_factory
 from cotal_trio.lanes.notify import status_text
@@ -77,15 +76,13 @@ def retrying_with(words: str):
     ("fail", "the ledger cannot be read (ledger row u_aaaaaaaaaaaaaaaaaaaaaaaaaa.cotal_probe is unreadable"),
 ])
 async def test_a_lane_whose_ledger_does_not_answer_is_not_serving_and_comes_back(
-    mode: str, words: str, mesh: Mesh, nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    mode: str, words: str, mesh: Mesh, nursery: trio.Nursery, tmp_path: Path,
 ):
-    monkeypatch.setattr(health, "PROBE_EVERY_S", 0.5)  # production: 5 s
-    monkeypatch.setattr(health, "PROBE_RETRY_S", 0.2)
     ledger, manifest = Ledger(), tmp_path / "spaces.json"
     write_manifest(manifest, "a")
     start_lane = lane_factory(
         root=mesh.paths, server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
-        callout_only=False, clock=time.time, wrap_ledger=ledger.wrap,
+        callout_only=False, clock=time.time, wrap_ledger=ledger.wrap, probe_every_s=0.5,  # production: 5 s
     )
     config = HostConfig(manifest=manifest, start_lane=start_lane, backstop_s=600, retry_s=0.5)
     with trio.fail_after(CEILING_S):
