@@ -16,7 +16,8 @@ then changed and added lanes start. A manifest that cannot be read or parsed is 
 the lanes keep serving (DESIGN.md 9).
 
 A lane moves through ``starting -> serving -> retrying -> starting ...`` (:data:`_NEXT`, the one
-table of transitions) and ``stopping`` when the manifest drops or changes it. A lane whose start
+table of transitions) and ``stopping`` when the manifest drops or changes it, or the host itself
+is cancelled (SIGTERM); a cancelled host's last ``.applied`` lists no lane (issue 15 item 11). A lane whose start
 or run raises any ``Exception`` is named in the log and in ``.applied`` and retried every
 ``retry_s``; the other lanes and the host carry on (DESIGN.md 5, STYLE.md practice 10).
 ``<manifest>.applied`` is rewritten atomically after every reconcile and every state change.
@@ -231,7 +232,8 @@ class Host:
 
         Raises:
             KeyError: the manifest does not list ``space``, or the lane is stopping because
-                the manifest dropped or changed it (also while waiting).
+                the manifest dropped or changed it or the host is being cancelled (also while
+                waiting).
         """
         while True:
             lane = self._lanes.get(space)
