@@ -82,8 +82,12 @@ _EXPECTED = (ConfigError, Unavailable, Refused, OSError)
 
 
 def _sentence(exc: BaseException) -> str:
+    from ..state.files import FULL_DISK_ERRNOS  # here, not at the top: main's imports stay lean
+
     if isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
         where = f" ({exc.filename})" if exc.filename else ""
+        if exc.errno in FULL_DISK_ERRNOS:  # the fix is space, not permissions
+            return f"{exc.strerror or exc}{where} - free space on that file system, then try again"
         return f"{exc.strerror or exc}{where} - check that path and its permissions"
     return str(exc)
 

@@ -47,6 +47,8 @@ __all__ = ["SpaceStatus", "read_status", "status"]
 PROBE_TIMEOUT_S = 2.0
 MAX_SCRAPE_BYTES = 1 << 20
 SERVING = "serving"
+# A live face whose /health says its lane cannot answer connects (its self-probe failed).
+UNHEALTHY = "unhealthy"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,7 +57,8 @@ class SpaceStatus:
 
     Attributes:
         space: the space name.
-        state: ``serving``, ``unreachable``, ``stopped``, or the ``.applied`` state.
+        state: ``serving``, ``unhealthy`` (its face's ``/health`` answers 503 with the lane's
+            reason), ``unreachable``, ``stopped``, or the ``.applied`` state.
         reason: why it is not serving (a sentence), or None.
         pid: the serving process, or None.
         url: the loopback exchange face, or None.
@@ -167,11 +170,12 @@ def _service(paths: RootPaths, space: str) -> ServiceRecord | None:
 
 def _up_alive(paths: RootPaths) -> bool:
     """True when ``<root>/up.lock`` names a live process (``cotal up`` holds it while it runs)."""
+    lock = paths.root / LOCK_NAME
     try:
-        pid = int((paths.root / LOCK_NAME).read_text().strip() or 0)
+        pid, written = int(lock.read_text().strip() or 0), lock.stat().st_mtime
     except (OSError, ValueError):
         return False
-    return pid > 0 and pid_alive(pid)
+    return pid > 0 and pid_alive(pid, since=written)  # a pid reused since is not cotal up
 
 
 def _space_status(
@@ -189,6 +193,12 @@ def _probe(space: str, service: ServiceRecord) -> SpaceStatus:
     where = {"space": space, "pid": service.pid, "url": service.url}
     try:
         health = json.loads(_get(service.url, "/health"))
+    except _Unhealthy as unhealthy:  # issue 15 item 11: the lane says it cannot answer
+        return SpaceStatus(state=UNHEALTHY, reason=f"the lane cannot answer connects: {unhealthy}", **where)
+    except (ConfigError, OSError, ValueError) as exc:
+        reason = f"its face at {service.url} did not answer ({_why(exc)}) - check the auth service log"
+        return SpaceStatus(state="unreachable", reason=reason, **where)
+    try:
         if not (isinstance(health, dict) and health.get("ok") is True):
             raise ValueError("not ok")
         summary = read_summary(_get(service.url, "/metrics").decode("utf-8"), space)
@@ -203,7 +213,8 @@ def _get(url: str, path: str) -> bytes:
 
     Raises:
         ConfigError: ``url`` is not loopback http or https.
-        OSError: no answer, a timeout, or an answer other than 200 (``HTTP <status>``).
+        OSError: no answer, a timeout, or an answer other than 200 (``HTTP <status>``); a 503
+            ``/health`` naming its lane's reason is the subclass ``_Unhealthy``.
     """
     base = check_url(url)
     try:
@@ -211,7 +222,24 @@ def _get(url: str, path: str) -> bytes:
             return response.read(MAX_SCRAPE_BYTES)
     except urllib.error.HTTPError as answered:
         with answered:  # it holds the socket
+            reason = _health_reason(answered) if path == "/health" and answered.code == 503 else None
+            if reason is not None:
+                raise _Unhealthy(reason) from None
             raise OSError(f"{path} answered HTTP {answered.code}") from None
+
+
+class _Unhealthy(OSError):
+    """A face's ``/health`` answered 503 with its lane's reason (``lanes.health``)."""
+
+
+def _health_reason(answered: urllib.error.HTTPError) -> str | None:
+    """The ``reason`` of a 503 ``/health`` answer ``{"ok": false, "reason"}``, or None."""
+    try:
+        body = json.loads(answered.read(MAX_SCRAPE_BYTES))
+    except (OSError, ValueError):
+        return None
+    reason = body.get("reason") if isinstance(body, dict) and body.get("ok") is False else None
+    return reason if isinstance(reason, str) and reason else None
 
 
 def _why(exc: BaseException) -> str:

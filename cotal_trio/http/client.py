@@ -17,6 +17,7 @@ import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -79,15 +80,40 @@ def _not_running(space: str) -> ConfigError:
     )
 
 
-def pid_alive(pid: int) -> bool:
-    """True when a process ``pid`` exists (signal 0; another user's process counts as alive)."""
+def pid_alive(pid: int, *, since: float | None = None) -> bool:
+    """True when a process ``pid`` exists (signal 0; another user's process counts as alive).
+
+    With ``since`` (unix seconds: when the record naming ``pid`` was written, its mtime), a
+    process that started after it is not the one that wrote it: after a SIGKILL the record stays
+    and its pid may be reused (a reboot, pid 1 in a container; issue 15 item 11). The start time
+    is read from ``/proc`` to the second; where it cannot be read, only existence counts.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    if since is None:
         return True
-    return True
+    started = _process_start(pid)
+    return started is None or started <= since + _START_SLACK_S
+
+
+# /proc gives the boot time to the second and a start time in clock ticks: allow for both.
+_START_SLACK_S = 2.0
+
+
+def _process_start(pid: int) -> float | None:
+    """When process ``pid`` started, unix seconds, from Linux's /proc; None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()  # the name may hold spaces and ")"
+        with open("/proc/stat", "rb") as boot:
+            btime = next(int(line.split()[1]) for line in boot if line.startswith(b"btime "))
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def _record(fields: Fields) -> ServiceRecord:
@@ -105,15 +131,24 @@ def read_service(space_paths: SpacePaths) -> ServiceRecord:
     """The running auth service of the space (its readiness file, upstream-notes 4.1).
 
     Raises:
-        ConfigError: the file is missing or names a process that is gone ("... is not running -
-            start `cotal up`, ..."), or the file is corrupt.
+        ConfigError: the file is missing or names a process that is gone, or one that started
+            after the file was written (its pid reused; "... is not running - start `cotal up`,
+            ..."), or the file is corrupt.
     """
     if not space_paths.auth_service_json.exists():
         raise _not_running(space_paths.space)
     record = _record(read_fields(space_paths.auth_service_json))
-    if not pid_alive(record.pid):
+    if not pid_alive(record.pid, since=_written_at(space_paths.auth_service_json)):
         raise _not_running(space_paths.space)
     return record
+
+
+def _written_at(path: Path) -> float | None:
+    """``path``'s modification time (unix seconds), or None when it is gone."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def check_url(url: str) -> str:

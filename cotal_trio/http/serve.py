@@ -2,7 +2,9 @@
 
 :func:`serve_app` is a startable (STYLE practice 7): ``port = await nursery.start(serve_app,
 app)`` returns once the listener is bound, with the real port, and the server then runs until
-its scope is cancelled. Cancelling closes the listener at once (new connects are refused).
+its scope is cancelled. Cancelling closes the listener at once (new connects are refused). A
+``shutdown_trigger`` stops it gracefully instead: the listener stops at once and the requests in
+flight finish (a lane's drain, issue 15 item 8).
 """
 
 from __future__ import annotations
@@ -104,9 +106,11 @@ async def serve_app(
         app: the quart-trio app (a face).
         host: the address to bind, normally ``127.0.0.1``.
         port: the TCP port, or 0 for any free port.
-        shutdown_trigger: optional; when the awaitable it returns completes, hypercorn stops
-            accepting, lets in-flight requests finish for up to :data:`GRACEFUL_TIMEOUT_S`, and
-            this function returns. Without it, only cancellation ends the server.
+        shutdown_trigger: optional; when the awaitable it returns completes, the listener
+            stops (new connects are refused at once), in-flight requests finish for up to
+            :data:`GRACEFUL_TIMEOUT_S` (idle keep-alive connections close), and this function
+            returns. Without it, only cancellation ends the server (a lane's drain sets it:
+            issue 15 item 8).
         user_timeout_s: seconds a peer may leave sent data unacknowledged (or its receive
             window shut) before its connection is cut (``TCP_USER_TIMEOUT``,
             :func:`_bound_socket`); this also bounds how long a peer that stopped reading holds
@@ -122,7 +126,34 @@ async def serve_app(
     with _bound_socket(host, port, user_timeout_s) as ours:
         # hypercorn takes its own descriptor of the socket (and closes it); ours closes here.
         config = _config(os.dup(ours.fileno()))
-        trigger = shutdown_trigger if shutdown_trigger is not None else trio.sleep_forever
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(functools.partial(serve, app, config, shutdown_trigger=trigger))
-            task_status.started(int(binds[0].rsplit(":", 1)[1]))
+        triggered = False
+
+        async def trigger() -> None:
+            nonlocal triggered
+            await (shutdown_trigger if shutdown_trigger is not None else trio.sleep_forever)()
+            triggered = True
+            _stop_listening(ours)  # hypercorn's stop follows in this same step (no checkpoint)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                binds = await nursery.start(functools.partial(serve, app, config, shutdown_trigger=trigger))
+                task_status.started(int(binds[0].rsplit(":", 1)[1]))
+        except* OSError as group:
+            if not (triggered and all(leaf.errno == errno.EINVAL for leaf in leaves(group))):
+                raise
+            # A connect that woke the accept loop in the very step the listener stopped: its
+            # accept saw the shut socket. Nothing was taken from it; the stop goes on.
+            LOGGER.info("a connect arrived as the listener on %s:%d stopped; it was refused", host, port)
+
+
+def _stop_listening(sock: socket.socket) -> None:
+    """Stop accepting on ``sock`` now: new connects are refused, accepted ones are untouched.
+
+    ``shutdown`` (not ``close``) because hypercorn holds a second descriptor of the same socket;
+    on Linux it ends the listen state for both, and connects the kernel queued but nobody
+    accepted are reset (they were never taken, so nothing in flight is cut).
+    """
+    try:
+        sock.shutdown(socket.SHUT_RD)
+    except OSError as exc:  # already shut, or not listening: nothing to stop
+        LOGGER.debug("listener shutdown: %s", exc)

@@ -90,6 +90,9 @@ KEEPER_BATCH = 256
 # go is left to its own TTL, with a warning.
 MAX_WITHDRAWALS = 1024
 
+# How often a draining responder looks whether its last request has been answered (seconds).
+DRAIN_POLL_S = 0.01
+
 INTERNAL_ERROR_REASON = "internal error in the auth callout - see the auth service log"
 Publish = Callable[[str, bytes], None]
 ReadLedger = Callable[[str, str], Awaitable[tuple[LedgerRow | None, LedgerRow | None]]]
@@ -295,6 +298,25 @@ class CalloutResponder:
             waiting=len(self._queue),
             in_flight=self._stats.in_flight,
         )
+
+    # -- stopping (issue 15 item 8) -------------------------------------------------------------
+
+    async def drained(self) -> None:
+        """Trio: return once every admitted request has been answered and no issuance row is
+        being withdrawn (the lane's drain, after its subscription stopped delivering).
+
+        Nothing new is refused here: the caller has stopped :meth:`on_message` calls first. The
+        deadline keeper keeps running, so every admitted request is answered by its deadline,
+        and this returns at the latest a budget after the last request arrived (the caller
+        bounds it anyway). Looked at every ``DRAIN_POLL_S`` rather than woken by an event: that
+        would need a hook in the workers, the deadline keeper and the withdrawals alike, and only
+        a stopping lane waits here (at most ``DRAIN_S / DRAIN_POLL_S`` looks, once per stop).
+        """
+        while self._queue or self._stats.in_flight or self._withdrawing or any(
+            not pending.answered for pending in self._pending
+        ):
+            await trio.sleep(DRAIN_POLL_S)
+        await trio.lowlevel.checkpoint()
 
     async def _worker(self) -> None:
         while True:

@@ -16,7 +16,8 @@ then changed and added lanes start. A manifest that cannot be read or parsed is 
 the lanes keep serving (DESIGN.md 9).
 
 A lane moves through ``starting -> serving -> retrying -> starting ...`` (:data:`_NEXT`, the one
-table of transitions) and ``stopping`` when the manifest drops or changes it. A lane whose start
+table of transitions) and ``stopping`` when the manifest drops or changes it, or the host itself
+is cancelled (SIGTERM); a cancelled host's last ``.applied`` lists no lane (issue 15 item 11). A lane whose start
 or run raises any ``Exception`` is named in the log and in ``.applied`` and retried every
 ``retry_s``; the other lanes and the host carry on (DESIGN.md 5, STYLE.md practice 10).
 ``<manifest>.applied`` is rewritten atomically after every reconcile and every state change.
@@ -80,6 +81,9 @@ WATCH_RETRY_S = 5.0
 DEFAULT_SETTLE_S = 0.25
 # `.applied` is read by orchestrators and holds no secret.
 APPLIED_MODE = 0o644
+# The last `.applied` writes of a host being stopped are bounded (seconds): a hung disk must
+# not hold the process's exit.
+FINAL_WRITE_S = 5.0
 _MAX_HOPS = 40  # symlink hops followed when locating the manifest's file
 _REASON_CHARS = 300
 
@@ -228,7 +232,8 @@ class Host:
 
         Raises:
             KeyError: the manifest does not list ``space``, or the lane is stopping because
-                the manifest dropped or changed it (also while waiting).
+                the manifest dropped or changed it or the host is being cancelled (also while
+                waiting).
         """
         while True:
             lane = self._lanes.get(space)
@@ -387,6 +392,21 @@ class Host:
         if changed:
             await self._publish()
 
+    async def _stopping(self) -> None:
+        """The host is being cancelled: every lane is ``stopping`` (its scope is cancelled with
+        the host's nursery); say so in ``.applied``."""
+        changed = [self._mark(lane, "stop") for lane in self._lanes.values() if lane.status.state != "stopping"]
+        self._wake_waiters()
+        if any(changed):
+            await self._publish()
+
+    async def _stopped(self) -> None:
+        """Every lane has exited with the host: ``.applied`` lists none (only if it was written)."""
+        if self._counts["writes"] == 0:
+            return
+        self._lanes.clear()
+        await self._publish()
+
     async def _publish(self) -> None:
         """Rewrite ``.applied`` atomically from the state now (DESIGN.md 9).
 
@@ -418,8 +438,10 @@ async def run_host(config: HostConfig, *, task_status: trio.TaskStatus[Host] = t
     ``.applied`` written; lanes may still be ``starting`` then. A missing or invalid manifest
     at start serves nothing and is recorded as ``refused``; the host keeps watching.
 
-    Cancellation cancels every lane and returns once all have exited; ``.applied`` and the
-    manifest are left as they are.
+    Cancellation (SIGTERM, ``systemctl stop``) cancels every lane, marks each ``stopping`` in
+    ``.applied`` while it drains, and returns once all have exited, with ``.applied`` rewritten
+    to list no lane: a stopped host claims nothing (issue 15 item 11). The manifest is left as
+    it is.
 
     Raises:
         RuntimeError: not in the main thread (SIGHUP needs a signal handler).
@@ -427,16 +449,22 @@ async def run_host(config: HostConfig, *, task_status: trio.TaskStatus[Host] = t
     host = Host(config)
     wake_tx, wake_rx = trio.open_memory_channel[None](1)
     stop_watching = trio.Event()  # watchfiles polls is_set() from its thread
-    async with trio.open_nursery() as nursery:
-        await nursery.start(_receive_sighup, wake_tx)
-        if config.watch:
-            await nursery.start(_watch_manifest, host._path, wake_tx, stop_watching)
-        try:
-            await host._reread(nursery)
-            task_status.started(host)
-            await host._follow(nursery, wake_rx)
-        finally:
-            stop_watching.set()  # lets the watcher's thread return now, not at its next poll
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(_receive_sighup, wake_tx)
+            if config.watch:
+                await nursery.start(_watch_manifest, host._path, wake_tx, stop_watching)
+            try:
+                await host._reread(nursery)
+                task_status.started(host)
+                await host._follow(nursery, wake_rx)
+            finally:
+                stop_watching.set()  # lets the watcher's thread return now, not at its next poll
+                with trio.CancelScope(shield=True), trio.move_on_after(FINAL_WRITE_S):
+                    await host._stopping()
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(FINAL_WRITE_S):
+            await host._stopped()
 
 
 # --- triggers -----------------------------------------------------------------------------------

@@ -35,11 +35,13 @@ from ..core.admission import CalloutLimits
 from ..core.errors import ConfigError
 from ..core.events import lane_event
 from ..core.idp import parse_jwks
+from ..core.ledger import ReadRows
 from ..core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimits
 from ..core.manifest import SpaceEntry, public_face_problems
 from ..devidp import DevIdpMaterial, jwks
 from ..state import RootPaths, load_idp_pin, missing
 from .events import EventBus
+from .health import PROBE_EVERY_S
 from .host import HostConfig, run_host
 from .idp_keys import IdpKeyCache, open_pinned_keys
 from .notify import ServiceNotifier
@@ -124,6 +126,7 @@ def lane_factory(
     clock: Callable[[], float] = time.time, reconnect: bool = True,
     http_ports: Mapping[str, int] | None = None, dev_idp_url: str | None = None,
     connect_limits: ConnectLimits = DEFAULT_LIMITS, events: EventBus | None = None,
+    wrap_ledger: Callable[[ReadRows], ReadRows] | None = None, probe_every_s: float = PROBE_EVERY_S,
 ) -> Callable[[SpaceEntry], Startable]:
     """The host's ``start_lane``: ``entry -> startable`` serving ``entry.space`` from ``root``.
 
@@ -136,6 +139,8 @@ def lane_factory(
     ``dev_idp_url`` is where the development IdP is served (``cotal up``), which a public face names.
     ``connect_limits`` go to every lane (spec "Connect limits"; replicas keep the defaults).
     ``events`` is the process's event bus, given to every lane (issue 7 item 1).
+    ``wrap_ledger`` and ``probe_every_s`` go to every lane (``LaneConfig``: a fault injected, and
+    the self-probe's pace, in tests).
 
     The startable raises (before ``started``) ``ConfigError`` for missing or corrupt material
     or pin, and ``Unavailable`` for an unreachable broker or IdP; the host then marks the lane
@@ -151,6 +156,7 @@ def lane_factory(
             public=PublicFace.of(entry), dev_idp_url=dev_idp_url, connect_limits=connect_limits,
             holder=holders.setdefault(entry.space, holder_id()),
             tool_result_consent=entry.tool_result_consent and not callout_only, events=events,
+            wrap_ledger=wrap_ledger, probe_every_s=probe_every_s,
         )
         return functools.partial(_run_space, config, root=root)
     return start_lane

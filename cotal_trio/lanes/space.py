@@ -5,8 +5,17 @@ returns a :class:`LaneInfo` once the lane is ready, which is exactly when its re
 the 0600 ``auth-service.json`` ``{ver, url, pid, cap}`` (plus ``publicUrl`` with a public face),
 has been written: after the callout subscription is flushed and every listener is bound (spec
 "Exclusive ownership"; DESIGN.md 7).
-Cancelling the lane's scope tears down exactly this space: the subscription and connection
-close in natsio's shielded ``finally``, the listener closes, and the file is removed.
+Cancelling the lane's scope tears down exactly this space, in two steps once it serves (issue
+15 item 8; :mod:`cotal_trio.lanes.stopping`): first the drain, bounded by ``DRAIN_S`` - the
+readiness file is removed, the listeners stop (new connects refused) while their in-flight
+exchanges finish, the callout subscription is drained, and every admitted callout is answered
+and flushed; then the cancel - the subscription and connection close in natsio's shielded
+``finally``. A lane cancelled while it starts stops at once.
+
+A lane that cannot answer is not serving (issue 15 item 11; :mod:`cotal_trio.lanes.health`): it
+probes its own ledger port and issuance store before it subscribes and while it serves, ends
+with the reason when the probe keeps failing (the host then shows it ``retrying``), and its
+faces' ``GET /health`` answers 503 with the reason while the last probe failed.
 
 A full lane (not ``callout_only``) also holds its space's plane claim (DESIGN.md section 8) over
 a data-account service-user connection: the keeper starts before the callout subscription, so a
@@ -44,12 +53,16 @@ from typing import NoReturn
 
 import trio
 from nacl.signing import VerifyKey
+from quart import request
+from quart_trio import QuartTrio
 
 from ..core.admission import CalloutLimits
-from ..core.bearer import BearerVerifier
+from ..core.bearer import BearerVerifier, space_issuer
 from ..core.callout import CalloutKeys
+from ..core.callout_log import CalloutRecord
 from ..core.errors import ConfigError, Unavailable
 from ..core.jose import BearerKeySet
+from ..core.ledger import ReadRows
 from ..core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimiter, ConnectLimits, Limited
 from ..core.manifest import SpaceEntry
 from ..core.plane import Lease
@@ -63,7 +76,7 @@ from ..http.manager_doors import ManagerDoors
 from ..http.manager_doors import routes as manager_routes
 from ..http.public import build_public_app
 from ..http.serve import serve_app
-from ..natsio import Connection, open_connection, open_loop
+from ..natsio import Connection, Subscription, open_connection, open_loop
 from ..state import (
     IssuerKeys,
     LedgerReader,
@@ -94,6 +107,8 @@ from .service_users import (
     replica_store_permissions,
     store_permissions,
 )
+from .health import PROBE_EVERY_S, LaneHealth
+from .stopping import graceful_stop
 from .streams import Provisioner, ensure_space_streams
 from .views import view_confirmer
 
@@ -170,6 +185,11 @@ class LaneConfig:
         issuer_lifetime_s: the lane's issuer session's credential lifetime (seconds, at least 3;
             :data:`~cotal_trio.lanes.service_users.ISSUER_LIFETIME_S`, five minutes); it is
             replaced before it expires. Tests shorten it.
+        wrap_ledger: wraps the lane's blocking ledger read (``ReadRows -> ReadRows``), the one
+            its callout runs in worker threads: a fault to inject (a stalled or failing disk, in
+            tests); None: the read as it is.
+        probe_every_s: seconds between the lane's self-probes while it is healthy
+            (:data:`~cotal_trio.lanes.health.PROBE_EVERY_S`, 5 s; tests shorten it).
 
     Raises:
         ConfigError: ``service_endpoints``, a public face or connect limits other than the
@@ -195,6 +215,8 @@ class LaneConfig:
     tool_result_consent: bool = False
     events: EventBus | None = None
     issuer_lifetime_s: int = ISSUER_LIFETIME_S
+    wrap_ledger: Callable[[ReadRows], ReadRows] | None = None
+    probe_every_s: float = PROBE_EVERY_S
 
     def __post_init__(self) -> None:
         if self.callout_only and self.public is not None:
@@ -272,7 +294,10 @@ async def run_lane(
         Unavailable: the broker refused or dropped the callout or store connection, or refused
             the first issuer session, or none could be renewed for a whole lifetime; after
             ``started`` it means the lane lost the broker and ends (the host decides whether to
-            retry).
+            retry). Its subclass LaneUnhealthy: the lane's probe failed, before ``started`` or
+            ``PROBE_FAILURES`` times in a row after it (:mod:`cotal_trio.lanes.health`).
+
+    Cancellation after ``started`` drains first (module docstring), for at most ``DRAIN_S``.
     """
     material = _load_material(config)
     keys, creds = _callout_keys(material)
@@ -285,14 +310,20 @@ async def run_lane(
     ledger, row_expiries = LedgerReader(config.paths), RowExpiries()
     connect = open_connection(config.server_url, creds=creds, name=name, reconnect=config.reconnect)
     async with (
-        open_loop(), connect as conn, _open_store(config, material) as store_conn,
+        graceful_stop() as stop, open_loop(), connect as conn, _open_store(config, material) as store_conn,
         _open_issuer(config, material) as issued,
     ):
         records = RecordsStore(store_conn, config.space)
         if exchange is not None:
             provision = Provisioner(store_conn, config.space)
             exchange = dataclasses.replace(exchange, records=records, provision=provision.principal)
-        read_ledger = read_in_threads(ledger, max_threads=config.limits.max_in_flight)
+        blocking: ReadRows = ledger if config.wrap_ledger is None else config.wrap_ledger(ledger)
+        read_ledger = read_in_threads(blocking, max_threads=config.limits.max_in_flight)
+        health = LaneHealth(
+            config.space, read_ledger=read_ledger, store=issuance_store(store_conn, config.space),
+            budget_s=config.limits.budget_s, every_s=config.probe_every_s,
+        )
+        answered = callout_hook(metrics.callout_answered, config.events)  # metrics, then the event (issue 7)
         responder = CalloutResponder(
             keys=keys,
             verifier=verifier,
@@ -304,12 +335,13 @@ async def run_lane(
             publish=conn.publish_nowait,
             store=issuance_store(store_conn, config.space),
             connect_limits=limiter,
-            on_answer=callout_hook(metrics.callout_answered, config.events),  # metrics, then the event (issue 7)
+            on_answer=functools.partial(_answered, answered, health),
             confirm_view=view_confirmer(records),
             # issue 6 item 6, over the lane's own issuer session (issue 15 item 4)
             issue_authority=ConnectAuthority(issued, read_ledger=read_ledger),
         )
         metrics.watch(responder.statistics, limits=limiter.statistics)
+        faces = _Faces()
         async with trio.open_nursery() as nursery:
             if config.callout_only:
                 # Spec "Callout replicas": a replica cannot issue a service-endpoint connection,
@@ -318,8 +350,10 @@ async def run_lane(
                 await _check_issued(issued)
             else:
                 await _hold_space(nursery, config, store_conn, row_expiries)
+            await health.check()  # a lane that cannot answer does not start serving (issue 15 item 11)
+            nursery.start_soon(health.run)
             await nursery.start(responder.run)
-            await conn.subscribe(CALLOUT_SUBJECT, queue=CALLOUT_QUEUE_GROUP, on_message=responder.on_message)
+            subscription = await conn.subscribe(CALLOUT_SUBJECT, queue=CALLOUT_QUEUE_GROUP, on_message=responder.on_message)
             await conn.flush()
             try:
                 # Every listener is bound before the readiness file is written: it is the signal
@@ -328,16 +362,85 @@ async def run_lane(
                 if exchange is not None and config.public is not None:
                     public = dataclasses.replace(exchange, metrics=exchange_hook(
                         metrics.exchange_answered, config.events, space=config.space, face="public"))
-                    public_url = await _open_public_face(nursery, config, config.public, public, material)
+                    public_url = await _open_public_face(nursery, config, config.public, public, material, faces, health)
                 url = None
                 if exchange is not None:
                     doors = _door_tables(config, exchange, material, records, store_conn)
-                    url = await _open_face(nursery, config, exchange, metrics, public_url, doors)
+                    url = await _open_face(nursery, config, exchange, metrics, public_url, doors, faces, health)
+                stop.serving()
                 task_status.started(LaneInfo(space=config.space, url=url))
-                await _until_lost(config.space, callout=conn, store=store_conn)
+                await _until_lost(config.space, stop.requested, callout=conn, store=store_conn)
+                if exchange is not None:  # no client finds a stopping lane's face any more
+                    _remove_readiness(config, exchange.capability)
+                await _drain(config.space, subscription, responder, conn, faces)
+                stop.done()
             finally:
                 if exchange is not None:
                     _remove_readiness(config, exchange.capability)
+    raise AssertionError("unreachable: the drain ends in the lane's cancel")  # pragma: no cover
+
+
+def _answered(hook: Callable[[CalloutRecord], None], health: LaneHealth, record: CalloutRecord) -> None:
+    """The responder's answer hook: metrics and the event, then the lane's health."""
+    hook(record)
+    health.answered(record)
+
+
+def answer_health(app: QuartTrio, health: LaneHealth, space: str) -> None:
+    """Make ``GET /health`` of a face say why while the lane's last probe failed: 503
+    ``{"ok": false, "issuer", "reason"}`` (issue 15 item 11); the face's own answer otherwise."""
+
+    async def unhealthy() -> tuple[dict[str, object], int] | None:
+        reason = health.reason
+        if reason is None or request.method != "GET" or request.scope["path"] != "/health":
+            return None
+        return {"ok": False, "issuer": space_issuer(space), "reason": reason}, 503
+
+    app.before_request(unhealthy)
+
+
+class _Faces:
+    """A lane's exchange listeners, for its drain: one event stops them all, each reports its end."""
+
+    def __init__(self) -> None:
+        self.stopping = trio.Event()
+        self.ended: list[trio.Event] = []
+
+    async def serve(
+        self, app: QuartTrio, *, port: int, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """:func:`serve_app` until cancelled, or until :attr:`stopping` and its requests finished."""
+        ended = trio.Event()
+        self.ended.append(ended)
+        try:
+            await serve_app(app, port=port, shutdown_trigger=self.stopping.wait, task_status=task_status)
+        finally:
+            ended.set()
+
+
+async def _drain(
+    space: str, subscription: Subscription, responder: CalloutResponder, conn: Connection, faces: _Faces
+) -> None:
+    """A stopping lane: take no new request, let the in-flight ones answer (issue 15 item 8).
+
+    The exchange listeners stop at once and their in-flight requests finish (hypercorn's
+    graceful shutdown); the callout subscription is drained (requests already delivered are
+    still answered, new ones go to the queue group's other members, or wait for the next
+    start); then every admitted callout is answered and the answers flushed to the broker.
+    The caller's :func:`~cotal_trio.lanes.stopping.graceful_stop` bounds all of it to
+    ``DRAIN_S``; what is still running then is cancelled.
+    """
+    started = trio.current_time()
+    faces.stopping.set()
+    try:
+        await subscription.drain()
+        await responder.drained()
+        await conn.flush()  # the answers are on the broker before the connection closes
+    except Unavailable as exc:  # the broker went while we drained: nothing more to deliver
+        log.warning("space %s: stopping without draining the callout: %s", space, exc)
+    for ended in faces.ended:
+        await ended.wait()
+    log.info("space %s: lane drained in %.3f s", space, trio.current_time() - started)
 
 
 Guard = Callable[[], Awaitable[object]]
@@ -452,22 +555,32 @@ async def _hold_space(
     _scrub_readiness(config)
 
 
-async def _until_lost(space: str, **conns: Connection) -> NoReturn:
-    """Trio: wait until one of the lane's connections closes for good; raise naming it.
+async def _until_lost(space: str, stopping: trio.Event, **conns: Connection) -> None:
+    """Trio: wait until ``stopping`` is set (return) or one of the lane's connections closes
+    for good (raise naming it).
 
     One error however many close at once (the broker going takes them all), so a single-space
     process reports one sentence; ``conns`` order decides which is named then.
 
     Raises:
-        Unavailable: always, once a connection in ``conns`` (``name=connection``) has closed.
+        Unavailable: once a connection in ``conns`` (``name=connection``) has closed.
     """
     async with trio.open_nursery() as watchers:
         for conn in conns.values():
             watchers.start_soon(_cancel_when_closed, conn, watchers.cancel_scope)
-    name, lost = next((name, conn) for name, conn in conns.items() if conn.closed.is_set())
+        watchers.start_soon(_cancel_when_set, stopping, watchers.cancel_scope)
+    lost = [(name, conn) for name, conn in conns.items() if conn.closed.is_set()]
+    if not lost:
+        return
+    name, conn = lost[0]
     raise Unavailable(
-        f"space {space}: the broker closed the {name} connection ({lost.last_error or 'no reason given'})"
+        f"space {space}: the broker closed the {name} connection ({conn.last_error or 'no reason given'})"
     )
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 async def _cancel_when_closed(conn: Connection, scope: trio.CancelScope) -> None:
@@ -481,10 +594,11 @@ def _scrub_readiness(config: LaneConfig) -> None:
     if not path.exists():
         return
     try:
-        pid = int(read_json(path).get("pid", 0))
-    except (ConfigError, TypeError, ValueError):
-        pid = 0
-    if pid and pid != os.getpid() and pid_alive(pid):
+        pid, written = int(read_json(path).get("pid", 0)), path.stat().st_mtime
+    except (ConfigError, OSError, TypeError, ValueError):
+        pid, written = 0, None
+    # A pid reused since the file was written (after a SIGKILL and a reboot) is not its writer.
+    if pid and pid != os.getpid() and pid_alive(pid, since=written):
         raise ConfigError(
             f"space {config.space} is already served by pid {pid} ({path}) - stop that auth service first"
         )
@@ -503,11 +617,12 @@ def _remove_readiness(config: LaneConfig, capability: str) -> None:
 
 async def _open_face(
     nursery: trio.Nursery, config: LaneConfig, ctx: ExchangeContext, metrics: LaneMetrics, public_url: str | None,
-    doors: tuple[DoorTable, ...],
+    doors: tuple[DoorTable, ...], faces: _Faces, health: LaneHealth,
 ) -> str:
     """Serve the loopback face, then write the readiness file ``{ver, url, pid, cap[, publicUrl]}``."""
     app = build_loopback_app(ctx, metrics=metrics.exposition, doors=doors, events=config.events)
-    port = await nursery.start(functools.partial(serve_app, app, port=config.http_port))
+    answer_health(app, health, config.space)
+    port = await nursery.start(functools.partial(faces.serve, app, port=config.http_port))
     url = f"http://127.0.0.1:{port}"
     record: dict[str, object] = {"ver": 1, "url": url, "pid": os.getpid(), "cap": ctx.capability}
     if public_url is not None:
@@ -518,6 +633,7 @@ async def _open_face(
 
 async def _open_public_face(
     nursery: trio.Nursery, config: LaneConfig, face: PublicFace, ctx: ExchangeContext, material: SpaceMaterial,
+    faces: _Faces, health: LaneHealth,
 ) -> str:
     """Serve the public face on 127.0.0.1:``face.port`` in ``nursery`` (checkpoint); its URL.
 
@@ -539,6 +655,7 @@ async def _open_public_face(
         server_url=config.server_url, idp_url=idp_url, sentinel_creds=material.sentinel_creds,
         trusted_proxy=face.trusted_proxy,
     )
-    await nursery.start(functools.partial(serve_app, app, port=face.port))
+    answer_health(app, health, config.space)
+    await nursery.start(functools.partial(faces.serve, app, port=face.port))
     log.info("space %s: public exchange face on 127.0.0.1:%d (%s)", config.space, face.port, face.url or "no public URL")
     return public_url

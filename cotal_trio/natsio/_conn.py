@@ -141,6 +141,23 @@ class Subscription:
         await self._conn._call(lambda _: self._sub.unsubscribe(), f"unsubscribe {self.subject}")
         self._unsubscribed = True
 
+    async def drain(self) -> None:
+        """Trio-flavoured: remove interest, then deliver what had already arrived.
+
+        Unlike :meth:`unsubscribe`, which drops the messages nats-py holds for the callback, it
+        returns once the broker has the UNSUB (a PING round trip) and every message it sent
+        before has been passed to ``on_message`` (a stopping lane: issue 15 item 8). Idempotent,
+        and a no-op once the connection is closed. Cancellation: as :meth:`unsubscribe`.
+
+        Raises:
+            Unavailable: the broker could not be told (connection broken).
+        """
+        if self._unsubscribed or self._conn._nc.is_closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._unsubscribed = True
+        await self._conn._call(lambda _: self._sub.drain(), f"drain {self.subject}")
+
 
 class Connection:
     """A connected nats-py client, trio-flavoured. Made only by :func:`open_connection`.

@@ -19,19 +19,21 @@ import errno
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from cotal_trio.core.errors import ConfigError
 
 __all__ = [
+    "FULL_DISK_ERRNOS",
     "Fields",
     "atomic_create",
     "atomic_write",
     "corrupt",
     "ensure_dir",
     "missing",
+    "naming",
     "read_fields",
     "read_json",
     "remove_quietly",
@@ -46,6 +48,8 @@ SECRET_MODE = 0o600
 FOLDER_MODE = 0o700
 # Temporary files are hidden and carry this suffix; folder scans skip them.
 TEMP_SUFFIX = ".tmp"
+# A write refused for want of space: the file system is full, or the writer's quota is.
+FULL_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def corrupt(path: Path | str, why: str) -> ConfigError:
@@ -114,21 +118,44 @@ def _write_temp(path: Path, data: bytes, mode: int) -> Path:
     return Path(name)
 
 
+@contextlib.contextmanager
+def naming(path: Path | str) -> Iterator[None]:
+    """Give an ``OSError`` raised inside the block the file name ``path`` when it has none.
+
+    A write that fails on a full disk (``write``, ``flush`` or ``fsync``: ``ENOSPC``, ``EDQUOT``)
+    or a failing one (``EIO``) says only "No space left on device"; the operator needs the file
+    it could not write (issue 15 item 11). The error keeps its errno, so its type is kept too
+    (``OSError(errno.ENOENT, ...)`` is a FileNotFoundError).
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from exc
+
+
 def atomic_write(path: Path | str, data: bytes, *, mode: int = SECRET_MODE) -> None:
     """Replace ``path`` with ``data`` atomically (temp file, fsync, ``os.replace``).
 
     The parent folder is created (0700) when missing. On any failure the temporary file is
     removed and ``path`` is unchanged.
+
+    Raises:
+        ConfigError: the folder cannot be created (:func:`ensure_dir`).
+        OSError: the write failed; it names ``path`` (:func:`naming`), e.g. ``[Errno 28] No
+            space left on device: '<path>'``.
     """
     path = Path(path)
     ensure_dir(path.parent)
-    temp = _write_temp(path, data, mode)
-    try:
-        os.replace(temp, path)
-    except BaseException:
-        remove_quietly(temp)
-        raise
-    _fsync_dir(path.parent)
+    with naming(path):
+        temp = _write_temp(path, data, mode)
+        try:
+            os.replace(temp, path)
+        except BaseException:
+            remove_quietly(temp)
+            raise
+        _fsync_dir(path.parent)
 
 
 def atomic_create(path: Path | str, data: bytes, *, mode: int = SECRET_MODE) -> bool:
@@ -142,14 +169,15 @@ def atomic_create(path: Path | str, data: bytes, *, mode: int = SECRET_MODE) -> 
     """
     path = Path(path)
     ensure_dir(path.parent)
-    temp = _write_temp(path, data, mode)
-    try:
-        _link_or_rename(temp, path)
-    except FileExistsError:
-        return False
-    finally:
-        remove_quietly(temp)
-    _fsync_dir(path.parent)
+    with naming(path):
+        temp = _write_temp(path, data, mode)
+        try:
+            _link_or_rename(temp, path)
+        except FileExistsError:
+            return False
+        finally:
+            remove_quietly(temp)
+        _fsync_dir(path.parent)
     return True
 
 

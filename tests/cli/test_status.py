@@ -137,3 +137,24 @@ async def test_a_corrupt_applied_file_is_one_sentence(root, capsys):
     code, out, err = await _status(root, capsys)
     assert (code, out) == (1, "")
     assert err == f"cotal: {path} is not a lane host's .applied file - delete it; the host rewrites it\n"
+
+
+async def test_a_lane_whose_health_says_it_cannot_answer_is_not_serving(root, nursery, capsys):
+    """Issue 15 item 11: a live face whose ``/health`` answers 503 with the lane's reason (its
+    self-probe failed) is shown ``unhealthy`` with that reason, not ``serving`` or a bare HTTP
+    status."""
+    from types import SimpleNamespace
+
+    from cotal_trio.lanes.space import answer_health
+
+    app = build_loopback_app(_context(root, secrets.token_hex(32)), metrics=LaneMetrics(SPACE).exposition)
+    answer_health(app, SimpleNamespace(reason="a ledger read did not answer within 1.75 s"), SPACE)  # type: ignore[arg-type]
+    port = await nursery.start(functools.partial(serve_app, app))
+    url = f"http://127.0.0.1:{port}"
+    _readiness(root, url)
+    code, out, _ = await _status(root, capsys)
+    assert code == 1
+    assert out == (
+        f"{SPACE}  unhealthy  pid {os.getpid()}  {url}  (the lane cannot answer connects:"
+        " a ledger read did not answer within 1.75 s)\n"
+    )

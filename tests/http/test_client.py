@@ -193,6 +193,25 @@ def test_a_readiness_file_of_a_dead_process_means_not_running(tmp_path):
         read_service(space)
 
 
+def test_a_readiness_file_whose_pid_another_process_took_means_not_running(tmp_path):
+    """Issue 15 item 11: after a SIGKILL the file stays, and its pid may be reused by a process
+    that started after the file was written (a reboot, pid 1 in a container): that process is
+    not the auth service."""
+    space = _space(tmp_path)
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) as other:
+        try:
+            record = {"ver": 1, "url": "http://127.0.0.1:7450", "pid": other.pid, "cap": CAP}
+            write_json(space.auth_service_json, record)
+            written = time.time() - 60  # the file is a minute older than the process
+            os.utime(space.auth_service_json, (written, written))
+            with pytest.raises(ConfigError, match="the auth service for space alpha is not running"):
+                read_service(space)
+            os.utime(space.auth_service_json, None)  # written now, by a process that was running
+            assert read_service(space).pid == other.pid
+        finally:
+            other.kill()
+
+
 @pytest.mark.parametrize(
     ("record", "why"),
     [

@@ -488,3 +488,23 @@ async def test_next_outcome_of_a_space_the_manifest_drops_is_a_key_error(nursery
             await trio.sleep(0)
             move_over(manifest, manifest_bytes("a", "b"))
             # wait_c wakes when the lane is told to stop: it will never have another outcome
+
+
+# --- a stopped host claims nothing (issue 15 item 11) ---------------------------------------------
+
+
+async def test_a_stopped_host_leaves_applied_naming_no_lane(manifest):
+    """A clean stop (SIGTERM cancels the host) must not leave ``.applied`` saying ``serving``:
+    while the lanes drain it says ``stopping``, and once they have exited it lists none."""
+    lanes = FakeLanes(cleanup_s=0.2)
+    seen: list[dict[str, str]] = []
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as nursery:
+            host = await start_host(nursery, config(manifest, lanes))
+            await applied_when(host, manifest, serving("a", "b", "c"))
+            nursery.cancel_scope.cancel()
+        seen.append(states(json.loads(applied_of(manifest).read_bytes())))
+    assert lanes.events.count(("stop", "a")) == 1
+    assert seen == [{}]
+    doc = json.loads(applied_of(manifest).read_bytes())
+    assert doc["manifestSha256"] == hashlib.sha256(manifest.read_bytes()).hexdigest()

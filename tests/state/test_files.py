@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -110,3 +111,59 @@ def test_remove_quietly(tmp_path):
     target.write_text("x")
     assert files.remove_quietly(target) is True
     assert files.remove_quietly(target) is False
+
+
+# --- a full disk names the file it could not write (issue 15 item 11) ----------------------------
+
+
+def _full_disk_error() -> OSError:
+    """The error a write into a full file system raises: /dev/full answers every write ENOSPC."""
+    with open("/dev/full", "wb", buffering=0) as full:
+        try:
+            full.write(b"x")
+        except OSError as exc:
+            return exc
+    raise AssertionError("/dev/full took a write")
+
+
+def test_a_full_disk_error_gets_the_path_it_could_not_write(tmp_path):
+    raw = _full_disk_error()
+    assert raw.errno == errno.ENOSPC and raw.filename is None  # what the write alone says
+    target = tmp_path / "actors" / "row.json"
+    with pytest.raises(OSError) as named, files.naming(target):
+        raise raw
+    assert named.value.errno == errno.ENOSPC
+    assert named.value.filename == str(target)
+    assert str(named.value) == f"[Errno 28] No space left on device: '{target}'"
+
+
+def test_an_error_that_names_its_file_already_is_left_alone(tmp_path):
+    with pytest.raises(FileNotFoundError) as kept, files.naming(tmp_path / "other"):
+        (tmp_path / "gone").read_bytes()
+    assert kept.value.filename == str(tmp_path / "gone")
+
+
+def test_atomic_write_on_a_full_disk_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    """A full disk surfaces at fsync (delayed allocation): the error names the destination, the
+    old file is intact and no temporary file is left behind."""
+    target = tmp_path / "auth-service.json"
+    target.write_bytes(b"old")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files.os, "fsync", full)
+    with pytest.raises(OSError) as failed:
+        files.atomic_write(target, b"new")
+    assert failed.value.errno == errno.ENOSPC and failed.value.filename == str(target)
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["auth-service.json"]
+
+
+def test_the_cli_says_which_file_a_full_disk_refused_and_the_fix():
+    from cotal_trio.cli import _sentence
+
+    sentence = _sentence(OSError(errno.ENOSPC, "No space left on device", "/r/.cotal/spaces.json.applied"))
+    assert sentence == (
+        "No space left on device (/r/.cotal/spaces.json.applied) - free space on that file system, then try again"
+    )
