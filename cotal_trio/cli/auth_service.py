@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-import trio
 from cyclopts import Parameter
 
 from ..core.admission import CalloutLimits
 from ..core.errors import ConfigError
 from ..lanes.hosting import ServiceConfig, ServiceInfo, run_service
 from ..lanes.runtime import tune_for_serving
-from .common import Where, check_auth_timeout, stop_on_signal
+from .common import Where, check_auth_timeout, serve_until_signal
 
 __all__ = ["auth_service"]
 
@@ -69,9 +68,8 @@ async def auth_service(
         exchange_public_port=exchange_public_port, exchange_public_url=exchange_public_url,
         exchange_trusted_proxy=exchange_trusted_proxy, advertised_server=advertised_server,
     )
-    tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(stop_on_signal, nursery.cancel_scope, "cotal auth-service")  # Ctrl-C works during start-up too
+    async with serve_until_signal("cotal auth-service") as nursery:  # Ctrl-C works during start-up too
+        tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
         _banner(await nursery.start(functools.partial(run_service, config)), config)
     return 0
 
