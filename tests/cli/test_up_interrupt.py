@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -120,3 +121,77 @@ def test_sigint_at_any_moment_of_the_start_stops_up_and_its_broker(tmp_path):
             failures.append((delay, round(took, 2), code, left, err[-600:]))
     print("delay s, seconds from SIGINT to process and broker gone, exit code:", measured)
     assert failures == []
+
+
+# A serving command whose stop hangs (a shielded sleep after the first signal), on the CLI's
+# own signal handling (cli/common.py serve_until_signal).
+_HANGING_STOP = """
+import trio
+from cotal_trio.cli.common import serve_until_signal
+
+async def main():
+    async with serve_until_signal("hanging") as nursery:
+        print("ready", flush=True)
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                print("stopping", flush=True)
+                await trio.sleep(60)
+
+trio.run(main)
+"""
+
+
+def _read_line(proc: subprocess.Popen[str], ceiling_s: float = CEILING_S) -> str:
+    deadline = time.monotonic() + ceiling_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.1)
+        if ready:
+            return proc.stdout.readline().strip()
+    return ""
+
+
+def test_a_second_sigint_ends_a_stop_that_hangs_at_once():
+    proc = subprocess.Popen([sys.executable, "-c", _HANGING_STOP], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _read_line(proc) == "ready"
+        proc.send_signal(signal.SIGINT)
+        assert _read_line(proc) == "stopping"  # the first one stopped it in order: it hangs there
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=CEILING_S)
+        print(f"exited {proc.returncode} {time.monotonic() - sent:.2f} s after the second SIGINT")
+        assert proc.returncode == 130
+        assert err.splitlines() == ["hanging: SIGINT - stopping", "hanging: second SIGINT - exiting now"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_two_quick_sigints_on_a_serving_up_leave_no_broker(tmp_path):
+    root = tmp_path / "root"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cotal_trio", "up", "--root", str(root), "--port", str(free_port())],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (line := _read_line(proc)).startswith("✓ auth service up") and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read()
+        broker = int((root / "broker" / "nats-server.pid").read_text())
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=CEILING_S)
+        while _alive(broker) and time.monotonic() - sent < CEILING_S:
+            time.sleep(0.02)
+        print(f"exited {proc.returncode}; process and broker gone {time.monotonic() - sent:.2f} s after")
+        assert proc.returncode in (0, 130) and not _alive(broker), err
+        assert "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
