@@ -9,7 +9,6 @@ never imports the HTTP stack. Commands parse flags, build a config and call the 
 from __future__ import annotations
 
 import functools
-import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +73,8 @@ def configure_logging() -> None:
     The callout logs one line per connect, so the record attributes no line uses (caller,
     thread, process) are not collected: the logging documentation's "Optimization" switches.
     """
+    import logging  # here, not at the top: inside main's Ctrl-C guard (issue 15 item 9)
+
     logging._srcfile = None  # type: ignore[attr-defined]  # documented: skip findCaller
     logging.logThreads = False
     logging.logProcesses = False
@@ -93,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     serving command has its own signal handling, :func:`~cotal_trio.cli.common.serve_until_signal`)
     is exit 130 with nothing printed.
     """
-    configure_logging()
     try:
+        configure_logging()
         result = _app()(argv, result_action="return_value")
     except KeyboardInterrupt:
         # Ctrl-C before a serving command holds its signals (the imports, the flag parsing):

@@ -117,7 +117,10 @@ def test_sigint_at_any_moment_of_the_start_stops_up_and_its_broker(tmp_path):
         took, code, err, brokers = _one_run(tmp_path, delay)
         measured.append((delay, round(took, 2), code))
         left = [pid for pid in brokers if _alive(pid)]
-        if took > STOP_BOUND_S or code not in ENDINGS or _traceback_of_ours(err) or left:
+        # Interrupted in the interpreter's own start (site, runpy): Python prints its own error
+        # and picks the code (1 for "init_import_site"), before any line of the command runs.
+        in_interpreter = "KeyboardInterrupt" in err and not _traceback_of_ours(err)
+        if took > STOP_BOUND_S or (code not in ENDINGS and not in_interpreter) or _traceback_of_ours(err) or left:
             failures.append((delay, round(took, 2), code, left, err[-600:]))
     print("delay s, seconds from SIGINT to process and broker gone, exit code:", measured)
     assert failures == []
@@ -189,7 +192,7 @@ def test_two_quick_sigints_on_a_serving_up_leave_no_broker(tmp_path):
         while _alive(broker) and time.monotonic() - sent < CEILING_S:
             time.sleep(0.02)
         print(f"exited {proc.returncode}; process and broker gone {time.monotonic() - sent:.2f} s after")
-        assert proc.returncode in (0, 130) and not _alive(broker), err
+        assert proc.returncode in ENDINGS and not _alive(broker), err  # -2: the second came as it exited
         assert "Traceback" not in err
     finally:
         if proc.poll() is None:
