@@ -8,38 +8,64 @@ never imports the HTTP stack. Commands parse flags, build a config and call the 
 
 from __future__ import annotations
 
-import logging
+import functools
 import sys
-
-import cyclopts
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..core.errors import ConfigError, Refused, Unavailable, leaves
 
-__all__ = ["app", "main"]
+if TYPE_CHECKING:
+    import cyclopts
 
-app = cyclopts.App(
-    name="cotal",
-    help="Auth service for NATS agent meshes: the auth callout, the token exchange, and the root.",
-    version=__version__,
-    backend="trio",
+__all__ = ["INTERRUPTED", "app", "main"]
+
+# The exit code of a Ctrl-C that ended a command (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 130
+
+# (import path, command name or None for the function's own, help): registered lazily.
+_COMMANDS: tuple[tuple[str, str | None, str], ...] = (
+    ("cotal_trio.cli.up:up", None, "Run the root's broker and the space's auth service (the embedded default)."),
+    ("cotal_trio.cli.actor:actor_app", "actor", "Grant, revoke and list actors in the space's ledger."),
+    ("cotal_trio.cli.devidp:dev_idp_app", "dev-idp", "The development IdP: mint a token (development only)."),
+    ("cotal_trio.cli.client:exchange", None, "Exchange an IdP token for a bearer."),
+    ("cotal_trio.cli.client:agent_bearer", "agent-bearer", "Exchange a managed agent's actor token for a bearer."),
+    ("cotal_trio.cli.client:connect_info", "connect-info", "What a client needs to connect: server, sentinel creds, IdP pin."),
+    ("cotal_trio.cli.auth_service:auth_service", "auth-service", "Serve one space (--space) or a manifest of spaces (--spaces) against a running broker."),
+    ("cotal_trio.cli.space:space_app", "space", "Add, remove and list the spaces of a root (live on its broker)."),
+    ("cotal_trio.cli.manager:manager_app", "manager", "Register, list and retire the manager instances of a space."),
+    ("cotal_trio.cli.check:check", None, "Run the whole path against the running root and name any failing step."),
+    ("cotal_trio.cli.status:status", None, "One line per space of the running root: state, pid, exchange URL, callout counts."),
+    ("cotal_trio.cli.watch:watch", None, "Live view of the root's spaces from their event streams (--json: the raw events)."),
+    ("cotal_trio.cli.auth:auth_app", "auth", "Mint and revoke the credentials of a static space."),
+    ("cotal_trio.cli.doctor:doctor_app", "doctor", "Check the root and name the next command to run."),
+    ("cotal_trio.cli.broker:broker_app", "broker", "Render a cluster node's nats-server config from the root's trust."),
+    ("cotal_trio.cli.service:service_app", "service", "Write systemd units for `cotal auth-service` and its callout replicas."),
 )
-app.command("cotal_trio.cli.up:up", help="Run the root's broker and the space's auth service (the embedded default).")
-app.command("cotal_trio.cli.actor:actor_app", name="actor", help="Grant, revoke and list actors in the space's ledger.")
-app.command("cotal_trio.cli.devidp:dev_idp_app", name="dev-idp", help="The development IdP: mint a token (development only).")
-app.command("cotal_trio.cli.client:exchange", help="Exchange an IdP token for a bearer.")
-app.command("cotal_trio.cli.client:agent_bearer", name="agent-bearer", help="Exchange a managed agent's actor token for a bearer.")
-app.command("cotal_trio.cli.client:connect_info", name="connect-info", help="What a client needs to connect: server, sentinel creds, IdP pin.")
-app.command("cotal_trio.cli.auth_service:auth_service", name="auth-service", help="Serve one space (--space) or a manifest of spaces (--spaces) against a running broker.")
-app.command("cotal_trio.cli.space:space_app", name="space", help="Add, remove and list the spaces of a root (live on its broker).")
-app.command("cotal_trio.cli.manager:manager_app", name="manager", help="Register, list and retire the manager instances of a space.")
-app.command("cotal_trio.cli.check:check", help="Run the whole path against the running root and name any failing step.")
-app.command("cotal_trio.cli.status:status", help="One line per space of the running root: state, pid, exchange URL, callout counts.")
-app.command("cotal_trio.cli.watch:watch", help="Live view of the root's spaces from their event streams (--json: the raw events).")
-app.command("cotal_trio.cli.auth:auth_app", name="auth", help="Mint and revoke the credentials of a static space.")
-app.command("cotal_trio.cli.doctor:doctor_app", name="doctor", help="Check the root and name the next command to run.")
-app.command("cotal_trio.cli.broker:broker_app", name="broker", help="Render a cluster node's nats-server config from the root's trust.")
-app.command("cotal_trio.cli.service:service_app", name="service", help="Write systemd units for `cotal auth-service` and its callout replicas.")
+
+
+@functools.cache
+def _app() -> cyclopts.App:
+    """The cyclopts app, built at first use: cyclopts is imported inside :func:`main`, where a
+    Ctrl-C during its import is caught (issue 15 item 9)."""
+    import cyclopts
+
+    cli = cyclopts.App(
+        name="cotal",
+        help="Auth service for NATS agent meshes: the auth callout, the token exchange, and the root.",
+        version=__version__,
+        backend="trio",
+    )
+    for path, name, help_ in _COMMANDS:
+        cli.command(path, help=help_, **({"name": name} if name else {}))
+    return cli
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: :data:`app`, the cyclopts app (for the reference page and the docs test)."""
+    if name == "app":
+        return _app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def configure_logging() -> None:
@@ -48,6 +74,8 @@ def configure_logging() -> None:
     The callout logs one line per connect, so the record attributes no line uses (caller,
     thread, process) are not collected: the logging documentation's "Optimization" switches.
     """
+    import logging  # here, not at the top: inside main's Ctrl-C guard (issue 15 item 9)
+
     logging._srcfile = None  # type: ignore[attr-defined]  # documented: skip findCaller
     logging.logThreads = False
     logging.logProcesses = False
@@ -60,14 +88,26 @@ def configure_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``cotal`` console script; returns the process exit code."""
-    configure_logging()
+    """Entry point of the ``cotal`` console script; returns the process exit code.
+
+    A :class:`ConfigError`, :class:`Unavailable`, :class:`Refused` or ``OSError`` is one
+    ``cotal: <sentence>`` line on stderr and exit 1; a Ctrl-C that reaches here (before a
+    serving command has its own signal handling, :func:`~cotal_trio.cli.common.serve_until_signal`)
+    is exit 130 with nothing printed.
+    """
     try:
-        result = app(argv, result_action="return_value")
+        configure_logging()
+        result = _app()(argv, result_action="return_value")
+    except KeyboardInterrupt:
+        # Ctrl-C before a serving command holds its signals (the imports, the flag parsing):
+        # nothing has started, so end quietly as a shell expects (issue 15 item 9).
+        return INTERRUPTED
     except _EXPECTED as exc:
         print(f"cotal: {_sentence(exc)}", file=sys.stderr)
         return 1
     except BaseExceptionGroup as group:
+        if group.subgroup(KeyboardInterrupt) is not None:
+            return INTERRUPTED
         ours, rest = group.split(_EXPECTED)
         if ours is None or rest is not None:
             raise
