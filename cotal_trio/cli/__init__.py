@@ -3,18 +3,24 @@
 Each command group lives in its own module and is registered lazily, so ``cotal actor list``
 never imports the HTTP stack. Commands parse flags, build a config and call the library; every
 :class:`~cotal_trio.core.errors.ConfigError` or
-:class:`~cotal_trio.core.errors.Unavailable` becomes one sentence on stderr and exit 1.
+:class:`~cotal_trio.core.errors.Unavailable` becomes one sentence on stderr and exit 1. The exit
+statuses are :class:`~cotal_trio.cli.exits.ExitCode` (docs/cli.md renders their table): a usage
+error is 64, and a closed stdout (``| head -1``) ends any command quietly with 141.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import cyclopts
+import rich.console
+from cyclopts.exceptions import CycloptsError
 
 from .. import __version__
 from ..core.errors import ConfigError, Refused, Unavailable, leaves
+from .exits import ExitCode
 
 __all__ = ["app", "main"]
 
@@ -63,22 +69,65 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``cotal`` console script; returns the process exit code."""
     configure_logging()
     try:
-        result = app(argv, result_action="return_value")
+        result = _run(argv)
+        sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
+    except CycloptsError:  # cyclopts printed its panel naming the bad flag or command
+        return ExitCode.USAGE
+    except BaseException as exc:
+        if _reader_gone(exc):
+            return _end_quietly()
+        raise
+    return result if isinstance(result, int) else ExitCode.OK
+
+
+def _run(argv: list[str] | None) -> object:
+    """The command's result; an expected error becomes its sentence on stderr and exit 1."""
+    try:
+        return app(argv, result_action="return_value", exit_on_error=False, console=_PipeConsole())
     except _EXPECTED as exc:
+        if _reader_gone(exc):
+            raise
         print(f"cotal: {_sentence(exc)}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
     except BaseExceptionGroup as group:
         ours, rest = group.split(_EXPECTED)
-        if ours is None or rest is not None:
+        if ours is None or rest is not None or _reader_gone(group):
             raise
         for sentence in dict.fromkeys(_sentence(exc) for exc in leaves(ours)):
             print(f"cotal: {sentence}", file=sys.stderr)
-        return 1
-    return result if isinstance(result, int) else 0
+        return ExitCode.FAILED
 
 
 # Errors that are the operator's or a dependency's to fix: one sentence, exit 1, no traceback.
 _EXPECTED = (ConfigError, Unavailable, Refused, OSError)
+
+
+def _reader_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or, in a group, holds) a write to a stdout whose reader closed it."""
+    return any(isinstance(leaf, BrokenPipeError) for leaf in leaves(exc))
+
+
+class _PipeConsole(rich.console.Console):
+    """cyclopts' help and version console; a closed pipe ends it as it ends every command (rich's
+    own answer to one is ``SystemExit(1)``)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError("stdout's reader went away")
+
+
+def _end_quietly() -> int:
+    """End as ``| head -1`` expects: no traceback, no "Exception ignored" at exit, status 141.
+
+    The unwritten output still sits in stdout's buffer; pointing the descriptor at /dev/null
+    lets the interpreter's last flush succeed (Python's documented SIGPIPE recipe).
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # a stdout without a descriptor (captured in-process)
+        pass
+    return ExitCode.CLOSED_PIPE
 
 
 def _sentence(exc: BaseException) -> str:
