@@ -469,13 +469,16 @@ async def _open_face(
     nursery: trio.Nursery, config: LaneConfig, ctx: ExchangeContext, metrics: LaneMetrics, public_url: str | None,
     doors: tuple[DoorTable, ...],
 ) -> str:
-    """Serve the loopback face, then write the readiness file ``{ver, url, pid, cap[, publicUrl]}``."""
+    """Serve the loopback face, then write the readiness file ``{ver, url, pid, cap[, publicUrl][,
+    devIdpUrl]}`` (``devIdpUrl``: where ``cotal up`` serves the development IdP)."""
     app = build_loopback_app(ctx, metrics=metrics.exposition, doors=doors, events=config.events)
     port = await nursery.start(functools.partial(serve_app, app, port=config.http_port))
     url = f"http://127.0.0.1:{port}"
     record: dict[str, object] = {"ver": 1, "url": url, "pid": os.getpid(), "cap": ctx.capability}
     if public_url is not None:
         record["publicUrl"] = public_url
+    if config.dev_idp_url is not None:  # `cotal connect-info` names its JWKS (issue 18 item 5)
+        record["devIdpUrl"] = config.dev_idp_url
     write_json(config.paths.auth_service_json, record)
     return url
 
