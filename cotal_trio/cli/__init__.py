@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import sys
 
 import cyclopts
@@ -66,36 +67,28 @@ def configure_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``cotal`` console script; returns the process exit code."""
+    """Entry point of the ``cotal`` console script; returns the process exit code (cli/exits.py)."""
     configure_logging()
     try:
-        result = _run(argv)
+        result = app(argv, result_action="return_value", exit_on_error=False, console=_PipeConsole())
         sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
     except CycloptsError:  # cyclopts printed its panel naming the bad flag or command
         return ExitCode.USAGE
-    except BaseException as exc:
-        if _reader_gone(exc):
-            return _end_quietly()
-        raise
-    return result if isinstance(result, int) else ExitCode.OK
-
-
-def _run(argv: list[str] | None) -> object:
-    """The command's result; an expected error becomes its sentence on stderr and exit 1."""
-    try:
-        return app(argv, result_action="return_value", exit_on_error=False, console=_PipeConsole())
     except _EXPECTED as exc:
         if _reader_gone(exc):
-            raise
+            return _end_quietly()
         print(f"cotal: {_sentence(exc)}", file=sys.stderr)
-        return ExitCode.FAILED
+        return 1
     except BaseExceptionGroup as group:
+        if _reader_gone(group):
+            return _end_quietly()
         ours, rest = group.split(_EXPECTED)
-        if ours is None or rest is not None or _reader_gone(group):
+        if ours is None or rest is not None:
             raise
         for sentence in dict.fromkeys(_sentence(exc) for exc in leaves(ours)):
             print(f"cotal: {sentence}", file=sys.stderr)
-        return ExitCode.FAILED
+        return 1
+    return result if isinstance(result, int) else 0
 
 
 # Errors that are the operator's or a dependency's to fix: one sentence, exit 1, no traceback.
@@ -103,8 +96,19 @@ _EXPECTED = (ConfigError, Unavailable, Refused, OSError)
 
 
 def _reader_gone(exc: BaseException) -> bool:
-    """Whether ``exc`` is (or, in a group, holds) a write to a stdout whose reader closed it."""
-    return any(isinstance(leaf, BrokenPipeError) for leaf in leaves(exc))
+    """Whether ``exc`` is (or, in a group, holds) a BrokenPipeError and stdout's reader is gone.
+
+    A broken socket (the auth service went away mid-request) raises the same error; only a
+    stdout pipe that polls as broken (POLLERR: its read end is closed) ends quietly.
+    """
+    if not any(isinstance(leaf, BrokenPipeError) for leaf in leaves(exc)):
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (OSError, ValueError):  # a stdout without a descriptor (captured in-process)
+        return False
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 class _PipeConsole(rich.console.Console):
@@ -121,12 +125,9 @@ def _end_quietly() -> int:
     The unwritten output still sits in stdout's buffer; pointing the descriptor at /dev/null
     lets the interpreter's last flush succeed (Python's documented SIGPIPE recipe).
     """
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):  # a stdout without a descriptor (captured in-process)
-        pass
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
     return ExitCode.CLOSED_PIPE
 
 

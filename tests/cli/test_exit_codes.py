@@ -83,6 +83,7 @@ def run_into_closed_pipe(*argv: str) -> subprocess.CompletedProcess[str]:
     ("connect-info",),
     ("connect-info", "--json"),
     ("space", "list"),
+    ("doctor", "auth"),
 ])
 def test_a_closed_pipe_ends_every_command_quietly(root: Root, argv):
     done = run_into_closed_pipe(*argv, "--root", str(root.paths.root))
@@ -99,3 +100,19 @@ def test_an_open_pipe_is_unchanged(root: Root):
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert (done.returncode, done.stderr) == (0, "")
     assert set(json.loads(done.stdout)) == {"token", "sub", "issuer", "audience", "exp"}
+
+
+def test_a_broken_socket_is_not_a_closed_pipe(root: Root, capsys, monkeypatch):
+    """A BrokenPipeError from the auth service's socket is a failure with its sentence, not 141."""
+    def broken(*_args, **_kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("cotal_trio.cli.client.run_exchange", broken)
+    read_end, write_end = os.pipe()  # stdout is a pipe whose reader is still there
+    with os.fdopen(read_end) as reader, os.fdopen(write_end, "w") as stdout:
+        monkeypatch.setattr(sys, "stdout", stdout)
+        code = main(["exchange", "--actor", "cli", "--idp-token", "x", "--root", str(root.paths.root)])
+        monkeypatch.undo()
+        stdout.close()
+        assert reader.read() == ""
+    assert (code, capsys.readouterr().err) == (ExitCode.FAILED, "cotal: [Errno 32] Broken pipe\n")
