@@ -19,8 +19,9 @@ from cotal_trio.broker.process import free_port
 from cotal_trio.cli.exits import ExitCode
 from cotal_trio.devidp import DevIdpMaterial
 from cotal_trio.devidp.idp import jwks
+from cotal_trio.state import RootPaths, list_rows
 
-from .test_exit_codes import COTAL
+from .test_exit_codes import COTAL, run_into_closed_pipe
 from .test_up_process import _start, _stop, _wait_ready
 
 pytestmark = pytest.mark.broker
@@ -89,3 +90,11 @@ def test_check_json_without_a_running_service_is_one_object(tmp_path: Path):
     assert outcome["failed"]["step"] == "" and "is not running" in outcome["failed"]["reason"]
     info = json.loads(cotal(root, "connect-info", "--json").stdout)
     assert info["idp"]["jwksUri"] == ""  # nothing serves the development IdP now
+
+
+@pytest.mark.parametrize("argv", [("watch",), ("watch", "--json"), ("status",), ("check",)])
+def test_a_closed_pipe_ends_a_command_on_a_running_root_quietly(up: Path, argv):
+    done = run_into_closed_pipe(*argv, "--root", str(up))
+    assert (done.returncode, done.stderr) == (ExitCode.CLOSED_PIPE, "")
+    rows, corrupt = list_rows(RootPaths(up).space("default"))
+    assert (rows, corrupt) == ([], [])  # check's temporary actor was revoked on the way out
