@@ -48,7 +48,7 @@ EXIT_TABLE: tuple[ExitMeaning, ...] = (
         ExitCode.FAILED,
         "Refused or failed: one `cotal:` sentence on stderr names the cause and the fix (with --json, "
         "the error object on stdout). `cotal check`: a step failed; `cotal doctor auth`: a finding; "
-        "`cotal status`: a space does not serve.",
+        "`cotal status`: a space does not serve. An unexpected error (a traceback, a bug to report) is 1 too.",
     ),
     ExitMeaning(
         ExitCode.DEPENDENCY_UNAVAILABLE,
