@@ -3,17 +3,22 @@
 Each command group lives in its own module and is registered lazily, so ``cotal actor list``
 never imports the HTTP stack. Commands parse flags, build a config and call the library; every
 :class:`~cotal_trio.core.errors.ConfigError` or
-:class:`~cotal_trio.core.errors.Unavailable` becomes one sentence on stderr and exit 1.
+:class:`~cotal_trio.core.errors.Unavailable` becomes one sentence on stderr and exit 1. The exit
+statuses are :class:`~cotal_trio.cli.exits.ExitCode` (docs/cli.md renders their table): a usage
+error is 64, and a closed stdout (``| head -1``) ends any command quietly with 141.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import select
 import sys
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..core.errors import ConfigError, Refused, Unavailable, leaves
+from .exits import ExitCode
 
 if TYPE_CHECKING:
     import cyclopts
@@ -21,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["INTERRUPTED", "app", "main"]
 
 # The exit code of a Ctrl-C that ended a command (128 + SIGINT, as a shell reports it).
-INTERRUPTED = 130
+INTERRUPTED = ExitCode.INTERRUPTED
 
 # (import path, command name or None for the function's own, help): registered lazily.
 _COMMANDS: tuple[tuple[str, str | None, str], ...] = (
@@ -88,26 +93,37 @@ def configure_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``cotal`` console script; returns the process exit code.
+    """Entry point of the ``cotal`` console script; returns the process exit code (cli/exits.py).
 
     A :class:`ConfigError`, :class:`Unavailable`, :class:`Refused` or ``OSError`` is one
-    ``cotal: <sentence>`` line on stderr and exit 1; a Ctrl-C that reaches here (before a
-    serving command has its own signal handling, :func:`~cotal_trio.cli.common.serve_until_signal`)
-    is exit 130 with nothing printed.
+    ``cotal: <sentence>`` line on stderr and exit 1; a usage error is 64 (cyclopts printed its
+    panel); a closed stdout ends quietly with 141; a Ctrl-C that reaches here (before a serving
+    command has its own signal handling, :func:`~cotal_trio.cli.common.serve_until_signal`) is
+    exit 130 with nothing printed.
     """
     try:
         configure_logging()
-        result = _app()(argv, result_action="return_value")
+        from cyclopts.exceptions import CycloptsError  # inside the Ctrl-C guard, as the app is
+
+        try:
+            result = _app()(argv, result_action="return_value", exit_on_error=False, console=_pipe_console())
+            sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
+        except CycloptsError:  # cyclopts printed its panel naming the bad flag or command
+            return ExitCode.USAGE
     except KeyboardInterrupt:
         # Ctrl-C before a serving command holds its signals (the imports, the flag parsing):
         # nothing has started, so end quietly as a shell expects (issue 15 item 9).
-        return INTERRUPTED
+        return ExitCode.INTERRUPTED
     except _EXPECTED as exc:
+        if _reader_gone(exc):
+            return _end_quietly()
         print(f"cotal: {_sentence(exc)}", file=sys.stderr)
         return 1
     except BaseExceptionGroup as group:
         if group.subgroup(KeyboardInterrupt) is not None:
             return INTERRUPTED
+        if _reader_gone(group):
+            return _end_quietly()
         ours, rest = group.split(_EXPECTED)
         if ours is None or rest is not None:
             raise
@@ -119,6 +135,47 @@ def main(argv: list[str] | None = None) -> int:
 
 # Errors that are the operator's or a dependency's to fix: one sentence, exit 1, no traceback.
 _EXPECTED = (ConfigError, Unavailable, Refused, OSError)
+
+
+def _reader_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or, in a group, holds) a BrokenPipeError and stdout's reader is gone.
+
+    A broken socket (the auth service went away mid-request) raises the same error; only a
+    stdout pipe that polls as broken (POLLERR: its read end is closed) ends quietly.
+    """
+    if not any(isinstance(leaf, BrokenPipeError) for leaf in leaves(exc)):
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (OSError, ValueError):  # a stdout without a descriptor (captured in-process)
+        return False
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _pipe_console() -> Any:
+    """cyclopts' help and version console; a closed pipe ends it as it ends every command (rich's
+    own answer to one is ``SystemExit(1)``). Built at first use: rich comes with cyclopts, inside
+    :func:`main`'s Ctrl-C guard."""
+    import rich.console
+
+    class PipeConsole(rich.console.Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError("stdout's reader went away")
+
+    return PipeConsole()
+
+
+def _end_quietly() -> int:
+    """End as ``| head -1`` expects: no traceback, no "Exception ignored" at exit, status 141.
+
+    The unwritten output still sits in stdout's buffer; pointing the descriptor at /dev/null
+    lets the interpreter's last flush succeed (Python's documented SIGPIPE recipe).
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return ExitCode.CLOSED_PIPE
 
 
 def _sentence(exc: BaseException) -> str:
