@@ -108,15 +108,25 @@ RecallLedger = Callable[[str, str], tuple[LedgerRow | None, LedgerRow | None] | 
 def read_in_threads(read: ReadRows, *, max_threads: int) -> ReadLedger:
     """The ledger port over a blocking reader (a :class:`~cotal_trio.state.LedgerReader`).
 
-    Each read runs in a worker thread, at most ``max_threads`` at once for this port, so a read
-    that stalls (a hung disk, a FIFO) holds its own request and never the lane's trio thread:
-    its deadline cancels the wait (``abandon_on_cancel``) and the other requests go on (issue 4,
-    "a ledger that stalls 1.3 s for one actor"). An abandoned read finishes in its thread, its
-    result dropped, and holds its slot until then. Costs a thread hop per read (about 0.1 ms).
+    A reader with an ``unchanged(owner, actor)`` method (the LedgerReader's ``stat`` check,
+    never a read) is asked that first, on the lane's thread: rows whose files are gone or
+    unchanged since they were parsed come back with no thread hop (the re-check after the
+    issuance row, on every mint: issue 14 item 4). Only a file that must be read (new, changed,
+    or a FIFO standing in for a hung disk) is read in a worker thread, at most ``max_threads``
+    at once for this port, so a read that stalls holds its own request and never the lane's trio
+    thread: its deadline cancels the wait (``abandon_on_cancel``) and the other requests go on
+    (issue 4, "a ledger that stalls 1.3 s for one actor"). An abandoned read finishes in its
+    thread, its result dropped, and holds its slot until then. A thread hop costs about 0.1 ms.
     """
     limiter = trio.CapacityLimiter(max_threads)
+    unchanged: RecallLedger | None = getattr(read, "unchanged", None)
 
     async def read_ledger(owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
+        if unchanged is not None:
+            rows = unchanged(owner, actor)
+            if rows is not None:
+                await trio.lowlevel.checkpoint_if_cancelled()  # no scheduler trip on the mint path
+                return rows
         return await trio.to_thread.run_sync(read, owner, actor, limiter=limiter, abandon_on_cancel=True)
 
     return read_ledger

@@ -37,6 +37,17 @@ How a call crosses the bridge (every async method of :class:`Connection`):
 """
 
 from ._conn import Connection, Message, NoResponders, Subscription, open_connection
+from ._js import (
+    ERRORS,
+    BucketMissing,
+    JetStreamError,
+    StreamNotFound,
+    WrongLastSequence,
+    js_api,
+    js_msg_get,
+    js_publish,
+    js_publish_many,
+)
 from ._jsapi import ConsumerDrift, ack, consumer_info, consumer_names, ensure_consumer, pull_next
 from ._kv import (
     KeyExists,
@@ -52,14 +63,15 @@ from ._kv import (
 )
 from ._kv_keys import is_bucket_missing, kv_delete_expiring, kv_keys
 from ._loop import open_loop
+from ._js import StreamMessage
 from ._streams import (
     StreamDrift,
-    StreamMessage,
     StreamShape,
     SubjectConflict,
     backup_stream,
     delete_stream,
     ensure_stream,
+    expecting_headers,
     first_message,
     last_message,
     publish_expecting,
@@ -67,6 +79,15 @@ from ._streams import (
 )
 
 __all__ = [
+    "ERRORS",
+    "BucketMissing",
+    "JetStreamError",
+    "StreamNotFound",
+    "WrongLastSequence",
+    "js_api",
+    "js_msg_get",
+    "js_publish",
+    "js_publish_many",
     "Connection",
     "KeyExists",
     "KvEntry",
@@ -93,6 +114,7 @@ __all__ = [
     "backup_stream",
     "delete_stream",
     "ensure_stream",
+    "expecting_headers",
     "first_message",
     "last_message",
     "publish_expecting",
