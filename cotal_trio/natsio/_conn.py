@@ -14,6 +14,10 @@ nats-py internals relied on (nats-py 2.16; re-check on upgrade):
 * ``connect()`` may return while not connected (server closed the socket during an auth
   callout, or sent PING before PONG: pitfall P5/P11); we check ``is_connected``.
 * ``Client._server_info`` (private) for :attr:`Connection.connected_server_id`.
+* ``Client.publish`` appends to ``Client._pending`` and kicks the flusher task only when its
+  ``_flush_queue`` is empty; the flusher writes the whole pending buffer with one
+  ``writelines`` when it next runs. So publishes handed over in one synchronous stretch (a
+  :meth:`Connection.request_many` batch) leave in one socket write (issue 14 item 3).
 """
 
 from __future__ import annotations
