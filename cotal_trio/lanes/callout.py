@@ -32,6 +32,7 @@ import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -57,6 +58,9 @@ from ..core.natsjwt import AuthorizationRequest
 from ..core.profiles import Permissions
 from ..natsio import Message
 from .issuance import Issuance, IssuanceFailed, RowExpiries, RowStore
+
+if TYPE_CHECKING:
+    from .connect_authority import Prepared
 
 __all__ = [
     "CalloutResponder", "CALLOUT_QUEUE_GROUP", "CALLOUT_SUBJECT", "IssueAuthority", "ReadLedger", "RecallLedger",
@@ -500,7 +504,11 @@ class CalloutResponder:
         were read) denies here, as does the retirement of a view bearer's manager instance or
         chat session (:data:`ConfirmView`). Returns the grant the user JWT is minted from (the row's ``iat``
         is the mint's, ``int(now)``; its ``exp`` the bearer's, as in both grants), widened by the
-        ``ep.v1`` rows :data:`IssueAuthority` gives, when there is a port.
+        ``ep.v1`` rows :data:`IssueAuthority` gives, when there is a port. A port with
+        ``prepare``/``finish`` (``ConnectAuthority``) has a fresh token's rows sent with the
+        issuance row, in one socket write and one round trip, and kept only if the re-check
+        grants the same (issue 14 item 3); the re-check reads unchanged rows on this thread
+        (:func:`read_in_threads`, issue 14 item 4).
 
         Raises:
             Refused: the row exists already, or the re-check refuses.
@@ -508,7 +516,9 @@ class CalloutResponder:
             CodecError: a corrupt ledger row.
         """
         space = self._keys.space
-        await issuance.write(request.user_nkey, issuance_row(bearer, grant, space=space, iat=int(now)), now=now)
+        prepared = self._prepare_authority(request, bearer, grant, now)
+        row_of_connect = issuance_row(bearer, grant, space=space, iat=int(now))
+        along = await issuance.write(request.user_nkey, row_of_connect, now=now, along=prepared.writes if prepared else ())
         rows = await self._read_ledger(bearer.owner, bearer.actor)
         if bearer.view in RECORD_BOUND_VIEWS:  # after the row, like the ledger: a retirement since bites
             await self._confirm(bearer, now)
@@ -517,8 +527,28 @@ class CalloutResponder:
             return grant
         row = rows[0] if rows[0] is not None else rows[1]  # decide_connect granted: exactly one
         assert row is not None and request.connect_name is not None
-        extra = await self._issue_authority(bearer, grant, row, request.connect_name, now)
+        if prepared is not None and along is not None:
+            finish = self._issue_authority.finish  # type: ignore[attr-defined]
+            extra = await finish(prepared, along, bearer, grant, row, request.connect_name, now)
+        else:
+            extra = await self._issue_authority(bearer, grant, row, request.connect_name, now)
         return grant if extra is None else dataclasses.replace(grant, permissions=widen(grant.permissions, extra))
+
+    def _prepare_authority(
+        self, request: AuthorizationRequest, bearer: ValidatedBearer, grant: ConnectGrant, now: float
+    ) -> Prepared | None:
+        """The issued-authority writes to send with the issuance row (one round trip for both:
+        issue 14 item 3), made from the first check's rows as the ledger port last gave them
+        (:data:`RecallLedger`, no I/O), or None: the port is awaited after the re-check instead.
+        The re-check decides whether they are kept (``ConnectAuthority.finish``)."""
+        prepare = getattr(self._issue_authority, "prepare", None)
+        if prepare is None or self._recall_ledger is None or request.connect_name is None:
+            return None
+        rows = self._recall_ledger(bearer.owner, bearer.actor)
+        row = None if rows is None else (rows[0] if rows[0] is not None else rows[1])
+        if row is None or (rows[0] is not None and rows[1] is not None):
+            return None
+        return prepare(bearer, grant, row, request.connect_name, now)
 
     def _admit(self, request: AuthorizationRequest, record: CalloutRecord, now: float) -> ValidatedBearer:
         """Steps 3-4: the bearer, then connect limits, before any ledger read or store write.

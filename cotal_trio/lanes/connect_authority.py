@@ -16,6 +16,12 @@ refused write leaves is named by no accepted row and carried by no credential: i
 nothing and goes with its TTL. The rows and the ceiling come from an
 :class:`~cotal_trio.core.connect_authority.AuthorityMemo` (built once per principal and grant).
 
+The callout sends those three writes along with its issuance row, in the same socket write and
+round trip (:meth:`ConnectAuthority.prepare`, made from the grant the first ledger check gave),
+and keeps them only when the re-check after the row plans the same and grants the same
+permissions (:meth:`ConnectAuthority.finish`); otherwise the connect gets no rows and the
+prepared generation, carried by no credential, goes with its TTL.
+
 A managed ``run`` seat's spawner row is read fresh through the ``read_ledger`` port first
 (:func:`~cotal_trio.core.connect_authority.spawner_to_read`); an unreadable or absent spawner
 row makes the seat a listing caller, never a refused connect.
@@ -31,6 +37,7 @@ TTL.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from ..core.bearer import ValidatedBearer
 from ..core.callout import ConnectGrant
@@ -46,11 +53,12 @@ from ..core.issued import Ceiling, Evidence, IssuedRef
 from ..core.ledger import LedgerRow
 from ..core.profiles import Permissions
 from ..core.wire import accepted_bucket, issued_bucket, js_msg_get, kv_stream
+from ..natsio import Publish
 from .callout import ReadLedger
 from .issued import IssuedStores, issued_permissions
 from .records import merge_permissions
 
-__all__ = ["ConnectAuthority", "replica_issued_permissions"]
+__all__ = ["ConnectAuthority", "Prepared", "replica_issued_permissions"]
 
 log = logging.getLogger("cotal.callout")
 
@@ -64,6 +72,25 @@ def replica_issued_permissions(space: str) -> dict[str, dict[str, list[str]]]:
     issued stores and ``STREAM.MSG.GET`` of each (first and last message reads)."""
     reads = {"pub": {"allow": [js_msg_get(kv_stream(issued_bucket(space))), js_msg_get(kv_stream(accepted_bucket(space)))]}}
     return merge_permissions(issued_permissions(space), reads)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prepared:
+    """A fresh token's issuance, made before the issuance row (:meth:`ConnectAuthority.prepare`).
+
+    Attributes:
+        plan: what the connect is owed, from the first ledger check's row.
+        permissions: the grant's permissions the ceiling was made from.
+        extra: the rows to add when :meth:`ConnectAuthority.finish` keeps them.
+        evidence: the fresh generation's evidence.
+        writes: its three JetStream publishes, to send with the issuance row.
+    """
+
+    plan: AuthorityPlan
+    permissions: Permissions
+    extra: Permissions
+    evidence: Evidence
+    writes: list[Publish]
 
 
 class ConnectAuthority:
@@ -100,6 +127,62 @@ class ConnectAuthority:
             return None
         try:
             return await self._rows(plan, grant.permissions, inbox_nonce, now)
+        except (Refused, CodecError, Unavailable) as exc:
+            log.warning(
+                "auth callout: space=%s %s.%s gets no ep.v1 rows (%s generation): %s",
+                plan.space, plan.owner, plan.actor, plan.kind, exc,
+            )
+            return None
+
+    def prepare(
+        self, bearer: ValidatedBearer, grant: ConnectGrant, row: LedgerRow, inbox_nonce: str, now: float
+    ) -> Prepared | None:
+        """Sync: a fresh token's issuance writes, for the callout to send with its issuance row.
+
+        ``grant`` and ``row`` are the first ledger check's (possibly recalled). None when there is
+        nothing to send ahead: no rows owed, a managed ``run`` seat (its spawner is read fresh,
+        after the row), a token this lane wrote before (read first), or rows that cannot be made
+        (logged); the callout then awaits the port after the re-check as before.
+        """
+        if spawner_to_read(bearer, row) is not None:
+            return None
+        plan = plan_connect_authority(space=self._stores.space, bearer=bearer, row=row, inbox_nonce=inbox_nonce)
+        if plan is None or plan.token in self._seen:
+            return None
+        try:
+            fresh = self._stores.new_ref(owner=plan.owner, actor=plan.actor, uid=plan.uid, horizon=plan.horizon)
+            extra = self._memo.rows(plan, fresh.generation)
+            ceiling = self._memo.ceiling(grant.permissions, extra, nonce=inbox_nonce)
+            evidence = Evidence(ref=fresh, sources=(), permissions=ceiling, expires_at=plan.horizon)
+            writes = self._stores.connect_writes(evidence, plan.token, now=now)
+        except (Refused, CodecError, ValueError) as exc:
+            log.warning("auth callout: space=%s %s.%s gets no ep.v1 rows: %s", plan.space, plan.owner, plan.actor, exc)
+            return None
+        self._see(plan.token)  # before the write: a cancelled one may still land
+        return Prepared(plan=plan, permissions=grant.permissions, extra=extra, evidence=evidence, writes=writes)
+
+    async def finish(
+        self, prepared: Prepared, outcomes: list[int | Exception], bearer: ValidatedBearer, grant: ConnectGrant,
+        row: LedgerRow, inbox_nonce: str, now: float,
+    ) -> Permissions | None:
+        """Trio: the rows of a :meth:`prepare`-d connect once its writes were acknowledged
+        (``outcomes``, in order) and the ledger checked again (``grant``, ``row``: the re-check's).
+
+        The prepared rows when the re-check plans the same and grants the same permissions and
+        every write landed; when the token already had its row, that row under the reuse rules;
+        otherwise None (the prepared generation is carried by no credential and goes with its
+        TTL). A checkpoint only when the token's row must be read.
+        """
+        plan = plan_connect_authority(space=self._stores.space, bearer=bearer, row=row, inbox_nonce=inbox_nonce)
+        if plan != prepared.plan or grant.permissions != prepared.permissions:
+            log.info("auth callout: space=%s %s.%s changed since its rows were made; none given",
+                     prepared.plan.space, prepared.plan.owner, prepared.plan.actor)  # fmt: skip
+            return None
+        try:
+            if self._stores.connect_outcome(prepared.evidence, outcomes):
+                return prepared.extra
+            ref = await self._stores.accepted_ref(plan.token, now=now)  # the token had its row: found by the write
+            return None if ref is None else await self._reuse(plan, ref, grant.permissions, inbox_nonce, now)
         except (Refused, CodecError, Unavailable) as exc:
             log.warning(
                 "auth callout: space=%s %s.%s gets no ep.v1 rows (%s generation): %s",

@@ -42,7 +42,7 @@ fix.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NoReturn, Protocol
@@ -69,9 +69,11 @@ from ..natsio import (
     Connection,
     KeyExists,
     KvEntry,
+    Publish,
     WrongRevision,
     is_bucket_missing,
     kv_create,
+    kv_create_along,
     kv_delete_expiring,
     kv_get,
     kv_keys,
@@ -197,6 +199,14 @@ class KvRowStore:
         with _bucket_errors(self.bucket):
             return await kv_keys(self.conn, self.bucket, prefix=prefix)
 
+    async def create_along(
+        self, key: str, value: bytes, *, ttl_s: int, along: Sequence[Publish]
+    ) -> list[int | Exception]:
+        """:meth:`create`, with other JetStream publishes in the same write and round trip
+        (:func:`~cotal_trio.natsio.kv_create_along`); their outcomes. Raises as :meth:`create`."""
+        with _bucket_errors(self.bucket):
+            return (await kv_create_along(self.conn, self.bucket, key, value, ttl_s=ttl_s, along=along))[1]
+
 
 @contextmanager
 def _bucket_errors(bucket: str) -> Iterator[None]:
@@ -249,7 +259,9 @@ class Issuance:
         self._exp = 0
         self._kept = False
 
-    async def write(self, user_nkey: str, row: IssuanceRow, *, now: float) -> None:
+    async def write(
+        self, user_nkey: str, row: IssuanceRow, *, now: float, along: Sequence[Publish] = ()
+    ) -> list[int | Exception] | None:
         """Trio: create ``natkey.<user_nkey>`` holding ``row``, create-only (a checkpoint).
 
         Call it at most once. Cancellation: the row may still land; :meth:`settle` withdraws it
@@ -259,6 +271,13 @@ class Issuance:
             user_nkey: the broker's user key for this connect.
             row: the row (:func:`~cotal_trio.core.issuance.issuance_row`).
             now: wall time, unix seconds (the TTL is counted from it).
+            along: JetStream publishes to send in the same write and round trip (the callout's
+                issued-authority rows, issue 14 item 3), when the store can (a
+                :class:`KvRowStore`).
+
+        Returns:
+            The outcomes of ``along`` (per publish, its sequence or its error) when they were
+            sent; None when they were not (none given, or a store that cannot).
 
         Raises:
             Refused: BAD_REQUEST, the row already exists (:func:`~cotal_trio.core.issuance.exists_reason`).
@@ -269,8 +288,12 @@ class Issuance:
         ttl_s = row_ttl_s(row, now=now)
         self._exp = row.exp
         self._sent = _Sent(key, value, ttl_s)  # before sending: a cancelled create may still land
+        create_along = getattr(self._store, "create_along", None) if along else None
         try:
+            if create_along is not None:
+                return await create_along(key, value, ttl_s=ttl_s, along=along)
             await self._store.create(key, value, ttl_s=ttl_s)
+            return None
         except KeyExists:
             self._sent = None  # the server refused ours; the row there is not ours to withdraw
             raise Refused(RefusalCode.BAD_REQUEST, exists_reason(user_nkey)) from None

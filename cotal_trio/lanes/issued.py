@@ -70,6 +70,7 @@ from ..core.issued import (
 )
 from ..natsio import (
     Connection,
+    Publish,
     StreamNotFound,
     WrongLastSequence,
     StreamDrift,
@@ -398,11 +399,12 @@ class IssuedStores:
         The callout's path (issue 14 item 3; spec "User-auth manager callers"): the evidence
         (create-only), the attempt row written ``active`` at once (create-only) and
         ``accepted.v1.<token>`` (write-once) leave together, each with the generation's TTL, and
-        their acks are awaited together. There is no ``prepared`` step because the caller
-        releases the credential that carries the generation only after this returns True, that
-        is after every ack: a generation whose connect is never answered (a deadline, a denial, a
-        crash) is carried by no credential, so nobody can publish on its rows, whatever of them
-        landed, and they go with their TTL (``horizon + grace - now``).
+        their acks are awaited together (:meth:`connect_writes`, then :meth:`connect_outcome`;
+        the callout sends them along with its issuance row instead). There is no ``prepared``
+        step because the caller releases the credential that carries the generation only after
+        every ack came back good: a generation whose connect is never answered (a deadline, a
+        denial, a crash) is carried by no credential, so nobody can publish on its rows, whatever
+        of them landed, and they go with their TTL (``horizon + grace - now``).
 
         Returns:
             True: all three rows are stored. False: the token already has its row (written by an
@@ -417,25 +419,44 @@ class IssuedStores:
             Unavailable: the broker did not answer one of the writes (rows written so far stay
                 until their TTL and authorize nothing anyone holds).
         """
+        writes = self.connect_writes(evidence, token, now=now)
+        return self.connect_outcome(evidence, await js_publish_many(self._conn, writes))
+
+    def connect_writes(self, evidence: Evidence, token: str, *, now: float) -> list[Publish]:
+        """Sync: the three JetStream publishes of :meth:`issue_accepted`, in order (evidence,
+        attempt ``active``, accepted row), for a caller that sends them with its own.
+
+        Raises:
+            Refused: NOT_GRANTED, the generation is at or past its horizon.
+            CodecError: ``token`` is malformed.
+        """
         ref = evidence.ref
         self._own(ref)
         accepted = accepted_key(token)
         check_live(ref.generation, now=now)
-        rendered = render_evidence(evidence)
+        rendered = render_evidence(evidence)  # once: the write and the digest (issue 14 item 4)
         attempt = render_attempt(Attempt(state="active", digest=digest_of(rendered)))
         headers = expecting_headers(expected_last_subject_seq=0, ttl_s=row_ttl_s(ref.generation, now=now, grace_s=self._grace_s))
-        outcomes = await js_publish_many(self._conn, (
+        return [
             (self._subject(self.issued, evidence_key(ref)), rendered, headers),
             (self._subject(self.issued, attempt_key(ref)), attempt, headers),
             (self._subject(self.accepted, accepted), render_accepted(Accepted(ref=ref)), headers),
-        ))  # fmt: skip
+        ]
+
+    def connect_outcome(self, evidence: Evidence, outcomes: list[int | Exception]) -> bool:
+        """Sync: what the acks of :meth:`connect_writes` mean (see :meth:`issue_accepted`).
+
+        Raises:
+            As :meth:`issue_accepted`.
+        """
         for outcome, stream in zip(outcomes, (self.issued, self.issued, self.accepted), strict=True):
             if isinstance(outcome, StreamNotFound):
                 raise self._missing(f"KV_{stream}") from outcome
         for outcome in outcomes[:2]:
             if isinstance(outcome, WrongLastSequence):
                 raise Refused(
-                    RefusalCode.CONFLICT, f"issued generation {ref.generation} already has rows - issue on a fresh generation"
+                    RefusalCode.CONFLICT,
+                    f"issued generation {evidence.ref.generation} already has rows - issue on a fresh generation",
                 ) from None
             if isinstance(outcome, Exception):
                 raise outcome

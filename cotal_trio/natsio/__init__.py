@@ -39,6 +39,7 @@ How a call crosses the bridge (every async method of :class:`Connection`):
 from ._conn import Connection, Message, NoResponders, Subscription, open_connection
 from ._js import (
     ERRORS,
+    Publish,
     BucketMissing,
     JetStreamError,
     StreamNotFound,
@@ -56,6 +57,7 @@ from ._kv import (
     delete_bucket,
     ensure_bucket,
     kv_create,
+    kv_create_along,
     kv_delete,
     kv_get,
     kv_put,
@@ -80,6 +82,7 @@ from ._streams import (
 
 __all__ = [
     "ERRORS",
+    "Publish",
     "BucketMissing",
     "JetStreamError",
     "StreamNotFound",
@@ -99,6 +102,7 @@ __all__ = [
     "ensure_bucket",
     "is_bucket_missing",
     "kv_create",
+    "kv_create_along",
     "kv_delete",
     "kv_delete_expiring",
     "kv_get",

@@ -23,6 +23,7 @@ bucket's configuration, whose ``as_dict`` converts ``max_age``, ``duplicate_wind
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nats.js import api
@@ -30,7 +31,7 @@ from nats.js import api
 from cotal_trio.core.errors import AuthServiceError, ConfigError
 
 from ._conn import Connection
-from ._js import JetStreamError, StreamNotFound, WrongLastSequence, js_api, js_msg_get, js_publish
+from ._js import Publish, JetStreamError, StreamNotFound, WrongLastSequence, js_api, js_msg_get, js_publish, js_publish_many
 
 __all__ = [
     "KeyExists",
@@ -39,6 +40,7 @@ __all__ = [
     "delete_bucket",
     "ensure_bucket",
     "kv_create",
+    "kv_create_along",
     "kv_delete",
     "kv_get",
     "kv_put",
@@ -330,6 +332,33 @@ async def kv_create(
             raise KeyExists(key)
         expected = 0 if last is None else last.seq
     raise KeyExists(key)
+
+
+async def kv_create_along(
+    conn: Connection, bucket: str, key: str, value: bytes, *, ttl_s: int | None, along: Sequence[Publish]
+) -> tuple[int, list[int | Exception]]:
+    """Trio: :func:`kv_create`, with the JetStream publishes ``along`` leaving in the same socket
+    write right after it and acknowledged together (one round trip for the lot).
+
+    The create expects the key to hold no message; when it holds one (a marker: a live value is
+    refused all the same) the create alone is retried as :func:`kv_create` does, after the lot.
+
+    Returns:
+        ``(revision, outcomes)``: the create's revision, and per publish of ``along`` its
+        sequence or its error (:func:`~cotal_trio.natsio.js_publish_many`).
+
+    Raises:
+        As :func:`kv_create`, for the create only (``along`` was sent either way).
+    """
+    subject = _subject(bucket, key)
+    headers = _ttl_headers(ttl_s) | {EXPECTED_LAST_SUBJECT_SEQ: "0"}
+    outcomes = await js_publish_many(conn, ((subject, value, headers), *along))
+    created, rest = outcomes[0], outcomes[1:]
+    if isinstance(created, WrongLastSequence):
+        created = await kv_create(conn, bucket, key, value, ttl_s=ttl_s)
+    elif isinstance(created, Exception):
+        raise created
+    return created, rest
 
 
 async def kv_update(

@@ -25,7 +25,8 @@ from cotal_trio.lanes.connect_authority import ConnectAuthority
 from cotal_trio.lanes.issued import IssuedStores
 from cotal_trio.lanes.service_endpoints import open_store_user
 from cotal_trio.natsio import Connection, first_message, open_loop
-from cotal_trio.state import load_space, write_row
+from cotal_trio.broker.accounts import open_system_connection
+from cotal_trio.state import load_broker, load_space, write_row
 from tests.lanes.conftest import SPACE, Stack, client
 from tests.lanes.test_views_live import _register
 
@@ -270,3 +271,32 @@ async def test_a_generation_whose_connect_was_never_answered_authorizes_nothing_
 
 def ref_token(nonce: str, bearer: str) -> str:
     return accepted_token(nonce, _exp(bearer))
+
+
+async def _store_messages(stack: Stack) -> int:
+    """How many messages the lane's store connection has published (the broker's CONNZ)."""
+    broker = load_broker(stack.paths.broker_json)
+    async with open_loop(), open_system_connection(stack.info.server_url, broker) as system:
+        reply = await system.request("$SYS.REQ.SERVER.PING.CONNZ", json.dumps({"limit": 4096}).encode())
+    [store] = [c for c in json.loads(reply.data)["data"]["connections"] if c.get("name") == f"cotal:auth-store:{SPACE}"]
+    return store["in_msgs"]
+
+
+async def test_an_agent_mint_costs_the_store_four_messages(stack):
+    """Issue 14 item 3, counted by the broker: a fresh nonce's mint with its listing generation
+    publishes exactly the issuance row, the evidence, the attempt (written ``active`` once) and
+    the accepted row (found by its create-only write, no read first): 4 messages, where it was 6
+    (accepted read, row, evidence, attempt ``prepared``, attempt ``active``, accepted row). The
+    least of three tries, so the lane's own periodic writes (its plane lease) cannot add one."""
+    stack.grant("alice", "cli", scope=())
+    bearer = await stack.bearer("alice", "cli")
+    counts = []
+    with trio.fail_after(30):
+        async with client(stack, bearer):  # the principal's rows are read and remembered
+            pass
+        for _ in range(3):
+            before = await _store_messages(stack)
+            async with client(stack, bearer) as conn:  # a fresh nonce
+                assert any(".ep.v1." in s for s in (await _permissions(conn))["pub"]["allow"])
+            counts.append(await _store_messages(stack) - before)
+    assert min(counts) == 4, counts

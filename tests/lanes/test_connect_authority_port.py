@@ -13,7 +13,9 @@ from cotal_trio.core.errors import CodecError, RefusalCode, Refused, Unavailable
 from cotal_trio.core.issued import IssuedRef, new_generation
 from cotal_trio.core.ledger import LedgerKind
 from cotal_trio.lanes.connect_authority import ConnectAuthority
+from cotal_trio.core.profiles import agent_permissions
 from cotal_trio.lanes.issued import Resolved
+from cotal_trio.natsio import WrongLastSequence
 from tests.core.test_connect_authority import EXP, NONCE, NOW, OWNER, SPACE, UID, _agent, _bearer, _row
 
 
@@ -43,6 +45,17 @@ class FakeStores:
     def new_ref(self, *, owner, actor, uid, horizon):
         self.random += 1
         return IssuedRef(space=SPACE, owner=owner, actor=actor, uid=uid, generation=new_generation(horizon, bytes(11) + bytes([self.random])))
+
+    def connect_writes(self, evidence, token, *, now):
+        self.calls.append(f"connect_writes {evidence.ref.generation} {token}")
+        self.evidence[evidence.ref] = evidence
+        return [("evidence", b"", None), ("attempt", b"", None), ("accepted", b"", None)]
+
+    def connect_outcome(self, evidence, outcomes):
+        if isinstance(outcomes[2], Exception):
+            return False
+        self.accepted = evidence.ref
+        return True
 
     async def issue_accepted(self, evidence, token, *, now):
         await trio.lowlevel.checkpoint()
@@ -192,3 +205,52 @@ async def test_only_a_managed_run_seat_reads_the_ledger():
 async def test_without_a_ledger_port_a_managed_seat_gets_a_listing_only():
     extra = await ConnectAuthority(FakeStores())(_seat_bearer(), GRANT, SEAT, NONCE, NOW)  # type: ignore[arg-type]
     assert extra is not None and _verbs(extra) == ["endpoints"]
+
+
+# -- sent along with the issuance row (issue 14 item 3) ---------------------------------------------
+
+
+async def test_a_fresh_token_is_prepared_before_the_row_and_kept_when_the_recheck_grants_the_same():
+    stores = FakeStores()
+    port = ConnectAuthority(stores)  # type: ignore[arg-type]
+    prepared = port.prepare(_bearer(), GRANT, _row(), NONCE, NOW)
+    assert prepared is not None and [w[0] for w in prepared.writes] == ["evidence", "attempt", "accepted"]
+    extra = await port.finish(prepared, [1, 2, 3], _bearer(), GRANT, _row(), NONCE, NOW)
+    assert extra == prepared.extra and stores.calls == [f"connect_writes {FRESH} {TOKEN}"]
+    assert port.prepare(_bearer(), GRANT, _row(), NONCE, NOW) is None  # the same nonce again: read first
+
+
+async def test_a_recheck_that_grants_otherwise_keeps_no_prepared_rows():
+    stores = FakeStores()
+    port = ConnectAuthority(stores)  # type: ignore[arg-type]
+    prepared = port.prepare(_bearer(), GRANT, _row(), NONCE, NOW)
+    assert prepared is not None
+    wider = ConnectGrant(owner=OWNER, actor="cli", permissions=_agent_with("ops.>"), exp=EXP)
+    assert await port.finish(prepared, [1, 2, 3], _bearer(), wider, _row(), NONCE, NOW) is None
+    caller = _bearer(view="manager-caller")
+    issued = ConnectAuthority(FakeStores()).prepare(caller, GRANT, _row(), "ibx" + "9" * 10, NOW)  # type: ignore[arg-type]
+    assert issued is not None and issued.plan.kind == "manager-caller"
+    seat = _row(kind=LedgerKind.MANAGED)  # re-granted as a managed seat meanwhile: a listing plan now
+    assert await port.finish(issued, [1, 2, 3], caller, GRANT, seat, "ibx" + "9" * 10, NOW) is None
+
+
+async def test_a_prepared_token_that_had_its_row_goes_through_the_reuse_rules():
+    other = IssuedRef(space=SPACE, owner=OWNER, actor="bot", uid=UID, generation=new_generation(EXP, bytes(12)))
+    stores = FakeStores(other)
+    port = ConnectAuthority(stores)  # type: ignore[arg-type]
+    prepared = port.prepare(_bearer(), GRANT, _row(), NONCE, NOW)
+    assert prepared is not None
+    refused = WrongLastSequence("publish accepted: wrong last sequence", 10071)
+    assert await port.finish(prepared, [1, 2, refused], _bearer(), GRANT, _row(), NONCE, NOW) is None
+    assert stores.calls == [f"connect_writes {FRESH} {TOKEN}", f"accepted_ref {TOKEN}"]  # another caller's: no read
+
+
+async def test_a_managed_run_seat_is_never_prepared():
+    assert ConnectAuthority(FakeStores()).prepare(_seat_bearer(), GRANT, SEAT, NONCE, NOW) is None  # type: ignore[arg-type]
+
+
+def _agent_with(channel: str):
+    return agent_permissions(
+        space=SPACE, owner=OWNER, actor="cli", allow_publish=("team.news", channel), allow_subscribe=("team.>",),
+        inbox_nonce=NONCE,
+    )
