@@ -147,6 +147,20 @@ def canonical_json(value: Any) -> bytes:
         raise CodecError("canonical JSON: a string holds a lone surrogate") from None
 
 
+def _ours(value: Any) -> bytes:
+    """:func:`canonical_json` of a row built from one of our checked dataclasses (member names
+    are our ASCII literals, integers checked in range, no floats), without the type walk: the
+    callout renders one evidence per connect (issue 14 item 4).
+
+    Raises:
+        CodecError: a string holds a lone surrogate.
+    """
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False).encode()
+    except UnicodeEncodeError:
+        raise CodecError("canonical JSON: a string holds a lone surrogate") from None
+
+
 def _plain(value: Any) -> bool:
     """Whether ``value`` holds only our value types with ASCII member names (True), or has a
     non-ASCII member name (False: render it with :func:`_emit`).
@@ -608,7 +622,7 @@ class Evidence:
 
 def render_evidence(evidence: Evidence) -> bytes:
     """The evidence's stored bytes (canonical JSON)."""
-    return canonical_json(evidence.to_json())
+    return _ours(evidence.to_json())
 
 
 def evidence_digest(evidence: Evidence) -> str:
@@ -657,7 +671,7 @@ class Attempt:
 
 def render_attempt(attempt: Attempt) -> bytes:
     """The attempt row's stored bytes (canonical JSON)."""
-    return canonical_json({"version": VERSION, "state": attempt.state, "digest": attempt.digest})
+    return _ours({"version": VERSION, "state": attempt.state, "digest": attempt.digest})
 
 
 def parse_attempt(data: bytes) -> Attempt:
@@ -707,7 +721,7 @@ class Accepted:
 
 def render_accepted(row: Accepted) -> bytes:
     """The accepted row's stored bytes (canonical JSON)."""
-    return canonical_json({"version": VERSION, "ref": row.ref.to_json()})
+    return _ours({"version": VERSION, "ref": row.ref.to_json()})
 
 
 def parse_accepted(data: bytes) -> Accepted:

@@ -252,6 +252,7 @@ def test_canonical_json_renders_as_the_exact_rfc_8785_walk(value):
 
 def test_evidence_is_rendered_once_for_its_write_and_its_digest():
     rendered = render_evidence(EVIDENCE)
+    assert rendered == canonical_json(EVIDENCE.to_json())  # the rows' own renderer is canonical_json
     assert digest_of(rendered) == evidence_digest(EVIDENCE) == "sha256:" + hashlib.sha256(rendered).hexdigest()
 
 
