@@ -31,7 +31,7 @@ from nats.js import api
 from cotal_trio.core.errors import AuthServiceError, ConfigError
 
 from ._conn import Connection
-from ._js import Publish, JetStreamError, StreamNotFound, WrongLastSequence, js_api, js_msg_get, js_publish, js_publish_many
+from ._js import JetStreamError, Publish, StreamNotFound, WrongLastSequence, js_api, js_msg_get, js_publish, js_publish_many
 
 __all__ = [
     "KeyExists",

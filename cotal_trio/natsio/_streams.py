@@ -39,7 +39,7 @@ from typing import Any
 
 import trio
 
-from cotal_trio.core.errors import AuthServiceError, ConfigError, Unavailable
+from cotal_trio.core.errors import AuthServiceError, ConfigError
 
 from ._conn import Connection
 from ._js import JetStreamError, StreamMessage, StreamNotFound, WrongLastSequence, js_api, js_msg_get, js_publish

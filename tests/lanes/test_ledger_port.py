@@ -6,6 +6,7 @@ for a hung disk still holds only its own request."""
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 import trio
@@ -21,37 +22,36 @@ def space(tmp_path):
     return RootPaths(tmp_path).space("demo")
 
 
-class Threads:
-    """Counts the reads that went to a worker thread."""
+class Reader(LedgerReader):
+    """The callout's reader, noting each full read (a call) and the thread it ran on."""
 
-    def __init__(self, monkeypatch) -> None:
-        self.hops = 0
-        real = trio.to_thread.run_sync
+    def __init__(self, space) -> None:
+        super().__init__(space)
+        self.reads: list[int] = []
 
-        async def counted(*args, **kwargs):
-            self.hops += 1
-            return await real(*args, **kwargs)
-
-        monkeypatch.setattr(trio.to_thread, "run_sync", counted)
+    def __call__(self, owner, actor):
+        self.reads.append(threading.get_ident())
+        return super().__call__(owner, actor)
 
 
-async def test_an_unchanged_row_is_read_with_no_thread_hop(space, monkeypatch):
-    threads, reader = Threads(monkeypatch), LedgerReader(space)
+async def test_an_unchanged_row_is_read_with_no_thread_hop(space):
+    reader = Reader(space)
     read = read_in_threads(reader, max_threads=2)
     first = row(LedgerKind.INTERACTIVE)
     write_row(space, first)
-    assert await read(OWNER, "cli") == (first, None) and threads.hops == 1  # parsed in a thread
-    assert await read(OWNER, "cli") == (first, None) and threads.hops == 1  # unchanged: no hop
+    assert await read(OWNER, "cli") == (first, None) and len(reader.reads) == 1  # parsed, in a thread
+    assert reader.reads[0] != threading.get_ident()
+    assert await read(OWNER, "cli") == (first, None) and len(reader.reads) == 1  # unchanged: no read, no hop
     regrant = row(LedgerKind.INTERACTIVE, scope=("run",))
     write_row(space, regrant)
-    assert await read(OWNER, "cli") == (regrant, None) and threads.hops == 2  # changed: read again
+    assert await read(OWNER, "cli") == (regrant, None) and len(reader.reads) == 2  # changed: read again
     remove_row(space, OWNER, "cli")
-    assert await read(OWNER, "cli") == (None, None) and threads.hops == 2  # gone: no read needed
+    assert await read(OWNER, "cli") == (None, None) and len(reader.reads) == 2  # gone: nothing to read
     assert reader.unchanged(OWNER, "cli") == (None, None)
 
 
-async def test_a_fifo_row_is_never_opened_on_the_lanes_thread(space, monkeypatch):
-    threads, reader = Threads(monkeypatch), LedgerReader(space)
+async def test_a_fifo_row_is_never_opened_on_the_lanes_thread(space):
+    reader = Reader(space)
     read = read_in_threads(reader, max_threads=2)
     path = write_row(space, row(LedgerKind.INTERACTIVE))
     await read(OWNER, "cli")
@@ -61,6 +61,6 @@ async def test_a_fifo_row_is_never_opened_on_the_lanes_thread(space, monkeypatch
     assert reader.unchanged(OWNER, "cli") is None  # a new file: must be read, so not here
     with trio.move_on_after(0.3) as waited:  # the read blocks in its thread; this task stops
         await read(OWNER, "cli")
-    assert waited.cancelled_caught and threads.hops == 2
+    assert waited.cancelled_caught and len(reader.reads) == 2 and reader.reads[1] != threading.get_ident()
     fd = os.open(row_path(space, LedgerKind.INTERACTIVE, OWNER, "cli"), os.O_RDWR | os.O_NONBLOCK)
     os.close(fd)  # lets the abandoned read end (it sees an empty row file)
