@@ -72,6 +72,7 @@ from ..natsio import (
     Connection,
     Publish,
     StreamNotFound,
+    SubjectFull,
     WrongLastSequence,
     StreamDrift,
     StreamShape,
@@ -453,14 +454,14 @@ class IssuedStores:
             if isinstance(outcome, StreamNotFound):
                 raise self._missing(f"KV_{stream}") from outcome
         for outcome in outcomes[:2]:
-            if isinstance(outcome, WrongLastSequence):
+            if isinstance(outcome, WrongLastSequence | SubjectFull):
                 raise Refused(
                     RefusalCode.CONFLICT,
                     f"issued generation {evidence.ref.generation} already has rows - issue on a fresh generation",
                 ) from None
             if isinstance(outcome, Exception):
                 raise outcome
-        if isinstance(outcomes[2], WrongLastSequence):
+        if isinstance(outcomes[2], WrongLastSequence | SubjectFull):  # write-once: the token has its row
             return False
         if isinstance(outcomes[2], Exception):
             raise outcomes[2]

@@ -22,7 +22,9 @@ broker sent none), and is chained ``from`` nats-py's typed ``APIError`` for the 
 * :class:`StreamNotFound` (10059), and its :class:`BucketMissing` for a publish no stream took
   (the broker's 503 "no responders" to a ``$KV.`` or stream subject);
 * :class:`WrongLastSequence` (10071, 10164: the subject's last sequence is not the expected
-  one; 10077: it already holds the messages ``discard_new_per_subject`` allows);
+  one);
+* :class:`SubjectFull` (10077: the subject already holds the messages a
+  ``discard_new_per_subject`` stream allows, whatever the publish expected);
 * :class:`JetStreamError` for any other ``err_code`` (the server's text);
 * plain :class:`~cotal_trio.core.errors.Unavailable`: no answer, or an answer that is not JSON.
 
@@ -53,6 +55,7 @@ __all__ = [
     "JetStreamError",
     "StreamMessage",
     "StreamNotFound",
+    "SubjectFull",
     "WrongLastSequence",
     "js_api",
     "js_msg_get",
@@ -80,9 +83,14 @@ class BucketMissing(StreamNotFound):
     """No stream takes the subject a publish was sent on: the KV bucket (or stream) is missing."""
 
 
+class SubjectFull(JetStreamError):
+    """The subject already holds all the messages its ``discard_new_per_subject`` stream allows
+    (err_code 10077): a write-once row that is written."""
+
+
 class WrongLastSequence(AuthServiceError):
     """A publish's expectation failed: the subject's last message is not the expected one
-    (err_code 10071/10164), or it already holds all the messages it may (10077).
+    (err_code 10071/10164).
 
     Attributes:
         subject: the subject published on (None for an API request).
@@ -100,7 +108,7 @@ ERRORS: Mapping[int, type[JetStreamError] | type[WrongLastSequence]] = {
     10059: StreamNotFound,
     10071: WrongLastSequence,
     10164: WrongLastSequence,
-    10077: WrongLastSequence,
+    10077: SubjectFull,
 }
 
 

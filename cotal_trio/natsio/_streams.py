@@ -42,7 +42,7 @@ import trio
 from cotal_trio.core.errors import AuthServiceError, ConfigError
 
 from ._conn import Connection
-from ._js import JetStreamError, StreamMessage, StreamNotFound, WrongLastSequence, js_api, js_msg_get, js_publish
+from ._js import JetStreamError, StreamMessage, StreamNotFound, SubjectFull, WrongLastSequence, js_api, js_msg_get, js_publish
 from ._kv import EXPECTED_LAST_SUBJECT_SEQ, _ttl_headers
 
 __all__ = [
@@ -290,7 +290,7 @@ async def publish_expecting(
     headers = expecting_headers(expected_last_subject_seq=expected_last_subject_seq, ttl_s=ttl_s)
     try:
         return await js_publish(conn, subject, data, headers)
-    except WrongLastSequence:
+    except (WrongLastSequence, SubjectFull):
         raise SubjectConflict(subject, expected_last_subject_seq) from None
 
 

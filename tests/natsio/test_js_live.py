@@ -13,6 +13,7 @@ from cotal_trio.natsio import (
     BucketMissing,
     JetStreamError,
     StreamNotFound,
+    SubjectFull,
     WrongLastSequence,
     ensure_bucket,
     js_api,
@@ -28,7 +29,8 @@ CEILING_S = 20
 
 
 def test_the_table_maps_each_code_once():
-    assert ERRORS == {10059: StreamNotFound, 10071: WrongLastSequence, 10164: WrongLastSequence, 10077: WrongLastSequence}
+    assert ERRORS == {10059: StreamNotFound, 10071: WrongLastSequence, 10164: WrongLastSequence, 10077: SubjectFull}
+    assert issubclass(SubjectFull, JetStreamError)
     assert issubclass(BucketMissing, StreamNotFound) and issubclass(StreamNotFound, Unavailable)
     assert not issubclass(WrongLastSequence, Unavailable)  # the caller's lost compare-and-set
 
