@@ -19,8 +19,9 @@ ledger read or store write, on trio time (:func:`~cotal_trio.core.limits.check_c
 Before answering a mint the responder records the connect's issuance row and checks authority
 again (:mod:`cotal_trio.lanes.issuance`); a row the request sent but did not answer with a mint
 (deadline, re-check denial) is withdrawn after the answer, in a task of its own, so the worker
-is free for the next request. The ledger port is awaited: in a lane each read runs in a worker
-thread (:func:`read_in_threads`), so one stalled read holds one request, never the lane.
+is free for the next request. The ledger port is awaited: in a lane a principal whose row files
+are unchanged is answered by a ``stat`` check on the lane's thread, and every read of a file runs
+in a worker thread (:func:`read_in_threads`), so one stalled read holds one request, never the lane.
 """
 
 from __future__ import annotations
