@@ -220,7 +220,11 @@ async def js_publish(conn: Connection, subject: str, data: bytes, headers: Mappi
         BucketMissing: no stream takes ``subject``.
         JetStreamError, Unavailable: any other refusal, or no answer.
     """
-    outcome = (await js_publish_many(conn, ((subject, data, headers),)))[0]
+    try:
+        reply: Message | Unavailable = await conn.request(subject, data, headers)
+    except NoResponders as exc:
+        reply = exc
+    outcome = _ack(subject, reply)
     if isinstance(outcome, Exception):
         raise outcome
     return outcome
