@@ -31,6 +31,7 @@ from ..core.admission import CalloutLimits
 from ..core.errors import ConfigError
 from ..lanes.hosting import ServiceConfig, ServiceInfo, run_service
 from ..lanes.runtime import tune_for_serving
+from ..state.space_folders import migrate_space_folders
 from .common import Where, check_auth_timeout, stop_on_signal
 
 __all__ = ["auth_service"]
@@ -69,6 +70,13 @@ async def auth_service(
         exchange_public_port=exchange_public_port, exchange_public_url=exchange_public_url,
         exchange_trusted_proxy=exchange_trusted_proxy, advertised_server=advertised_server,
     )
+    # The flags first; then a root of an earlier version is renamed (state/space_folders.py), and
+    # the space found: a mistyped --space or --root is named as every command names it.
+    renamed = await trio.to_thread.run_sync(migrate_space_folders, config.root)
+    if renamed:
+        print(f"space folders renamed to their names: {', '.join(renamed)}", flush=True)
+    if space is not None:
+        Where(root=root, space=space).provisioned()
     tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_on_signal, nursery.cancel_scope, "cotal auth-service")  # Ctrl-C works during start-up too

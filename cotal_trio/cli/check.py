@@ -26,7 +26,7 @@ async def check(
     With the development IdP and no --idp-token, it grants a temporary actor ``cotal_check``
     and revokes it when done.
     """
-    space_paths = where.space_paths()
+    space_paths = where.provisioned()
     # The check provokes a permissions violation on purpose; nats-py reports it as an error.
     logging.getLogger("cotal.natsio").setLevel(logging.ERROR)
     try:

@@ -196,7 +196,7 @@ def exchange(
     body: dict[str, Any] = {"idpToken": idp_token.strip(), "actor": actor, **_view_fields(view, manager_instance)}
     if ttl is not None:
         body["ttlSec"] = ttl
-    return _exchange_and_print(where.space_paths(), actor, body, as_json=as_json, retry_after_line=False)
+    return _exchange_and_print(where.provisioned(), actor, body, as_json=as_json, retry_after_line=False)
 
 
 def _exchange_and_print(
@@ -285,7 +285,7 @@ def agent_bearer(
     checked(check_owner, owner)
     checked(check_actor, actor)
     body = {"owner": owner, "actor": actor, "actorToken": read_token_file(token_file), **_view_fields(view, manager_instance)}
-    return _exchange_and_print(where.space_paths(), actor, body, as_json=as_json, retry_after_line=True)
+    return _exchange_and_print(where.provisioned(), actor, body, as_json=as_json, retry_after_line=True)
 
 
 def connect_details(where: Where) -> dict[str, Any]:
@@ -295,7 +295,7 @@ def connect_details(where: Where) -> dict[str, Any]:
         ConfigError: the root's policy, the space's IdP pin or its sentinel is missing or
             corrupt (the sentence names `cotal up`).
     """
-    space_paths = where.space_paths()
+    space_paths = where.provisioned()
     policy = load_policy(where.paths().policy_json)
     pin = load_idp_pin(space_paths.idp_json)
     if not space_paths.sentinel_creds.exists():

@@ -176,7 +176,7 @@ def test_an_unknown_space_or_root_is_one_sentence(static, capsys, tmp_path):
     assert code == 1 and err == f"cotal: space nope is not in the root {static.paths.root} - see `cotal space list`\n"
     capsys.readouterr()
     assert main(["doctor", "auth", "--root", str(tmp_path / "none")]) == 1
-    assert capsys.readouterr().err.startswith(f"cotal: {tmp_path / 'none'} is not a root")
+    assert capsys.readouterr().err == f"cotal: there is no root at {tmp_path / 'none'} - pass the --root of one (`cotal up` makes one)\n"
 
 
 def test_a_broker_that_does_not_answer_is_a_note_and_the_verdict_still_comes(static, capsys):
