@@ -113,6 +113,12 @@ def _remedy(exc: Exception) -> str:
     return text.rsplit(" - ", 1)[1] if " - " in text else text
 
 
+def _split(exc: Exception) -> tuple[str, str]:
+    """A ConfigError's sentence as (problem, fix): a finding prints its fix once, after the problem."""
+    text = str(exc)
+    return (text.rsplit(" - ", 1)[0], _remedy(exc)) if " - " in text else (text, text)
+
+
 def _flags(space: str, root: str | None) -> str:
     flags = f"--space {shlex.quote(space)}"
     return flags if root is None else f"{flags} --root {shlex.quote(root)}"
@@ -167,7 +173,7 @@ def _check_keys(found: Inspection, paths: RootPaths, row: dict) -> None:
                            f"cotal space add {space}{' --static' if row['mode'] == MODE_STATIC else ''}")
             found.accounts[space] = accounts
     except ConfigError as exc:
-        found.find(f"space {space}", str(exc), _remedy(exc))
+        found.find(f"space {space}", *_split(exc))
 
 
 def _check_dev_idp(found: Inspection, paths: RootPaths, space: str, pin: IdpPinRecord) -> None:
@@ -175,7 +181,7 @@ def _check_dev_idp(found: Inspection, paths: RootPaths, space: str, pin: IdpPinR
     try:
         load_pinned_dev_idp(paths, space, pin.issuer)
     except ConfigError as exc:
-        found.find(str(paths.devidp_json), str(exc), _remedy(exc))
+        found.find(str(paths.devidp_json), *_split(exc))
 
 
 # -- credentials -----------------------------------------------------------------------------------
@@ -248,11 +254,11 @@ def inspect_root(paths: RootPaths, only: str | None, root_flag: str | None, now:
     try:
         found.broker = load_broker(paths.broker_json)
     except ConfigError as exc:
-        found.find(str(paths.broker_json), str(exc), _remedy(exc))
+        found.find(str(paths.broker_json), *_split(exc))
     try:
         rows = [r for r in list_spaces(paths) if only is None or r["space"] == only]
     except ConfigError as exc:
-        found.find(str(paths.root), str(exc), _remedy(exc))
+        found.find(str(paths.root), *_split(exc))
         rows = []
     for row in rows:
         _check_keys(found, paths, row)
