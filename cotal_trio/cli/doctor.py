@@ -321,8 +321,11 @@ def check_stored_revocations(found: Inspection, paths: RootPaths) -> None:
         stored = paths.resolver_dir / f"{record.data_account}.jwt"
         try:
             text = stored.read_text().strip()
-        except (FileNotFoundError, UnicodeDecodeError):
+        except FileNotFoundError:
             continue  # never pushed to this broker: `cotal space add` pushes it with its revocations
+        except (OSError, UnicodeDecodeError) as exc:
+            found.notes.append(f"{stored} could not be read ({exc}): its revocations were not compared")
+            continue
         _unpushed_revocations(found, space, text, f"the account the broker stored ({stored})")
 
 
