@@ -52,6 +52,7 @@ from ..core import natsjwt
 from ..core.credentials import Finding, LabelRecord, Severity
 from ..core.creds import parse_creds
 from ..core.errors import CodecError, ConfigError, Unavailable
+from ..core.identity import is_space
 from ..lanes.idp_keys import fetch_jwks
 from ..lanes.pins import load_pinned_dev_idp
 from ..state import (
@@ -248,6 +249,8 @@ def inspect_root(paths: RootPaths, only: str | None, root_flag: str | None, now:
     """
     require_root(paths)
     if only is not None:
+        if not is_space(only):
+            raise ConfigError(f"{only!r} is not a space name - use 1 to 64 letters, digits, _ and -")
         require_space(paths, only)
     found = Inspection(root_flag=root_flag, now=now)
     check_modes(found, paths)

@@ -77,3 +77,24 @@ def test_an_earlier_root_gets_its_folders_renamed_at_the_next_start(tmp_path):
     _wait_ready(third)
     code, err = _stop(third)
     assert code == 0 and "renamed" not in err
+
+
+def test_auth_service_renames_an_earlier_root_at_its_start(tmp_path, capsys):
+    """`cotal auth-service` takes no lock for its life: it takes the root lock for the rename only.
+    Nothing listens at --server, so the lane then fails to start (exit 1), after the rename."""
+    from cotal_trio.cli import main
+
+    from .conftest import provision
+
+    root = provision(tmp_path / "root").paths.root
+    os.rename(root / "spaces" / "default", root / "spaces" / legacy_dir_name("default"))
+    capsys.readouterr()
+    code = main(["auth-service", "--space", "default", "--server", f"nats://127.0.0.1:{free_port()}", "--root", str(root)])
+    out, err = capsys.readouterr()
+    assert code == 1 and err.startswith("cotal: "), err
+    assert out.splitlines()[0] == "space folders renamed to their names: default"
+    assert sorted(p.name for p in (root / "spaces").iterdir()) == ["default"]
+    from cotal_trio.state import hold_root
+
+    with hold_root(root):  # the lock was released after the rename (a later `cotal up` may start)
+        pass
