@@ -22,7 +22,7 @@
 The space folder is the space's own name: a space name is 1 to 64 of ``[A-Za-z0-9_-]``
 (core/identity.py), so it is one safe path segment (no ``/``, no ``.`` or ``..``), and an error
 message or an ``ls`` of the root reads as the operator typed it. :meth:`RootPaths.space` refuses
-any other string (ValueError: callers validate names first). Roots written before named the folder
+any other string (ConfigError; callers validate names first). Roots written before named the folder
 ``space.<hex of the UTF-8 name>``; :mod:`cotal_trio.state.space_folders` renames those at the next
 start and says what to do when a space is not in the root.
 """
@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cotal_trio.core.errors import ConfigError
 from cotal_trio.core.identity import is_space
 
 __all__ = ["ROOT_ENV", "DEFAULT_ROOT", "RootPaths", "SpacePaths", "resolve_root", "space_dir_name"]
@@ -55,11 +56,11 @@ def space_dir_name(space: str) -> str:
     """The folder segment of a space: its name.
 
     Raises:
-        ValueError: ``space`` is not a space name (a caller that skipped validation; the name
-            would not be one safe path segment).
+        ConfigError: ``space`` is not a space name (it would not be one safe path segment; a
+            name read from a hand-edited file gets the sentence, never a traceback).
     """
     if not is_space(space):
-        raise ValueError(f"{space!r} is not a space name")
+        raise ConfigError(f"{space!r} is not a space name - use 1 to 64 letters, digits, _ and -")
     return space
 
 
@@ -161,5 +162,5 @@ class RootPaths:
         return self.root / "spaces"
 
     def space(self, name: str) -> SpacePaths:
-        """The paths of space ``name`` (no I/O; ValueError when ``name`` is not a space name)."""
+        """The paths of space ``name`` (no I/O; ConfigError when ``name`` is not a space name)."""
         return SpacePaths(name, self.spaces_dir / space_dir_name(name))

@@ -71,7 +71,7 @@ def test_layout_paths(tmp_path):
     space = paths.space("demo-1")
     assert space.dir == tmp_path / "spaces" / "demo-1"  # the name itself (issue 18 item 3)
     for bad in ("démo", "../x", "a.b", "", "x" * 65):
-        with pytest.raises(ValueError):
+        with pytest.raises(ConfigError, match="is not a space name - use 1 to 64 letters"):
             paths.space(bad)
     assert space.actors_dir == space.dir / "actors"
     assert space.managed_dir == space.dir / "managed-actors"
