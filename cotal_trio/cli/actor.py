@@ -93,12 +93,10 @@ def provisioned(where: Where) -> SpacePaths:
     """The space's paths, once its material exists (``callout.json`` is written first).
 
     Raises:
-        ConfigError: a bad space name, or the space is not provisioned (names ``cotal up``).
+        ConfigError: a bad space name, no root at --root, or the root does not hold the space
+            (:meth:`Where.provisioned`: names `cotal space list`).
     """
-    space_paths = where.space_paths()
-    if not space_paths.callout_json.exists():
-        raise missing(space_paths.callout_json)
-    return space_paths
+    return where.provisioned()
 
 
 @Parameter(name="*")

@@ -408,7 +408,7 @@ async def mint(
         Names the credential in the root's records, and the actor of a fresh principal
         (letters, digits and _; default: the --identity principal's actor, else the profile).
     out
-        Where to write the file (default ROOT/auth/creds/space.HEX/LABEL.creds).
+        Where to write the file (default ROOT/auth/creds/SPACE/LABEL.creds).
     expires_in
         Lifetime in seconds (default 24 h).
     expires_at

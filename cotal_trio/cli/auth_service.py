@@ -36,6 +36,7 @@ from ..lanes.hosting import ServiceConfig, ServiceInfo, run_service
 from ..lanes.runtime import tune_for_serving
 from ..natsio import open_loop
 from ..state import SpaceMaterial, load_broker, load_space
+from ..state.space_folders import migrate_space_folders
 from .common import Where, check_auth_timeout, serve_until_signal
 
 __all__ = ["auth_service"]
@@ -79,6 +80,13 @@ async def auth_service(
         exchange_public_port=exchange_public_port, exchange_public_url=exchange_public_url,
         exchange_trusted_proxy=exchange_trusted_proxy, advertised_server=advertised_server,
     )
+    # The flags first; then a root of an earlier version is renamed (state/space_folders.py), and
+    # the space found: a mistyped --space or --root is named as every command names it.
+    renamed = await trio.to_thread.run_sync(migrate_space_folders, config.root)
+    if renamed:
+        print(f"space folders renamed to their names: {', '.join(renamed)}", flush=True)
+    if space is not None:
+        Where(root=root, space=space).provisioned()
     async with serve_until_signal("cotal auth-service") as nursery:  # Ctrl-C works during start-up too
         tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
         try:

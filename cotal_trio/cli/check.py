@@ -35,7 +35,7 @@ async def check(
     only {"space", "passed", "steps": [the steps that passed], "failed": null or {"step",
     "reason"}} (step "" when the check could not start, for example no auth service runs).
     """
-    space_paths = where.space_paths()
+    space_paths = where.provisioned()
     servers = resolve_servers(where.paths(), server)
     # The check provokes a permissions violation on purpose; nats-py reports it as an error.
     logging.getLogger("cotal.natsio").setLevel(logging.ERROR)

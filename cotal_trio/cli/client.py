@@ -202,7 +202,7 @@ def exchange(
     body: dict[str, Any] = {"idpToken": idp_token.strip(), "actor": actor, **_view_fields(view, manager_instance)}
     if ttl is not None:
         body["ttlSec"] = ttl
-    return _exchange_and_print(where.space_paths(), actor, body, as_json=as_json, retry_after_line=False)
+    return _exchange_and_print(where.provisioned(), actor, body, as_json=as_json, retry_after_line=False)
 
 
 def _exchange_and_print(
@@ -291,7 +291,7 @@ def agent_bearer(
     checked(check_owner, owner)
     checked(check_actor, actor)
     body = {"owner": owner, "actor": actor, "actorToken": read_token_file(token_file), **_view_fields(view, manager_instance)}
-    return _exchange_and_print(where.space_paths(), actor, body, as_json=as_json, retry_after_line=True)
+    return _exchange_and_print(where.provisioned(), actor, body, as_json=as_json, retry_after_line=True)
 
 
 def connect_details(where: Where, server: str | None = None) -> dict[str, Any]:
@@ -313,7 +313,7 @@ def connect_details(where: Where, server: str | None = None) -> dict[str, Any]:
             ``mode.json``; the user-auth space's IdP pin or its sentinel is missing or corrupt
             (the sentence names the fix).
     """
-    space_paths = where.space_paths()
+    space_paths = where.provisioned()
     servers = resolve_servers(where.paths(), server)
     reach = {"server": ",".join(servers), "servers": list(servers)}
     if space_mode(space_paths) == MODE_STATIC:

@@ -19,6 +19,7 @@ from ..core.identity import check_space
 from ..state import RootPaths, SpacePaths, resolve_root
 from ..state.records import MAX_AUTH_TIMEOUT_S
 from . import INTERRUPTED
+from ..state.space_folders import require_space
 
 __all__ = ["DEFAULT_SPACE", "Where", "check_auth_timeout", "serve_until_signal", "stop_on_signal"]
 
@@ -52,6 +53,17 @@ class Where:
         except Refused as exc:
             raise ConfigError(f"--space: {exc.detail}") from None
         return self.paths().space(self.space)
+
+    def provisioned(self) -> SpacePaths:
+        """The space's paths once the root holds it: every command working on an existing space
+        finds it here, so a mistyped --root or --space reads the same from each (issue 18 item 3).
+
+        Raises:
+            ConfigError: a bad space name; no root at --root; or ``space S is not in the root R
+                - see `cotal space list``` (:func:`cotal_trio.state.space_folders.require_space`).
+        """
+        self.space_paths()  # the name first: a bad name is named as such
+        return require_space(self.paths(), self.space)
 
 
 def check_auth_timeout(seconds: float | None) -> float | None:

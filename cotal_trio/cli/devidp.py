@@ -19,6 +19,7 @@ from ..core.errors import ConfigError, Refused
 from ..core.identity import check_space
 from ..devidp import DevIdpMaterial, mint_dev_token
 from ..state import RootPaths, load_idp_pin, resolve_root
+from ..state.space_folders import require_root, require_space
 
 __all__ = ["dev_idp_app", "load_dev_idp", "token"]
 
@@ -57,7 +58,7 @@ def check_space_pin(paths: RootPaths, space: str, material: DevIdpMaterial) -> N
         check_space(space)
     except Refused as exc:
         raise ConfigError(f"--space: {exc.detail}") from None
-    pin = load_idp_pin(paths.space(space).idp_json)
+    pin = load_idp_pin(require_space(paths, space).idp_json)
     if pin.kind != "dev":
         raise ConfigError(f"space {space} pins a real IdP ({pin.issuer}); get a token from it")
     if pin.issuer != material.issuer:
@@ -93,6 +94,7 @@ def token(
     if not sub:
         raise ConfigError("--sub needs a subject to sign in as, for example --sub alice")
     paths = RootPaths(resolve_root(root, os.environ))
+    require_root(paths)  # a mistyped --root is named as such, not as a missing IdP
     material = load_dev_idp(paths)
     if space is not None:
         check_space_pin(paths, space, material)

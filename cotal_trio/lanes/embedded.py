@@ -73,6 +73,7 @@ from ..state import (
     save_idp_pin,
     save_policy,
 )
+from ..state.space_folders import rename_space_folders
 from .events import EventBus
 from .host import Host, HostConfig, run_host
 from .hosting import check_public_flags, given_public_flags, lane_factory, public_fields
@@ -526,6 +527,10 @@ async def run_up(config: UpConfig, *, task_status: trio.TaskStatus[UpInfo] = tri
             ``<root>/spaces.json.applied``); it does not end ``cotal up``.
     """
     with hold_root(config.paths.root):
+        # An earlier version's space.<hex> folders get their names, under the lock (state/space_folders.py).
+        renamed = await trio.to_thread.run_sync(rename_space_folders, config.paths)
+        if renamed:
+            log.warning("up: space folders renamed to their names in %s: %s", config.paths.spaces_dir, ", ".join(renamed))
         if config.recreate_issued_stores is not None:  # refused before anything is written
             await trio.to_thread.run_sync(check_backup_dir, config.recreate_issued_stores)
         prepared = await trio.to_thread.run_sync(functools.partial(prepare_root, config, now=time.time()))

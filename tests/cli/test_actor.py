@@ -107,9 +107,9 @@ def test_bad_grants_exit_1_with_one_sentence_and_write_nothing(root, capsys, arg
     assert _files_under(root.space.actors_dir) == [] and _files_under(root.space.managed_dir) == []
 
 
-def test_grant_into_an_unprovisioned_space_names_cotal_up(root, capsys):
+def test_grant_into_a_space_the_root_does_not_hold_names_it(root, capsys):
     code, _, err = root.run(capsys, "actor", "grant", "cli", "--sub", SUB, "--space", "nowhere")
-    assert code == 1 and "callout.json is missing - run `cotal up`" in _one_sentence(err)
+    assert code == 1 and _one_sentence(err) == f"space nowhere is not in the root {root.paths.root} - see `cotal space list`"
 
 
 def test_grant_by_sub_needs_the_idp_pin(root, capsys):

@@ -232,6 +232,6 @@ def test_connect_info_plain_is_one_line_per_key(root, capsys):
     ]
 
 
-def test_connect_info_of_an_unknown_space_names_cotal_up(root, capsys):
+def test_connect_info_of_an_unknown_space_names_it(root, capsys):
     code, _, err = root.run(capsys, "connect-info", "--space", "other")
-    assert code == 1 and "is missing - run `cotal up`" in err and len(err.splitlines()) == 1
+    assert (code, err) == (1, f"cotal: space other is not in the root {root.paths.root} - see `cotal space list`\n")
