@@ -266,7 +266,8 @@ def _cluster_lines(host: str, cluster: Cluster) -> list[str]:
     if cluster.secret is None:
         if not is_loopback(host):
             raise ConfigError(
-                f"--host {host} is not a loopback address and the routes have no authentication - render the node with the root's route secret"
+                f"--host {host} is not a loopback address and the routes have no authentication"
+                " - render the node with the root's route secret"
             )
         urls, auth = cluster.routes, []
     else:

@@ -227,11 +227,12 @@ def retire_current(space_paths: SpacePaths, owner: str, actor: str) -> Retired |
 
 
 def retired_line(retired: Retired) -> str:
-    """What a retirement through the service did, in words."""
-    return (
-        f"the running auth service retired lifecycle {retired.lifecycle_uid}"
-        f" and withdrew {retired.withdrawn} issuance rows"
-    )
+    """What a retirement through the service did, in words (a partial one names the rows left)."""
+    done = f"the running auth service retired lifecycle {retired.lifecycle_uid} and withdrew {retired.withdrawn} issuance rows"
+    if not retired.partial:
+        return done
+    left = "some" if retired.left is None else f"{retired.left} more"
+    return f"{done}; {left} were not withdrawn and expire within their TTL, at most {retired.expire_within_s} s"
 
 
 def build_row(
@@ -355,7 +356,8 @@ def revoke(
         The actor name.
     as_json
         Print {"owner", "actor", "removed"} instead of a sentence (plus "retiredLifecycle" and
-        "withdrawn" when the running auth service retired the row).
+        "withdrawn" when the running auth service retired the row; "withdrawn": "partial" with
+        "withdrawnRows", "rowsLeft" and "rowsExpireWithinS" when its withdrawal did not finish).
     """
     space_paths = provisioned(where)
     with as_config_error():
@@ -370,7 +372,12 @@ def revoke(
         removed = True
     if as_json:
         answer: dict[str, object] = {"owner": owner, "actor": actor, "removed": removed}
-        if retired is not None:
+        if retired is not None and retired.partial:
+            answer.update(
+                retiredLifecycle=retired.lifecycle_uid, withdrawn="partial", withdrawnRows=retired.withdrawn,
+                rowsLeft=retired.left, rowsExpireWithinS=retired.expire_within_s,
+            )  # fmt: skip
+        elif retired is not None:
             answer.update(retiredLifecycle=retired.lifecycle_uid, withdrawn=retired.withdrawn)
         print(json.dumps(answer, indent=2))
     elif retired is not None:
