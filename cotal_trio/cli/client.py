@@ -293,8 +293,8 @@ def connect_details(where: Where, server: str | None = None) -> dict[str, Any]:
     """``{space, server, servers, sentinelCreds, authService, idp}`` for a client of the space.
 
     ``servers`` are the broker's seed URLs (``--server``, else the ``cotal up`` broker of
-    ``policy.json``; issue 17 items 3 and 6) and ``server`` is them comma-separated, as a client's
-    ``--server`` takes them.
+    ``policy.json``; issue 17 items 3 and 6), the field a client should use; ``server`` is the
+    first of them alone (a URL list joined by commas is one bad URL to nats-py).
 
     Raises:
         ConfigError: a bad ``server``; neither ``server`` nor ``policy.json``; the space's IdP
@@ -307,7 +307,7 @@ def connect_details(where: Where, server: str | None = None) -> dict[str, Any]:
         raise missing(space_paths.sentinel_creds)
     return {
         "space": space_paths.space,
-        "server": ",".join(servers),
+        "server": servers[0],
         "servers": list(servers),
         "sentinelCreds": str(space_paths.sentinel_creds.absolute()),
         "authService": str(space_paths.auth_service_json.absolute()),
@@ -327,7 +327,8 @@ def connect_info(
     """Print how a client connects to the space: server, sentinel creds, auth service, IdP.
 
     On a root `cotal up` runs, the server is its broker; on any other root (a cluster's),
-    pass --server. With --json, servers lists the seed URLs one by one.
+    pass --server. The plain server: line lists every seed comma-separated, as --server takes
+    them; with --json, servers lists them one by one (use it) and server is the first alone.
 
     Parameters
     ----------
@@ -338,7 +339,7 @@ def connect_info(
     if as_json:
         print(json.dumps(details, indent=2))
         return
-    del details["servers"]  # the plain `server:` line holds them all
+    details["server"] = ",".join(details.pop("servers"))  # the plain line: all seeds, as --server takes them
     idp = details.pop("idp")
     if not idp["jwksUri"]:
         idp["jwksUri"] = DEV_JWKS_NOTE
