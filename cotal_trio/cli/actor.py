@@ -101,6 +101,24 @@ def provisioned(where: Where) -> SpacePaths:
     return space_paths
 
 
+def check_argv_text(value: str, flag: str, what: str) -> str:
+    """``value`` back if it is text, for a flag that reaches an owner derivation.
+
+    Python reads argv bytes that are not UTF-8 as lone surrogates (``\\udcXX``, PEP 383); an
+    owner derived from those is one no IdP will ever send (its token's JSON holds UTF-8 text),
+    so the grant would silently go to nobody.
+
+    Raises:
+        ConfigError: ``value`` holds a surrogate (one sentence naming ``flag`` and the fix).
+    """
+    if any("\ud800" <= ch <= "\udfff" for ch in value):
+        raise ConfigError(
+            f"{flag} holds bytes that are not UTF-8 (the shell's locale is not UTF-8?) - pass {what} as UTF-8 text,"
+            " exactly as the IdP's token carries it"
+        )
+    return value
+
+
 @Parameter(name="*")
 @dataclass(frozen=True, kw_only=True)
 class Whose:
@@ -118,8 +136,9 @@ class Whose:
         """The owner ``u_...``: given, or derived from ``--sub`` with the space's secret and pin.
 
         Raises:
-            ConfigError: both or neither flag, a malformed owner, or the space's owner secret
-                or IdP pin is missing or corrupt (upstream-notes 1.2).
+            ConfigError: both or neither flag, a malformed owner, a ``--sub`` that is not text
+                (:func:`check_argv_text`), or the space's owner secret or IdP pin is missing or
+                corrupt (upstream-notes 1.2).
         """
         if (self.sub is None) == (self.owner is None):
             raise ConfigError("name the owner with exactly one of --sub <IdP subject> or --owner <u_...>")
@@ -128,8 +147,9 @@ class Whose:
                 return check_owner(self.owner)
         if not self.sub:
             raise ConfigError("--sub needs the person's IdP subject, which is not empty")
+        sub = check_argv_text(self.sub, "--sub", "the subject")
         pin = load_idp_pin(space_paths.idp_json)
-        return derive_owner(load_owner_secret(space_paths.owner_secret_json), pin.issuer, self.sub)
+        return derive_owner(load_owner_secret(space_paths.owner_secret_json), pin.issuer, sub)
 
 
 # --- grant ----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from ..core.errors import ConfigError, Refused
 from ..core.identity import check_space
 from ..devidp import DevIdpMaterial, mint_dev_token
 from ..state import RootPaths, load_idp_pin, resolve_root
+from .actor import check_argv_text
 
 __all__ = ["dev_idp_app", "load_dev_idp", "token"]
 
@@ -89,6 +90,7 @@ def token(
         raise ConfigError("--ttl is a positive number of seconds, for example --ttl 3600")
     if not sub:
         raise ConfigError("--sub needs a subject to sign in as, for example --sub alice")
+    check_argv_text(sub, "--sub", "the subject")  # the service derives the owner from this sub
     paths = RootPaths(resolve_root(root, os.environ))
     material = load_dev_idp(paths)
     if space is not None:
