@@ -28,7 +28,7 @@ of its issuance rows in place; they end on their own TTL (at most the 900 s bear
 rows left, not as an unknown outcome. The row's removal runs in a bounded worker thread
 (:data:`ROW_REMOVE_S`); a removal abandoned or cut short after its rename leaves the row
 renamed aside, and :func:`finish_held_rows`, run by the door before it reads the row, finishes
-it at the next call.
+it at the next call retiring that lifecycle.
 
 Rows in the upstream form ``natkey.<user nkey>`` (written before this key shape, or by a replica
 not yet upgraded) are found by a second filtered listing, ``natkey.*``, which matches only
@@ -38,7 +38,6 @@ rows' TTL, and the prune sweep lists both forms.
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 from dataclasses import dataclass
@@ -182,43 +181,40 @@ def remove_row_if_holds(paths: SpacePaths, kind: LedgerKind, target: LifecycleTa
 
 
 def finish_held_rows(paths: SpacePaths, kind: LedgerKind, target: LifecycleTarget) -> bool:
-    """Blocking: finish what removals of the principal's row of ``kind`` left renamed aside.
+    """Blocking: finish what an earlier removal for ``target``'s lifecycle left renamed aside.
 
     A removal abandoned at :data:`ROW_REMOVE_S` normally finishes in its thread; one cut short
-    (the process stopped, an unlink failed) leaves ``.<row>.<uid>.retiring.tmp``, which ledger
-    reads skip, so the principal reads as having no row. Each such file is finished as its
-    removal would have: one holding the lifecycle it is named after (whose barrier had been
-    written) is removed, anything else (a re-grant, a corrupt file) goes back unless a newer row
-    took its name. Call it before reading the row, through a bounded worker thread.
+    (the process stopped, an unlink failed) leaves ``.<row>.<lifecycleUid>.retiring.tmp``, which
+    ledger reads skip, so the principal reads as having no row. It is finished as the removal
+    would have: a file holding that lifecycle (whose barrier had been written) is removed,
+    anything else (a re-grant, a corrupt file) goes back unless a newer row took its name. One
+    name is checked, not the folder listed, so a retry costs the same in any ledger. Call it
+    before reading the row, through a bounded worker thread.
 
     Returns:
-        True when a held row of ``target``'s own lifecycle was removed here, so the retirement
-        of that lifecycle had got past its step 2 and must still withdraw.
+        True when a held row of ``target``'s lifecycle was removed here: that retirement had got
+        past its step 2, and must still withdraw.
 
     Raises:
-        OSError: the folder could not be listed or changed.
+        OSError: the folder could not be changed.
     """
     path = row_path(paths, kind, target.owner, target.actor)
-    prefix = f".{path.name}."
-    finished = False
-    for held in sorted(path.parent.glob(f"{glob.escape(prefix)}*{_HELD_SUFFIX}")):
-        uid = held.name[len(prefix) : -len(_HELD_SUFFIX)]
-        try:
-            row = parse_ledger_row(held.read_bytes(), kind=kind, owner=target.owner, actor=target.actor)
-            ours = row.lifecycle_uid == uid
-        except CodecError:
-            ours = False
-        except FileNotFoundError:
-            continue  # its own removal, still running in an abandoned thread, just finished it
-        try:
-            if ours:
-                os.unlink(held)
-                finished = finished or uid == target.lifecycle_uid
-            else:
-                _put_back(held, path)
-        except FileNotFoundError:
-            continue
-    return finished
+    held = path.with_name(f".{path.name}.{target.lifecycle_uid}{_HELD_SUFFIX}")
+    try:
+        row = parse_ledger_row(held.read_bytes(), kind=kind, owner=target.owner, actor=target.actor)
+        ours = row.lifecycle_uid == target.lifecycle_uid
+    except FileNotFoundError:
+        return False  # nothing held (or its own removal, still running in its thread, just finished)
+    except CodecError:
+        ours = False
+    try:
+        if ours:
+            os.unlink(held)
+        else:
+            _put_back(held, path)
+    except FileNotFoundError:
+        return False
+    return ours
 
 
 def _put_back(held: Path, path: Path) -> None:

@@ -20,7 +20,7 @@ import trio
 
 from cotal_trio.broker import provision
 from cotal_trio.broker.accounts import open_system_connection, push_accounts
-from cotal_trio.broker.config import Cluster, Node, parse_routes, render_config, render_node
+from cotal_trio.broker.config import Cluster, Node, parse_routes, render_config, render_node, route_secret
 from cotal_trio.broker.process import free_port, run_nats_server
 from cotal_trio.cli import main
 from cotal_trio.core.errors import ConfigError
@@ -115,6 +115,19 @@ def test_monitoring_stays_on_loopback_when_the_node_listens_everywhere(provision
     text = render(capsys, provisioned, "n1", port=4222, cluster_port=6222, routes=routes,
                   extra=("--host", "0.0.0.0", "--http-port", "8222", "--http-host", "10.0.0.5"))
     assert 'http: "10.0.0.5:8222"' in text
+
+
+def test_a_route_secret_that_is_not_one_is_refused_not_replaced(provisioned):
+    """The secret is created once and never regenerated: a damaged file is named, not rewritten
+    (rewriting it would split the cluster between old and new nodes)."""
+    path = provisioned.paths.broker_dir / "route.secret"
+    first = route_secret(provisioned.paths)
+    assert route_secret(provisioned.paths) == first
+    path.write_text("short")
+    with pytest.raises(ConfigError) as refused:
+        route_secret(provisioned.paths)
+    assert str(refused.value) == f"{path} is not a route secret - restore it from a backup of the root"
+    assert path.read_text() == "short"
 
 
 def test_unauthenticated_routes_are_refused_off_loopback(provisioned):
