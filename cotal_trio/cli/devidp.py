@@ -7,6 +7,7 @@ development root allows (see :mod:`cotal_trio.devidp`). A space pinned to a real
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Annotated
@@ -74,10 +75,12 @@ def token(
     ttl: int = DEFAULT_TTL_S,
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
     space: Annotated[str | None, Parameter(help="Also check that this space pins the development IdP.")] = None,
+    as_json: Annotated[bool, Parameter(name="--json", negative="", help="Print a JSON object.")] = False,
 ) -> None:
     """Print a development IdP token (a JWT) for a subject.
 
-    Exchange it for a bearer with `cotal exchange --actor <a> --idp-token <jwt>`.
+    Exchange it for a bearer with `cotal exchange --actor <a> --idp-token <jwt>`. With --json
+    it prints {"token", "sub", "issuer", "audience", "exp"} (exp in unix seconds).
 
     Parameters
     ----------
@@ -95,4 +98,10 @@ def token(
     material = load_dev_idp(paths)
     if space is not None:
         check_space_pin(paths, space, material)
-    print(mint_dev_token(material, sub=sub, now=int(time.time()), ttl_s=ttl))
+    now = int(time.time())
+    jwt = mint_dev_token(material, sub=sub, now=now, ttl_s=ttl)
+    if as_json:
+        print(json.dumps({"token": jwt, "sub": sub, "issuer": material.issuer, "audience": material.audience,
+                          "exp": now + ttl}, indent=2))  # fmt: skip
+    else:
+        print(jwt)

@@ -359,17 +359,20 @@ async def _run_broker(
     config: UpConfig, prepared: Prepared, stop: trio.Event,
     *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the broker until ``stop`` is set, shielded from the host's cancellation.
+    """Run the broker until ``stop`` is set, shielded from the host's cancellation once started.
 
     The broker must outlive the lane: stopping it first would make the lane's connection see
     EOF and reconnect while it drains. So the host sets ``stop`` once the lane has stopped.
+    Cancelled before ``started`` (Ctrl-C during start-up), the broker is stopped at once.
     """
     paths, port = config.paths, prepared.policy.port
     start = functools.partial(
         run_nats_server, paths.server_conf, executable=config.nats_server, log_path=paths.broker_log, port=port
     )
     url = f"nats://127.0.0.1:{port}"
-    with trio.CancelScope(shield=True):
+    # Cancellable while it starts (a Ctrl-C then stops the broker at once, issue 15 item 9);
+    # shielded from the moment it is started, so only `stop` ends it.
+    with trio.CancelScope() as guard:
         try:
             async with trio.open_nursery() as nursery:
                 try:
@@ -387,6 +390,7 @@ async def _run_broker(
                     save_policy(paths.policy_json, prepared.policy)
                 atomic_write(paths.broker_pid, f"{pid}\n".encode())
                 task_status.started((url, pid))
+                guard.shield = True
                 await stop.wait()
                 nursery.cancel_scope.cancel()
         finally:
@@ -530,8 +534,11 @@ async def run_up(config: UpConfig, *, task_status: trio.TaskStatus[UpInfo] = tri
         stop_broker, serving = trio.Event(), trio.Event()
         try:
             async with trio.open_nursery() as nursery:
-                server_url, pid = await nursery.start(_run_broker, config, prepared, stop_broker)
                 try:
+                    # Inside the try: a cancel that lands once the broker has started but before
+                    # `start` returns (Ctrl-C) still sets `stop_broker`, or the nursery would wait
+                    # on the shielded broker for good (issue 15 item 9).
+                    server_url, pid = await nursery.start(_run_broker, config, prepared, stop_broker)
                     recreated = None
                     if config.recreate_issued_stores is not None:
                         recreated = await _recreate_issued(config, server_url)

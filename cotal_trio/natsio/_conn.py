@@ -14,6 +14,10 @@ nats-py internals relied on (nats-py 2.16; re-check on upgrade):
 * ``connect()`` may return while not connected (server closed the socket during an auth
   callout, or sent PING before PONG: pitfall P5/P11); we check ``is_connected``.
 * ``Client._server_info`` (private) for :attr:`Connection.connected_server_id`.
+* ``Client.options["connect_timeout"]`` is read at each reconnect attempt (TCP, INFO, PONG), so
+  it is lowered to ``PONG_TIMEOUT_S`` once connected: a hung broker costs each attempt that long.
+* ``Client.stats["reconnects"]`` counts completed reconnects; a reconnect drops the PONG futures
+  of PINGs sent before it, so the keepalive ignores a PING that a reconnect overtook.
 """
 
 from __future__ import annotations
@@ -39,7 +43,10 @@ from cotal_trio.core.nkeys import KeyPair
 
 from ._loop import DEFAULT_CAP_S, current_loop, run_aio
 
-__all__ = ["Connection", "Message", "NoResponders", "Subscription", "open_connection"]
+__all__ = [
+    "KEEPALIVE_S", "MAX_OUTAGE_S", "PONG_TIMEOUT_S", "Connection", "Message", "NoResponders", "Subscription",
+    "open_connection",
+]
 
 log = logging.getLogger("cotal.natsio")
 
@@ -53,6 +60,15 @@ RECONNECT_ATTEMPTS = 5
 RECONNECT_WAIT_S = 1.0
 # Bound on closing a connection: flushing scheduled replies and nats-py's close. Seconds.
 CLOSE_S = 5.0
+# Keepalive (issue 15 item 5, spec "Callout replicas": a replica whose broker stops answering
+# exits): each connection PINGs its broker this often and counts it lost when no PONG comes back
+# within PONG_TIMEOUT_S, so a broker that holds the socket open but answers nothing (hung,
+# SIGSTOPped, a dead path without RST) is noticed within about 6 s, not after nats-py's default
+# pings (120 s apart, three missed). A connection that is reconnecting is lost once it has had
+# no broker for MAX_OUTAGE_S (the reconnects themselves ride out a restart of a few seconds).
+KEEPALIVE_S = 2.0
+PONG_TIMEOUT_S = 4.0
+MAX_OUTAGE_S = 10.0
 # Pitfalls P5/P11: the broker hung up during CONNECT (an auth callout that did not answer in
 # time) or sent PING before PONG (a callout slower than ~2 s); nats-py then returns unconnected.
 _NOT_CONFIRMED = "the broker did not confirm CONNECT (closed, or a slow auth callout)"
@@ -167,7 +183,9 @@ class Connection:
 
     Attributes:
         closed: set when the connection is closed for good (our close, the broker deleting the
-            account, or a connection that may not reconnect losing its socket).
+            account, or a connection that may not reconnect losing its socket) or is lost: its
+            broker answered no keepalive PING within ``PONG_TIMEOUT_S``, or a reconnecting
+            connection had no broker for ``MAX_OUTAGE_S`` (``last_error`` says which).
         error_count: how many errors nats-py has reported (see :meth:`wait_error`).
         last_error: the text of the last error nats-py reported (permissions violations, socket
             errors, stale connection), or None.
@@ -184,6 +202,7 @@ class Connection:
         self.last_error: str | None = None
         self.error_count = 0
         self._error_arrived = trio.Event()
+        self._keeper: asyncio.Task[None] | None = None  # the keepalive, once connected
         # Requests (see `request`): one wildcard reply subscription, made at the first request.
         self._reply_prefix: str | None = None
         self._reply_lock = trio.Lock()
@@ -423,6 +442,44 @@ class Connection:
         self._fail_requests()
         self.closed.set()
 
+    def _lost(self, reason: str) -> None:
+        """Sync: the broker stopped answering: report it as the connection closing for good."""
+        self.last_error = reason
+        self.error_count += 1
+        self._error_arrived.set()
+        self._error_arrived = trio.Event()
+        log.warning("nats %s: %s", self._url, reason)
+        self._fail_requests()
+        self.closed.set()
+
+    async def _keep_alive(self) -> None:  # asyncio-flavoured: a task on the lane's loop
+        """PING every ``KEEPALIVE_S``; :meth:`_lost` when a PONG is late or the broker is gone long.
+
+        A PING is sent only while connected (never into a reconnect's handshake), and a PING a
+        reconnect overtook is not judged (the reconnect dropped its PONG future).
+        """
+        loop, nc = self._loop, self._nc
+        down_since: float | None = None
+        while not (nc.is_closed or self.closed.is_set()):
+            await asyncio.sleep(KEEPALIVE_S)
+            if nc.is_closed or self._closing:
+                return
+            if not nc.is_connected:
+                down_since = loop.time() if down_since is None else down_since
+                if loop.time() - down_since >= MAX_OUTAGE_S:
+                    self._lost(f"no broker for {MAX_OUTAGE_S:g} s (reconnecting)")
+                    return
+                continue
+            down_since, reconnects = None, nc.stats["reconnects"]
+            try:
+                await nc.flush(timeout=PONG_TIMEOUT_S)
+            except nats.errors.FlushTimeoutError:
+                if nc.is_connected and nc.stats["reconnects"] == reconnects and not self._closing:
+                    self._lost(f"no PING answered within {PONG_TIMEOUT_S:g} s - the broker is hung or unreachable")
+                    return
+            except (nats.errors.Error, OSError) as exc:  # closed or reconnecting: judged next round
+                log.debug("nats %s: keepalive: %r", self._url, exc)
+
     async def _connect(self, options: dict[str, Any], reconnect: bool) -> None:
         """Trio: the initial connect; see :func:`open_connection` for errors."""
 
@@ -435,6 +492,8 @@ class Connection:
             if not self._nc.is_connected:  # pitfall P5: returned without raising
                 raise _ConnectFailed(self.last_error or _NOT_CONFIRMED)
             self._nc.options["allow_reconnect"] = reconnect
+            self._nc.options["connect_timeout"] = PONG_TIMEOUT_S  # each reconnect attempt's bound
+            self._keeper = asyncio.get_running_loop().create_task(self._keep_alive())
 
         what = f"connect {self._url}"
         try:
@@ -450,6 +509,8 @@ class Connection:
 
         async def close(bound_s: float) -> None:  # asyncio-flavoured
             self._closing = True
+            if self._keeper is not None:
+                self._keeper.cancel()
             if self._stepped:
                 await asyncio.wait(set(self._stepped), timeout=bound_s)
             if not self._nc.is_closed:
@@ -532,6 +593,10 @@ async def open_connection(
             whose broker stays away ends and its host names it and retries it (issue 3 item 4).
             The first connect never retries.
         inbox_prefix: prefix of request reply subjects (default nats-py's ``_INBOX``).
+
+    Every connection runs a keepalive once connected (``KEEPALIVE_S``, ``PONG_TIMEOUT_S``,
+    ``MAX_OUTAGE_S``): a broker that stops answering sets ``closed`` within about 6 s, with
+    ``last_error`` naming it, as a closed socket does (issue 15 item 5).
 
     Raises:
         Unavailable: the connect failed or was refused; the message carries the broker's text,
