@@ -50,8 +50,9 @@ __all__ = [
 RETIRE_PATH = "/interactive-lifecycle/retire"
 # A service that does not answer its health check this fast counts as not running (seconds).
 HEALTH_TIMEOUT_S = 2.0
-# The door bounds its own work at 30 s (lanes.lifecycle.RETIRE_S); wait a little longer.
-RETIRE_TIMEOUT_S = 35.0
+# The door bounds its own work: a held row finished and the row read (5 s each), then the
+# retirement (lanes.lifecycle.RETIRE_S, 30 s); wait a little longer than the sum.
+RETIRE_TIMEOUT_S = 45.0
 
 
 class RetireRefused(ConfigError):
