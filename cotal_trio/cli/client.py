@@ -305,8 +305,8 @@ def connect_details(where: Where, server: str | None = None) -> dict[str, Any]:
     one entry per label's current credential, read from the records ``cotal auth mint`` writes.
 
     ``servers`` are the broker's seed URLs (``--server``, else the ``cotal up`` broker of
-    ``policy.json``; issue 17 items 3 and 6) and ``server`` is them comma-separated, as a client's
-    ``--server`` takes them.
+    ``policy.json``; issue 17 items 3 and 6), the field a client should use; ``server`` is the
+    first of them alone (a URL list joined by commas is one bad URL to nats-py).
 
     Raises:
         ConfigError: a bad ``server``; neither ``server`` nor ``policy.json``; a corrupt
@@ -315,7 +315,7 @@ def connect_details(where: Where, server: str | None = None) -> dict[str, Any]:
     """
     space_paths = where.provisioned()
     servers = resolve_servers(where.paths(), server)
-    reach = {"server": ",".join(servers), "servers": list(servers)}
+    reach = {"server": servers[0], "servers": list(servers)}  # `servers` is the list to use (docstring)
     if space_mode(space_paths) == MODE_STATIC:
         credentials = static_credentials(space_paths, now=int(time.time()))
         return {"space": space_paths.space, "mode": MODE_STATIC, **reach, "credentials": credentials}
@@ -383,9 +383,10 @@ def connect_info(
     """Print how a client connects to the space: server, sentinel creds, auth service, IdP.
 
     On a root `cotal up` runs, the server is its broker; on any other root (a cluster's),
-    pass --server. With --json, servers lists the seed URLs one by one. A static space has no
-    exchange: it prints the server and, per minted credential (`cotal auth mint`), its file,
-    inbox prefix, profile and state. With the development IdP, idp.jwksUri is where the running
+    pass --server. The plain server: line lists every seed comma-separated, as --server takes
+    them; with --json, servers lists them one by one (use it) and server is the first alone. A
+    static space has no exchange: it prints the server and, per minted credential (`cotal auth
+    mint`), its file, inbox prefix, profile and state. With the development IdP, idp.jwksUri is where the running
     `cotal up` serves its keys.
 
     Parameters
@@ -397,7 +398,7 @@ def connect_info(
     if as_json:
         print(json.dumps(details, indent=2))
         return
-    del details["servers"]  # the plain `server:` line holds them all
+    details["server"] = ",".join(details.pop("servers"))  # the plain line: all seeds, as --server takes them
     if details["mode"] == MODE_STATIC:
         print("\n".join(static_lines(details)))
         return

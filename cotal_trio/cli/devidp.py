@@ -20,6 +20,7 @@ from ..core.identity import check_space
 from ..devidp import DevIdpMaterial, mint_dev_token
 from ..state import RootPaths, load_idp_pin, resolve_root
 from ..state.space_folders import require_root, require_space
+from .actor import check_argv_text
 
 __all__ = ["dev_idp_app", "load_dev_idp", "token"]
 
@@ -93,6 +94,7 @@ def token(
         raise ConfigError("--ttl is a positive number of seconds, for example --ttl 3600")
     if not sub:
         raise ConfigError("--sub needs a subject to sign in as, for example --sub alice")
+    check_argv_text(sub, "--sub", "the subject")  # the service derives the owner from this sub
     paths = RootPaths(resolve_root(root, os.environ))
     require_root(paths)  # a mistyped --root is named as such, not as a missing IdP
     material = load_dev_idp(paths)
