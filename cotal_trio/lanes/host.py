@@ -87,7 +87,9 @@ APPLIED_MODE = 0o644
 # not hold the process's exit.
 FINAL_WRITE_S = 5.0
 _MAX_HOPS = 40  # symlink hops followed when locating the manifest's file
-_REASON_CHARS = 300
+# A reason's cap in `.applied`: room for a sentence that names its remedy with the root's path
+# and the broker's URL (a missing auth_users entry, lanes/refusals.py) before it is cut.
+_REASON_CHARS = 600
 
 # (state, event) -> next state; the only place lane states change (STYLE.md practice 3).
 _NEXT = {
