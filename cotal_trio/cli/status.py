@@ -37,9 +37,9 @@ from cyclopts import Parameter
 
 from ..broker.spaces import list_spaces
 from ..core.errors import ConfigError
+from ..core.manifest import LaneStatus
 from ..http.client import ServiceRecord, check_url, no_redirect_opener, pid_alive, read_service
 from ..lanes.metrics import MetricsSummary, read_summary
-from ..core.manifest import LaneStatus
 from ..state import RootPaths
 from ..state.applied import applied_path, read_applied
 from ..state.lock import LOCK_NAME

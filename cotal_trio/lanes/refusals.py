@@ -61,11 +61,12 @@ async def name_callout_refusal(
             return error
         if material.callout_user not in auth_users:
             fix = f"cotal space add {material.space} --root {root.root} --server {server_url}"
+            # What is wrong comes before the keys, so a cut copy (the unit's STATUS) still says it.
             return ConfigError(
-                f"space {material.space}: the broker's auth account {material.auth_account} does not list the "
-                f"space's callout user {material.callout_user} in its auth_users, so the broker refused the auth "
-                f"service's own callout connection - re-push the space's accounts with `{fix}` (it re-signs "
-                "them from the root)"
+                f"space {material.space}: the broker's auth account does not list the space's callout user in its"
+                f" auth_users (account {material.auth_account}, user {material.callout_user}), so the broker"
+                f" refused the auth service's own callout connection - re-push the space's accounts with `{fix}`"
+                " (it re-signs them from the root)"
             )
     return error
 

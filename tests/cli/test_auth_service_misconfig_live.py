@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from cotal_trio.broker.accounts import open_system_connection, push_accounts
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.natsio import open_loop
 from tests.lanes.test_auth_service_live import AUTH_TIMEOUT_S, start_mesh, write_manifest
+from tests.lanes.test_notify_live import Systemd, systemd  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -66,18 +68,30 @@ async def test_a_callout_user_missing_from_auth_users_is_named_with_the_remedy(
     assert err.strip().splitlines()[-1] == "cotal: " + _named(record, root, mesh.server_url)
 
 
+async def _collect(unit: Systemd, scope: trio.CancelScope) -> None:
+    """Receive every datagram into ``unit.seen`` until ``scope`` is cancelled."""
+    with scope:
+        while True:
+            await unit.receive()
+
+
 def _named(record: provision.AccountsRecord, root: str, server_url: str) -> str:
     return (
-        f"space {SPACE}: the broker's auth account {record.auth_account} does not list the space's callout "
-        f"user {record.callout_user} in its auth_users, so the broker refused the auth service's own callout "
-        f"connection - re-push the space's accounts with `cotal space add {SPACE} --root {root} --server "
-        f"{server_url}` (it re-signs them from the root)"
+        f"space {SPACE}: the broker's auth account does not list the space's callout user in its auth_users "
+        f"(account {record.auth_account}, user {record.callout_user}), so the broker refused the auth service's "
+        f"own callout connection - re-push the space's accounts with `cotal space add {SPACE} --root {root} "
+        f"--server {server_url}` (it re-signs them from the root)"
     )
 
 
 async def test_a_hosted_space_missing_from_auth_users_is_named_in_applied_while_the_other_serves(
-    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str, systemd: tuple[str, Systemd]
 ):
+    """A ``--spaces`` host (under a fake systemd, tests/lanes/test_notify_live.py) names it as
+    the lane's retrying reason in ``.applied``, its STATUS and its log; space b serves."""
+    notify, unit = systemd
+    collecting = trio.CancelScope()
+    gist = f"retrying: {SPACE} (space {SPACE}: the broker's auth account does not list the space's callout user in"
     mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
     record = await _push_auth_account_without_the_callout_user(mesh)
     root = str(mesh.paths.root)
@@ -87,10 +101,11 @@ async def test_a_hosted_space_missing_from_auth_users_is_named_in_applied_while_
     proc = await trio.lowlevel.open_process(
         [sys.executable, "-m", "cotal_trio", "auth-service", "--spaces", str(manifest), "--server", mesh.server_url,
          "--root", root, "--auth-timeout", str(AUTH_TIMEOUT_S)],
-        stderr=subprocess.PIPE,
+        stderr=subprocess.PIPE, env={**os.environ, "NOTIFY_SOCKET": notify},
     )
     try:
         with trio.fail_after(60):
+            nursery.start_soon(_collect, unit, collecting)
             spaces: dict = {}
             while spaces.get(SPACE, {}).get("state") != "retrying" or spaces.get("b", {}).get("state") != "serving":
                 await trio.sleep(0.05)
@@ -98,6 +113,8 @@ async def test_a_hosted_space_missing_from_auth_users_is_named_in_applied_while_
                     spaces = json.loads(applied.read_text())["spaces"]
                 except (OSError, ValueError):
                     continue
+            while not any(gist in status for status in unit.statuses()):  # the unit's STATUS says it too
+                await trio.sleep(0.05)
             proc.send_signal(signal.SIGTERM)
             err = b""
             assert proc.stderr is not None
@@ -105,6 +122,7 @@ async def test_a_hosted_space_missing_from_auth_users_is_named_in_applied_while_
                 err += chunk
             await proc.wait()
     finally:
+        collecting.cancel()
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
