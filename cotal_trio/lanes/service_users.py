@@ -17,13 +17,15 @@ inbox ``_INBOX_<nonce>`` (it cannot read another connection's replies):
   over which the callout issues, resolves and retires at connect (the
   :class:`~cotal_trio.lanes.issued.IssuedStores` it hands out), and a replica checks the issued
   stores' shape. A task in the lane's nursery opens a new session a third of the lifetime before
-  the current one expires, swaps it in, and closes the old one a sixth of the lifetime before its
-  expiry, so minting has no gap and calls in flight finish on the old one.
+  the current one expires, swaps it in, and only then closes the old one (a sixth of the lifetime
+  later, never past its expiry), so minting has no gap and calls in flight finish on the old one;
+  if the old one expires with no renewal in, the lane ends.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import secrets
@@ -156,10 +158,20 @@ async def open_service_user(
 
 
 def renewal_times(lifetime_s: int, remaining_s: float) -> tuple[float, float]:
-    """Sync: ``(renew_in, close_in)`` seconds from now for a session ``remaining_s`` from its
-    expiry: renew a third of the lifetime before it, close the old one a sixth before it (never
-    negative)."""
-    return max(0.0, remaining_s - lifetime_s / 3), max(0.0, remaining_s - lifetime_s / 6)
+    """Sync: ``(renew_in, grace)`` seconds for a session ``remaining_s`` from its expiry: renew a
+    third of the lifetime before it; once a replacement is swapped in, the old one stays open
+    ``grace`` seconds more for the calls in flight on it (a sixth of the lifetime, never past its
+    expiry; never negative)."""
+    return max(0.0, remaining_s - lifetime_s / 3), max(0.0, min(remaining_s, lifetime_s / 6))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Held:
+    """One open issuer session: its connection, its expiry (trio time) and the scope that closes it."""
+
+    conn: Connection
+    expires: float
+    scope: trio.CancelScope
 
 
 class IssuerSession:
@@ -168,9 +180,17 @@ class IssuerSession:
     :meth:`run` is a startable for the lane's nursery: ``started`` with the
     :class:`~cotal_trio.lanes.issued.IssuedStores` over the first session once it is connected;
     then it replaces the session for as long as the lane runs, rebinding those stores to each new
-    one (no gap: the new one is connected before the swap). A failed renewal is retried every
-    ``lifetime_s / 30`` seconds (at least 0.2 s) and logged; once no session has been up for a whole
-    lifetime the task raises, ending the lane.
+    one. No gap: a third of the lifetime before the current session expires a new one is opened;
+    only once it is connected and swapped in is the old one closed (a sixth of the lifetime later,
+    so calls in flight finish on it). A failed renewal is retried every ``lifetime_s / 30`` seconds
+    (at least 0.2 s) and logged as a warning, with :attr:`trouble` saying so, while the old session
+    keeps serving; if its credential expires with no replacement in, the task raises
+    ``Unavailable`` naming the cause, ending the lane (the host restarts it). A session is never
+    held past its credential's expiry, so the stores never ride a connection the broker closed.
+
+    Attributes:
+        renewals: sessions swapped in after the first.
+        trouble: while a renewal is failing, why (a sentence); None otherwise.
 
     Args:
         material: the space's material (its service signing key signs the sessions).
@@ -179,71 +199,84 @@ class IssuerSession:
             shorten it), at least 3.
         clock: wall time, unix seconds (the credentials' ``iat``/``exp``).
         reconnect: as :func:`~cotal_trio.natsio.open_connection`.
+        open_user: opens each session (:func:`open_service_user`'s signature; tests make it fail).
 
     Raises:
         ValueError: ``lifetime_s`` under 3.
     """
 
     def __init__(
-        self, material: SpaceMaterial, server_url: str, *, lifetime_s: int, clock: Callable[[], float], reconnect: bool
+        self, material: SpaceMaterial, server_url: str, *, lifetime_s: int, clock: Callable[[], float], reconnect: bool,
+        open_user: Callable[..., contextlib.AbstractAsyncContextManager[Connection]] | None = None,
     ) -> None:
         if lifetime_s < 3:
             raise ValueError(f"an issuer session lives at least 3 s, got {lifetime_s}")
         self._material, self._url, self._clock, self._reconnect = material, server_url, clock, reconnect
+        self._open_user = open_user or open_service_user
         self.space = material.space
         self.lifetime_s = lifetime_s
         self.renewals = 0
+        self.trouble: str | None = None
 
     def _permissions(self, nonce: str) -> Mapping[str, Any]:
         return issuer_permissions(space=self.space, inbox_nonce=nonce).to_nats()
 
-    async def _hold(self, *, task_status: trio.TaskStatus[tuple[Connection, float]] = trio.TASK_STATUS_IGNORED) -> None:
-        """Open one session; ``started`` with it and its expiry on trio time; close it a sixth of
-        the lifetime before that expiry (or when cancelled, or when the broker closes it)."""
+    async def _hold(self, *, task_status: trio.TaskStatus[_Held] = trio.TASK_STATUS_IGNORED) -> None:
+        """Open one session; ``started`` with it; hold it until its scope's deadline (at the
+        latest its credential's expiry, which :meth:`run` brings forward once it is replaced),
+        until cancelled, or until the broker closes it."""
         iat = math.floor(self._clock())
         exp = iat + self.lifetime_s
-        async with open_service_user(
+        async with self._open_user(
             self._material, self._url, name=f"cotal:issuer:{self.space}", permissions=self._permissions,
             iat=iat, exp=exp, reconnect=self._reconnect,
         ) as conn:  # fmt: skip
-            remaining = exp - self._clock()
-            task_status.started((conn, trio.current_time() + remaining))
-            _, close_in = renewal_times(self.lifetime_s, remaining)
-            with trio.move_on_after(close_in):
+            expires = trio.current_time() + (exp - self._clock())
+            with trio.CancelScope(deadline=expires) as scope:
+                task_status.started(_Held(conn, expires, scope))
                 await conn.closed.wait()
 
     async def run(self, *, task_status: trio.TaskStatus[IssuedStores] = trio.TASK_STATUS_IGNORED) -> None:
         """Trio: serve and renew the session until cancelled (startable; see the class).
 
         Raises:
-            Unavailable: the first session was refused (before ``started``), or no session could be
-                opened for a whole lifetime.
+            Unavailable: the first session was refused (before ``started``), or the current one
+                expired with no renewal let in (names the last renewal's failure).
         """
         async with trio.open_nursery() as nursery:
-            conn, expires = await nursery.start(self._hold)
-            stores = IssuedStores(conn, self.space)
+            held: _Held = await nursery.start(self._hold)
+            stores = IssuedStores(held.conn, self.space)
             task_status.started(stores)
             while True:
-                renew_in, _ = renewal_times(self.lifetime_s, expires - trio.current_time())
+                renew_in, _ = renewal_times(self.lifetime_s, held.expires - trio.current_time())
                 with trio.move_on_after(renew_in):
-                    await conn.closed.wait()
-                conn, expires = await self._replace(nursery, expires)
-                stores.rebind(conn)
+                    await held.conn.closed.wait()
+                new = await self._replace(nursery, held)
+                self.trouble = None
+                stores.rebind(new.conn)
+                _, grace = renewal_times(self.lifetime_s, held.expires - trio.current_time())
+                held.scope.deadline = min(held.scope.deadline, trio.current_time() + grace)
+                held = new
                 self.renewals += 1
                 log.info("space %s: issuer session renewed (%d), valid %d s", self.space, self.renewals, self.lifetime_s)
 
-    async def _replace(self, nursery: trio.Nursery, expires: float) -> tuple[Connection, float]:
-        """A new session; retried until one is up, or raise once none has been for a lifetime."""
+    async def _replace(self, nursery: trio.Nursery, held: _Held) -> _Held:
+        """A new session, retried until one is up; raise once ``held`` expires (or the broker
+        closes it) without one. A try in progress is never cancelled (a connect cut off midway
+        leaks its late error into the loop), so a hung broker ends it one connect's bound
+        (:func:`~cotal_trio.natsio.open_connection`, 5 s) after the expiry."""
         retry_s = max(0.2, self.lifetime_s / 30)
-        give_up = max(expires, trio.current_time()) + self.lifetime_s
         while True:
             try:
                 return await nursery.start(self._hold)
             except (Unavailable, OSError) as exc:  # refused, unreachable, or no broker there
-                if trio.current_time() + retry_s >= give_up:
+                left = held.expires - trio.current_time()
+                if left <= 0 or held.conn.closed.is_set():  # nothing serves any more
                     raise Unavailable(
-                        f"space {self.space}: no issuer session could be opened for {self.lifetime_s} s ({exc})"
+                        f"space {self.space}: the issuer session expired and no renewal was let in ({exc})"
                         " - check that the broker runs and trusts the space's account"
                     ) from exc
+                self.trouble = f"the issuer session is not renewed ({exc}); it expires in {left:.0f} s"
                 log.warning("space %s: issuer session not renewed, retrying in %.1f s: %s", self.space, retry_s, exc)
-            await trio.sleep(retry_s)
+            # the last try is made just before the old session's expiry, not after it
+            await trio.sleep(max(0.0, min(retry_s, left - 0.05)))

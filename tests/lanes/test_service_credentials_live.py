@@ -18,6 +18,7 @@ violation is what the test reads.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import json
 import logging
@@ -36,11 +37,12 @@ from cotal_trio.broker.accounts import open_system_connection
 from cotal_trio.broker.provision import mint_service_user
 from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.errors import ConfigError, Unavailable
+from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.core.profiles import issuer_permissions
 from cotal_trio.lanes.host import HostConfig, run_host
 from cotal_trio.lanes.hosting import ServiceConfig, lane_factory, run_service
 from cotal_trio.lanes.issued import IssuedStoresMissing, issued_shapes
-from cotal_trio.lanes.service_users import IssuerSession
+from cotal_trio.lanes.service_users import IssuerSession, open_service_user
 from cotal_trio.lanes.space import LaneConfig, run_lane
 from cotal_trio.natsio import Connection, open_connection, open_loop
 from cotal_trio.state import atomic_write, load_space
@@ -235,7 +237,9 @@ async def test_the_callout_issues_over_an_issuer_session_of_five_minutes(
         assert claims["nats"]["sub"] == want["sub"]
 
 
-LIFETIME_S = 4
+# Long enough that a renewal (a third of it before expiry) has seconds of overlap on a loaded machine.
+LIFETIME_S = 6
+RENEW_LIFETIME_S = 6
 
 
 async def test_the_issuer_session_is_renewed_across_its_expiry_while_connects_keep_minting(
@@ -249,7 +253,7 @@ async def test_the_issuer_session_is_renewed_across_its_expiry_while_connects_ke
     with trio.fail_after(CEILING_S):
         async with trio.open_nursery() as lanes:
             await lanes.start(_lane(mesh, callout_only=False, issuer_lifetime_s=LIFETIME_S))
-            end = trio.current_time() + 3 * LIFETIME_S
+            end = trio.current_time() + 2 * LIFETIME_S + 1  # renewals every 2/3 of a lifetime
             while trio.current_time() < end:
                 sessions = _named(await _users(mesh), f"cotal:issuer:{SPACE}")
                 assert sessions, "no issuer session connected"
@@ -267,12 +271,12 @@ async def test_the_issuer_session_is_renewed_across_its_expiry_while_connects_ke
     assert not [r for r in caplog.records if "User Authentication Expired" in r.getMessage()]
 
 
-async def test_an_issuer_session_that_cannot_be_renewed_for_a_lifetime_ends_the_lane(
+async def test_an_issuer_session_that_cannot_be_renewed_before_it_expires_ends_the_lane(
     nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The broker paused (SIGSTOP) keeps the socket open but answers nothing: each renewal's
-    connect fails, and once no session has been up for a whole lifetime the session's task
-    raises ``Unavailable`` naming the fix (which ends the lane; its host restarts it)."""
+    connect hangs, and once the session expires with no renewal in, the session's task raises
+    ``Unavailable`` naming the fix (which ends the lane; its host restarts it)."""
     mesh, pid = await start_mesh(nursery, tmp_path, nats_server_bin)
     session = IssuerSession(
         load_space(mesh.paths.space(SPACE).callout_json, SPACE), mesh.server_url, lifetime_s=3, clock=time.time,
@@ -291,9 +295,70 @@ async def test_an_issuer_session_that_cannot_be_renewed_for_a_lifetime_ends_the_
                     finally:
                         os.kill(pid, signal.SIGCONT)
     (error,) = [e for e in _leaves(ended.value) if isinstance(e, Unavailable)]
-    assert str(error).startswith(f"space {SPACE}: no issuer session could be opened for 3 s (")
+    assert str(error).startswith(f"space {SPACE}: the issuer session expired and no renewal was let in (")
     assert str(error).endswith(" - check that the broker runs and trusts the space's account")
     assert session.renewals == 0
+
+
+def _failing_renewals(material, fails: list[str]):
+    """An opener that opens the first issuer session as the lane does and every later one as a
+    user signed by a key the space's account does not trust: the real broker refuses each renewal."""
+    calls = 0
+    stranger = dataclasses.replace(material, data_service_signing=KeyPair.generate(Prefix.ACCOUNT))
+
+    def opener(material, *args, **kwargs):
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            fails.append(kwargs["name"])
+            material = stranger
+        return open_service_user(material, *args, **kwargs)
+
+    return opener
+
+
+async def test_a_failed_renewal_keeps_the_old_session_until_its_expiry_then_ends_the_lane(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spec "Profiles", issuer row: while renewals fail the lane keeps issuing over the old session
+    (never over a closed one), says so, and ends with ``Unavailable`` naming the cause once that
+    session's credential expires without a replacement - not a lifetime later."""
+    caplog.set_level(logging.INFO, logger="cotal.lane")
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    material = load_space(mesh.paths.space(SPACE).callout_json, SPACE)
+    fails: list[str] = []
+    session = IssuerSession(
+        material, mesh.server_url, lifetime_s=RENEW_LIFETIME_S, clock=time.time, reconnect=False,
+        open_user=_failing_renewals(material, fails),
+    )
+    answers: list[str] = []  # per probe of the issued stores over the session: what it saw
+    with trio.fail_after(CEILING_S):
+        async with open_loop():
+            with pytest.RaisesGroup(pytest.RaisesExc(Unavailable), flatten_subgroups=True) as ended:
+                async with trio.open_nursery() as inner:
+                    stores = await inner.start(session.run)
+                    expires = trio.current_time() + RENEW_LIFETIME_S  # at the latest
+                    while True:
+                        try:
+                            await stores.check()
+                            answers.append("stores exist")
+                        except IssuedStoresMissing:
+                            answers.append("answered")  # the session is open and answers
+                        except Exception as exc:  # noqa: BLE001 - what a closed session gives
+                            answers.append(f"{type(exc).__name__}: {exc}")
+                        await trio.sleep(0.2)
+            ended_at = trio.current_time()
+    (error,) = [e for e in _leaves(ended.value) if isinstance(e, Unavailable)]
+    assert len(answers) > 10 and set(answers) == {"answered"}, sorted(set(answers))  # never a closed one
+    assert ended_at <= expires + 1.5  # the old session's expiry bounds it, not expiry + a lifetime
+    assert str(error).startswith(f"space {SPACE}: the issuer session expired and no renewal was let in (")
+    assert str(error).endswith(" - check that the broker runs and trusts the space's account")
+    assert "Authorization Violation" in str(error)  # the cause: the broker refused the renewal
+    assert session.renewals == 0 and len(fails) >= 2  # renewals were tried, and retried
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING
+              and r.getMessage().startswith(f"space {SPACE}: issuer session not renewed")]  # fmt: skip
+    assert warned
+    assert session.trouble is not None and session.trouble.startswith("the issuer session is not renewed (")
 
 
 async def test_a_callout_host_names_the_drifted_space_with_the_remedy_and_serves_the_others(
