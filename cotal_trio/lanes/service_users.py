@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import math
 import secrets
+import typing
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -46,6 +47,8 @@ from .issued import IssuedStores
 __all__ = [
     "ISSUER_LIFETIME_S",
     "IssuerSession",
+    "RenewedConnection",
+    "RenewedUser",
     "open_service_user",
     "replica_store_permissions",
     "store_permissions",
@@ -167,26 +170,48 @@ def renewal_times(lifetime_s: int, remaining_s: float) -> tuple[float, float]:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Held:
-    """One open issuer session: its connection, its expiry (trio time) and the scope that closes it."""
+    """One open session: its connection, its expiry (trio time) and the scope that closes it."""
 
     conn: Connection
     expires: float
     scope: trio.CancelScope
 
 
-class IssuerSession:
-    """A lane's issuer session, renewed before it expires (spec "Profiles", issuer row).
+class RenewedConnection:
+    """Connection-shaped: each attribute read goes to the current session's
+    :class:`~cotal_trio.natsio.Connection`, so a call made after a renewal rides the new session
+    and one in flight finishes on the old. Hand it out as a ``Connection``
+    (``typing.cast``); its holders never see the swap.
 
-    :meth:`run` is a startable for the lane's nursery: ``started`` with the
-    :class:`~cotal_trio.lanes.issued.IssuedStores` over the first session once it is connected;
-    then it replaces the session for as long as the lane runs, rebinding those stores to each new
-    one. No gap: a third of the lifetime before the current session expires a new one is opened;
-    only once it is connected and swapped in is the old one closed (a sixth of the lifetime later,
-    so calls in flight finish on it). A failed renewal is retried every ``lifetime_s / 30`` seconds
-    (at least 0.2 s) and logged as a warning, with :attr:`trouble` saying so, while the old session
-    keeps serving; if its credential expires with no replacement in, the task raises
-    ``Unavailable`` naming the cause, ending the lane (the host restarts it). A session is never
-    held past its credential's expiry, so the stores never ride a connection the broker closed.
+    Attributes:
+        closed: a ``trio.Event`` set once the current session's connection closed without being
+            replaced (the broker dropped it); a retired session's close does not set it.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self._current = conn
+        self.closed = trio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._current, name)
+
+    def _swap(self, conn: Connection) -> None:
+        self._current = conn
+
+
+class RenewedUser:
+    """A data-account service user whose credential expires and is renewed before it does.
+
+    :meth:`run` is a startable for the lane's nursery: ``started`` with a
+    :class:`RenewedConnection` over the first session once it is connected; then it replaces the
+    session for as long as the lane runs. No gap: a third of the lifetime before the current
+    session expires a new one is opened; only once it is connected and swapped in is the old one
+    closed (a sixth of the lifetime later, so calls in flight finish on it). A failed renewal is
+    retried every ``lifetime_s / 30`` seconds (at least 0.2 s) and logged as a warning, with
+    :attr:`trouble` saying so, while the old session keeps serving; if its credential expires
+    with no replacement in, the task raises ``Unavailable`` naming the cause, ending the lane (the
+    host restarts it). A session is never held past its credential's expiry, so no caller rides
+    a connection the broker closed.
 
     Attributes:
         renewals: sessions swapped in after the first.
@@ -195,8 +220,10 @@ class IssuerSession:
     Args:
         material: the space's material (its service signing key signs the sessions).
         server_url: the broker.
-        lifetime_s: each session's credential lifetime (seconds; :data:`ISSUER_LIFETIME_S`, tests
-            shorten it), at least 3.
+        what: the session's name in logs and errors (``"issuer session"``).
+        name: each user's and connection's name (``cotal:issuer:S``).
+        permissions: the user's permissions for an inbox nonce (:func:`open_service_user`).
+        lifetime_s: each session's credential lifetime (seconds), at least 3.
         clock: wall time, unix seconds (the credentials' ``iat``/``exp``).
         reconnect: as :func:`~cotal_trio.natsio.open_connection`.
         open_user: opens each session (:func:`open_service_user`'s signature; tests make it fail).
@@ -206,20 +233,19 @@ class IssuerSession:
     """
 
     def __init__(
-        self, material: SpaceMaterial, server_url: str, *, lifetime_s: int, clock: Callable[[], float], reconnect: bool,
+        self, material: SpaceMaterial, server_url: str, *, what: str, name: str,
+        permissions: Callable[[str], Mapping[str, Any]], lifetime_s: int, clock: Callable[[], float], reconnect: bool,
         open_user: Callable[..., contextlib.AbstractAsyncContextManager[Connection]] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         if lifetime_s < 3:
-            raise ValueError(f"an issuer session lives at least 3 s, got {lifetime_s}")
+            raise ValueError(f"an {what} lives at least 3 s, got {lifetime_s}")
         self._material, self._url, self._clock, self._reconnect = material, server_url, clock, reconnect
+        self._what, self._name, self._permissions = what, name, permissions
         self._open_user = open_user or open_service_user
         self.space = material.space
         self.lifetime_s = lifetime_s
         self.renewals = 0
         self.trouble: str | None = None
-
-    def _permissions(self, nonce: str) -> Mapping[str, Any]:
-        return issuer_permissions(space=self.space, inbox_nonce=nonce).to_nats()
 
     async def _hold(self, *, task_status: trio.TaskStatus[_Held] = trio.TASK_STATUS_IGNORED) -> None:
         """Open one session; ``started`` with it; hold it until its scope's deadline (at the
@@ -228,7 +254,7 @@ class IssuerSession:
         iat = math.floor(self._clock())
         exp = iat + self.lifetime_s
         async with self._open_user(
-            self._material, self._url, name=f"cotal:issuer:{self.space}", permissions=self._permissions,
+            self._material, self._url, name=self._name, permissions=self._permissions,
             iat=iat, exp=exp, reconnect=self._reconnect,
         ) as conn:  # fmt: skip
             expires = trio.current_time() + (exp - self._clock())
@@ -236,29 +262,34 @@ class IssuerSession:
                 task_status.started(_Held(conn, expires, scope))
                 await conn.closed.wait()
 
-    async def run(self, *, task_status: trio.TaskStatus[IssuedStores] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[RenewedConnection] = trio.TASK_STATUS_IGNORED) -> None:
         """Trio: serve and renew the session until cancelled (startable; see the class).
 
         Raises:
             Unavailable: the first session was refused (before ``started``), or the current one
-                expired with no renewal let in (names the last renewal's failure).
+                expired (or was closed by the broker) with no renewal let in (names the last
+                renewal's failure).
         """
         async with trio.open_nursery() as nursery:
             held: _Held = await nursery.start(self._hold)
-            stores = IssuedStores(held.conn, self.space)
-            task_status.started(stores)
+            proxy = RenewedConnection(held.conn)
+            task_status.started(proxy)
             while True:
                 renew_in, _ = renewal_times(self.lifetime_s, held.expires - trio.current_time())
                 with trio.move_on_after(renew_in):
                     await held.conn.closed.wait()
-                new = await self._replace(nursery, held)
+                try:
+                    new = await self._replace(nursery, held)
+                except Unavailable:
+                    proxy.closed.set()
+                    raise
                 self.trouble = None
-                stores.rebind(new.conn)
+                proxy._swap(new.conn)
                 _, grace = renewal_times(self.lifetime_s, held.expires - trio.current_time())
                 held.scope.deadline = min(held.scope.deadline, trio.current_time() + grace)
                 held = new
                 self.renewals += 1
-                log.info("space %s: issuer session renewed (%d), valid %d s", self.space, self.renewals, self.lifetime_s)
+                log.info("space %s: %s renewed (%d), valid %d s", self.space, self._what, self.renewals, self.lifetime_s)
 
     async def _replace(self, nursery: trio.Nursery, held: _Held) -> _Held:
         """A new session, retried until one is up; raise once ``held`` expires (or the broker
@@ -273,10 +304,41 @@ class IssuerSession:
                 left = held.expires - trio.current_time()
                 if left <= 0 or held.conn.closed.is_set():  # nothing serves any more
                     raise Unavailable(
-                        f"space {self.space}: the issuer session expired and no renewal was let in ({exc})"
+                        f"space {self.space}: the {self._what} expired and no renewal was let in ({exc})"
                         " - check that the broker runs and trusts the space's account"
                     ) from exc
-                self.trouble = f"the issuer session is not renewed ({exc}); it expires in {left:.0f} s"
-                log.warning("space %s: issuer session not renewed, retrying in %.1f s: %s", self.space, retry_s, exc)
+                self.trouble = f"the {self._what} is not renewed ({exc}); it expires in {left:.0f} s"
+                log.warning("space %s: %s not renewed, retrying in %.1f s: %s", self.space, self._what, retry_s, exc)
             # the last try is made just before the old session's expiry, not after it
             await trio.sleep(max(0.0, min(retry_s, left - 0.05)))
+
+
+class IssuerSession(RenewedUser):
+    """A lane's issuer session (spec "Profiles", issuer row): a :class:`RenewedUser` named
+    ``cotal:issuer:S`` with the ``issuer`` profile, whose :meth:`run` is ``started`` with the
+    :class:`~cotal_trio.lanes.issued.IssuedStores` over it.
+
+    Args:
+        lifetime_s: :data:`ISSUER_LIFETIME_S`; tests shorten it (at least 3).
+        others: as :class:`RenewedUser`.
+
+    Raises:
+        ValueError: ``lifetime_s`` under 3.
+    """
+
+    def __init__(
+        self, material: SpaceMaterial, server_url: str, *, lifetime_s: int, clock: Callable[[], float], reconnect: bool,
+        open_user: Callable[..., contextlib.AbstractAsyncContextManager[Connection]] | None = None,
+    ) -> None:
+        space = material.space
+        super().__init__(
+            material, server_url, what="issuer session", name=f"cotal:issuer:{space}",
+            permissions=lambda nonce: issuer_permissions(space=space, inbox_nonce=nonce).to_nats(),
+            lifetime_s=lifetime_s, clock=clock, reconnect=reconnect, open_user=open_user,
+        )  # fmt: skip
+
+    async def run(self, *, task_status: trio.TaskStatus[IssuedStores] = trio.TASK_STATUS_IGNORED) -> None:  # type: ignore[override]
+        """Trio: as :meth:`RenewedUser.run`, ``started`` with the issued stores over the session."""
+        async with trio.open_nursery() as nursery:
+            conn = await nursery.start(super().run)
+            task_status.started(IssuedStores(typing.cast(Connection, conn), self.space))

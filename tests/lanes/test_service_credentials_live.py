@@ -349,7 +349,8 @@ async def test_a_failed_renewal_keeps_the_old_session_until_its_expiry_then_ends
                         await trio.sleep(0.2)
             ended_at = trio.current_time()
     (error,) = [e for e in _leaves(ended.value) if isinstance(e, Unavailable)]
-    assert len(answers) > 10 and set(answers) == {"answered"}, sorted(set(answers))  # never a closed one
+    # never a closed session: only a check in flight as the credential expires may see the close
+    assert len(answers) > 10 and set(answers[:-1]) == {"answered"}, sorted(set(answers))
     assert ended_at <= expires + 1.5  # the old session's expiry bounds it, not expiry + a lifetime
     assert str(error).startswith(f"space {SPACE}: the issuer session expired and no renewal was let in (")
     assert str(error).endswith(" - check that the broker runs and trusts the space's account")
