@@ -10,8 +10,12 @@ inbox ``_INBOX_<nonce>`` (it cannot read another connection's replies):
   claim, the issuance rows, the records and sessions stores, and, for a full lane, creating and
   checking the space's streams and buckets and the bind-only durables. It holds no ``$JS.API.>``,
   no purge, no stream or message delete, no direct get and no write on the issued stores, so it
-  cannot rewrite the append-only issued stores. It has no expiry (renewing its connection would
-  drop its claim keeper's work in flight; follow-up).
+  cannot rewrite the append-only issued stores. It is minted for :data:`STORE_LIFETIME_S` (a
+  day) and renewed like the issuer session (:class:`RenewedUser`): the lane holds a
+  :class:`RenewedConnection` that repoints itself to each new session, so the claim keeper and
+  the stores never see the swap and their calls in flight finish on the old session. (Not nats-py's
+  reconnect with a fresh JWT from ``user_jwt_cb``: nats-py closes a connection for good on the
+  broker's ``-ERR 'User Authentication Expired'``, and the lane's connections do not reconnect.)
 * the **issuer session** (:class:`IssuerSession`): the ``issuer`` profile
   (:func:`~cotal_trio.core.profiles.issuer_permissions`) minted for :data:`ISSUER_LIFETIME_S`,
   over which the callout issues, resolves and retires at connect (the
@@ -49,6 +53,7 @@ __all__ = [
     "IssuerSession",
     "RenewedConnection",
     "RenewedUser",
+    "STORE_LIFETIME_S",
     "open_service_user",
     "replica_store_permissions",
     "store_permissions",
@@ -58,6 +63,9 @@ log = logging.getLogger("cotal.lane")
 
 ISSUER_LIFETIME_S = 300
 """The issuer session's credential lifetime (spec "Profiles": "its five-minute credential"). Seconds."""
+STORE_LIFETIME_S = 86400
+"""A lane's store user's credential lifetime (a day; it is renewed a third of that before it
+expires, like the issuer session). Seconds."""
 # Bytes of randomness in a service user's inbox nonce (hex: twice as many characters).
 NONCE_BYTES = 12
 
@@ -227,6 +235,9 @@ class RenewedUser:
         clock: wall time, unix seconds (the credentials' ``iat``/``exp``).
         reconnect: as :func:`~cotal_trio.natsio.open_connection`.
         open_user: opens each session (:func:`open_service_user`'s signature; tests make it fail).
+        watched: the holder watches :attr:`RenewedConnection.closed` (the lane's ``_until_lost``):
+            a session the broker drops then only sets it and :meth:`run` returns; otherwise
+            :meth:`run` raises ``Unavailable`` for it. Either way a dropped session is not renewed.
 
     Raises:
         ValueError: ``lifetime_s`` under 3.
@@ -236,11 +247,12 @@ class RenewedUser:
         self, material: SpaceMaterial, server_url: str, *, what: str, name: str,
         permissions: Callable[[str], Mapping[str, Any]], lifetime_s: int, clock: Callable[[], float], reconnect: bool,
         open_user: Callable[..., contextlib.AbstractAsyncContextManager[Connection]] | None = None,
+        watched: bool = False,
     ) -> None:  # fmt: skip
         if lifetime_s < 3:
             raise ValueError(f"an {what} lives at least 3 s, got {lifetime_s}")
         self._material, self._url, self._clock, self._reconnect = material, server_url, clock, reconnect
-        self._what, self._name, self._permissions = what, name, permissions
+        self._what, self._name, self._permissions, self._watched = what, name, permissions, watched
         self._open_user = open_user or open_service_user
         self.space = material.space
         self.lifetime_s = lifetime_s
@@ -266,9 +278,9 @@ class RenewedUser:
         """Trio: serve and renew the session until cancelled (startable; see the class).
 
         Raises:
-            Unavailable: the first session was refused (before ``started``), or the current one
-                expired (or was closed by the broker) with no renewal let in (names the last
-                renewal's failure).
+            Unavailable: the first session was refused (before ``started``); the current one
+                expired with no renewal let in (names the last renewal's failure); or the broker
+                closed it (unless ``watched``).
         """
         async with trio.open_nursery() as nursery:
             held: _Held = await nursery.start(self._hold)
@@ -278,6 +290,14 @@ class RenewedUser:
                 renew_in, _ = renewal_times(self.lifetime_s, held.expires - trio.current_time())
                 with trio.move_on_after(renew_in):
                     await held.conn.closed.wait()
+                if held.conn.closed.is_set():  # the broker dropped it: lost, not due for renewal
+                    proxy.closed.set()
+                    if self._watched:
+                        return  # the holder watching `closed` ends the lane with the reason
+                    raise Unavailable(
+                        f"space {self.space}: the broker closed the {self._what}"
+                        f" ({held.conn.last_error or 'no reason given'})"
+                    )
                 try:
                     new = await self._replace(nursery, held)
                 except Unavailable:
@@ -292,8 +312,7 @@ class RenewedUser:
                 log.info("space %s: %s renewed (%d), valid %d s", self.space, self._what, self.renewals, self.lifetime_s)
 
     async def _replace(self, nursery: trio.Nursery, held: _Held) -> _Held:
-        """A new session, retried until one is up; raise once ``held`` expires (or the broker
-        closes it) without one. A try in progress is never cancelled (a connect cut off midway
+        """A new session, retried until one is up; raise once ``held`` expires without one. A try in progress is never cancelled (a connect cut off midway
         leaks its late error into the loop), so a hung broker ends it one connect's bound
         (:func:`~cotal_trio.natsio.open_connection`, 5 s) after the expiry."""
         retry_s = max(0.2, self.lifetime_s / 30)

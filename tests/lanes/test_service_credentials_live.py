@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import time
+import typing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -42,7 +43,11 @@ from cotal_trio.core.profiles import issuer_permissions
 from cotal_trio.lanes.host import HostConfig, run_host
 from cotal_trio.lanes.hosting import ServiceConfig, lane_factory, run_service
 from cotal_trio.lanes.issued import IssuedStoresMissing, issued_shapes
-from cotal_trio.lanes.service_users import IssuerSession, open_service_user
+from cotal_trio.core.plane import Lease
+from cotal_trio.lanes.records import RecordsStore
+from cotal_trio.lanes.service_users import (
+    STORE_LIFETIME_S, IssuerSession, RenewedUser, open_service_user, store_permissions,
+)
 from cotal_trio.lanes.space import LaneConfig, run_lane
 from cotal_trio.natsio import Connection, open_connection, open_loop
 from cotal_trio.state import atomic_write, load_space
@@ -298,6 +303,70 @@ async def test_an_issuer_session_that_cannot_be_renewed_before_it_expires_ends_t
     assert str(error).startswith(f"space {SPACE}: the issuer session expired and no renewal was let in (")
     assert str(error).endswith(" - check that the broker runs and trusts the space's account")
     assert session.renewals == 0
+
+
+async def test_the_store_user_expires_and_is_renewed_while_the_lane_keeps_using_it(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 15 item 4: the store user is minted with an expiry (never without) and renewed
+    before it, with no gap the lane notices: across two lifetimes the plane claim keeps being
+    renewed (a short lease; a failed renewal would fence and end the lane), connects keep being
+    admitted (each writes its issuance row over the store user), and records reads and writes
+    over a store user renewed the same way keep answering."""
+    caplog.set_level(logging.INFO, logger="cotal.lane")
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    bearer = _bearer(mesh, SPACE, "alice")
+    seen: dict[str, dict] = {}  # store users (nkeys) seen connected: their claims
+    admitted = 0
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as lanes:
+            await lanes.start(_lane(
+                mesh, callout_only=False, store_lifetime_s=RENEW_LIFETIME_S, lease=Lease(lease_s=3.0, margin_s=1.0),
+            ))  # fmt: skip
+            end = trio.current_time() + 2 * RENEW_LIFETIME_S + 1
+            while trio.current_time() < end:
+                seen |= {c["sub"]: c for c in _named(await _users(mesh), f"cotal:auth-store:{SPACE}")}
+                await mesh.admitted(SPACE, bearer)
+                admitted += 1
+                await trio.sleep(0.3)
+            lanes.cancel_scope.cancel()
+        material = load_space(mesh.paths.space(SPACE).callout_json, SPACE)
+        user = RenewedUser(
+            material, mesh.server_url, what="store session", name="test:store",
+            permissions=functools.partial(store_permissions, SPACE), lifetime_s=RENEW_LIFETIME_S, clock=time.time,
+            reconnect=False,
+        )  # fmt: skip
+        records: list[bytes | None] = []
+        async with open_loop(), trio.open_nursery() as inner:
+            store = RecordsStore(typing.cast(Connection, await inner.start(user.run)), SPACE)
+            end = trio.current_time() + 2 * RENEW_LIFETIME_S + 1
+            while trio.current_time() < end:
+                await store.put_record("probe", str(len(records)).encode())
+                records.append(await store.get_record("probe"))
+                await trio.sleep(0.2)
+            inner.cancel_scope.cancel()
+    assert len(seen) >= 3  # the first store user and at least two replacements
+    assert {c["exp"] - c["iat"] for c in seen.values()} == {RENEW_LIFETIME_S}  # never without expiry
+    assert admitted > 10
+    renewed = [r for r in caplog.records if r.getMessage().startswith(f"space {SPACE}: store session renewed")]
+    assert len(renewed) >= 4  # the lane's and the records user's
+    assert records == [str(i).encode() for i in range(len(records))] and len(records) > 10
+    assert user.renewals >= 2
+    assert not [r for r in caplog.records if "User Authentication Expired" in r.getMessage()]
+
+
+async def test_a_lanes_store_user_is_minted_for_a_day(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str
+) -> None:
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as lanes:
+            await lanes.start(_lane(mesh, callout_only=False))
+            await lanes.start(_lane(mesh, callout_only=True))
+            users = await _users(mesh)
+            lanes.cancel_scope.cancel()
+    stores = _named(users, f"cotal:auth-store:{SPACE}")
+    assert [c.get("exp", 0) - c["iat"] for c in stores] == [STORE_LIFETIME_S] * 2 == [86400] * 2
 
 
 def _failing_renewals(material, fails: list[str]):
