@@ -148,6 +148,21 @@ DRIFTS = {
 }
 
 
+CONNECTS = 3
+
+
+async def _connects(mesh: Mesh, attempts: list[str]) -> None:
+    """``CONNECTS`` user-mode connects of alice's, one after another: each ``admitted`` or
+    ``refused`` (the broker's authorization violation once no callout answers)."""
+    bearer = _bearer(mesh, SPACE, "alice")
+    for _ in range(CONNECTS):
+        try:
+            await mesh.admitted(SPACE, bearer)
+            attempts.append("admitted")
+        except* Unavailable:
+            attempts.append("refused")
+
+
 @pytest.mark.parametrize("drift", DRIFTS.values(), ids=DRIFTS.keys())
 async def test_a_replica_refuses_a_drifted_issued_store_with_the_remedy(
     nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str, drift: tuple[str, dict, str]
@@ -162,10 +177,14 @@ async def test_a_replica_refuses_a_drifted_issued_store_with_the_remedy(
             config = (await _api(admin, f"$JS.API.STREAM.INFO.{stream}"))["config"]
             updated = await _api(admin, f"$JS.API.STREAM.UPDATE.{stream}", {**config, **change})
             assert "error" not in updated, updated
-            with pytest.RaisesGroup(pytest.RaisesExc(ConfigError), flatten_subgroups=True) as refused:
-                async with trio.open_nursery() as lanes:
-                    await lanes.start(_lane(mesh, callout_only=True))
-                    pytest.fail("a callout replica started on a drifted issued store")
+            # connects come while the replica starts and after it refused: none is admitted
+            attempts: list[str] = []
+            async with trio.open_nursery() as clients:
+                clients.start_soon(_connects, mesh, attempts)
+                with pytest.RaisesGroup(pytest.RaisesExc(ConfigError), flatten_subgroups=True) as refused:
+                    async with trio.open_nursery() as lanes:
+                        await lanes.start(_lane(mesh, callout_only=True))
+                        pytest.fail("a callout replica started on a drifted issued store")
             counts = [(await _api(admin, f"$JS.API.STREAM.INFO.{name}"))["state"]["messages"] for name in (ISSUED, ACCEPTED)]
             after = (await _api(admin, f"$JS.API.STREAM.INFO.{stream}"))["config"]
         users = await _users(mesh)
@@ -174,7 +193,8 @@ async def test_a_replica_refuses_a_drifted_issued_store_with_the_remedy(
         f"space {SPACE}'s store {stream} has another shape than issued authority needs ({difference}) and is"
         f" refused - stop the space's auth service, its callout replicas and managers, then run {REMEDY}"
     )
-    assert counts == [0, 0]  # it issued nothing
+    assert attempts == ["refused"] * CONNECTS  # no connect admitted ...
+    assert counts == [0, 0]  # ... and none issued a row
     assert {k: after.get(k, False) for k in change} == change  # the store is left as it is, never adopted
     assert not _named(users, f"cotal:auth-store:{SPACE}")  # the refused replica left nothing connected
 
