@@ -39,24 +39,15 @@ from ..core.errors import CodecError, Refused, Unavailable
 from ..core.issued import Evidence, IssuedRef
 from ..core.ledger import LedgerRow
 from ..core.profiles import Permissions
-from ..core.wire import accepted_bucket, issued_bucket, js_msg_get, kv_stream
 from .callout import ReadLedger
-from .issued import IssuedStores, issued_permissions
-from .records import merge_permissions
+from .issued import IssuedStores
 
-__all__ = ["ConnectAuthority", "replica_issued_permissions"]
+__all__ = ["ConnectAuthority"]
 
 log = logging.getLogger("cotal.callout")
 
 # Bound on retiring a generation whose accepted row lost a race (seconds, shielded).
 RETIRE_S = 1.0
-
-
-def replica_issued_permissions(space: str) -> dict[str, dict[str, list[str]]]:
-    """Sync: what a callout replica's store user needs to issue at connect: writes on both
-    issued stores and ``STREAM.MSG.GET`` of each (first and last message reads)."""
-    reads = {"pub": {"allow": [js_msg_get(kv_stream(issued_bucket(space))), js_msg_get(kv_stream(accepted_bucket(space)))]}}
-    return merge_permissions(issued_permissions(space), reads)
 
 
 class ConnectAuthority:

@@ -144,27 +144,34 @@ def new_inbox_nonce() -> str:
 
 @contextlib.asynccontextmanager
 async def open_service_user(
-    material: SpaceMaterial, server_url: str, *, name: str, permissions: Callable[[str], Mapping[str, Any]],
-    iat: int, exp: int | None, reconnect: bool,
+    material: SpaceMaterial, server_url: str, *, name: str,
+    permissions: Callable[[str], Mapping[str, Any]] | Mapping[str, Any], iat: int, exp: int | None, reconnect: bool,
 ) -> AsyncIterator[Connection]:
     """Trio-flavoured async context manager: a connection as a fresh data-account service user.
 
-    The user is minted in memory with ``permissions(inbox_nonce)`` for a fresh nonce, and the
-    connection uses the inbox prefix ``_INBOX_<nonce>``. Must be entered inside an ``open_loop()``.
+    The user is minted in memory, signed by the space's service signing key, never written to
+    disk. Given a callable, it is minted with ``permissions(inbox_nonce)`` for a fresh nonce and
+    the connection uses the inbox prefix ``_INBOX_<nonce>`` (its own reply inbox); given a
+    mapping, with exactly that and the default ``_INBOX`` prefix. Must be entered inside an
+    ``open_loop()``.
 
     Args:
         name: the user JWT's and the connection's name (the broker's monitoring shows it).
+        permissions: ``{"pub": {...}, "sub": {...}}`` as :func:`mint_service_user` takes them, or
+            a function of the inbox nonce returning them.
         iat, exp: unix seconds; ``exp`` None for a user that never expires.
         reconnect: as :func:`~cotal_trio.natsio.open_connection`.
 
     Raises:
         Unavailable: the broker refused the connect or did not answer.
     """
-    nonce = new_inbox_nonce()
-    creds = mint_service_user(material, name=name, permissions=permissions(nonce), iat=iat, exp=exp)
-    async with open_connection(
-        server_url, creds=creds, name=name, inbox_prefix=f"_INBOX_{nonce}", reconnect=reconnect
-    ) as conn:
+    if callable(permissions):
+        nonce = new_inbox_nonce()
+        allowed, prefix = permissions(nonce), f"_INBOX_{nonce}"
+    else:
+        allowed, prefix = permissions, None
+    creds = mint_service_user(material, name=name, permissions=allowed, iat=iat, exp=exp)
+    async with open_connection(server_url, creds=creds, name=name, inbox_prefix=prefix, reconnect=reconnect) as conn:
         yield conn
 
 

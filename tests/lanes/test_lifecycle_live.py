@@ -39,11 +39,8 @@ from cotal_trio.lanes.lifecycle import retire_lifecycle
 from cotal_trio.lanes.records import (
     RecordsStore,
     ensure_records_stores,
-    merge_permissions,
     records_bucket,
-    records_permissions,
 )
-from cotal_trio.lanes.service_endpoints import open_store_user
 from cotal_trio.lanes.service_users import open_service_user, store_permissions
 from cotal_trio.natsio import Connection, ensure_bucket, kv_get, open_loop
 from cotal_trio.state import load_owner_secret, load_space, read_principal, row_path, write_row
@@ -116,15 +113,12 @@ async def _guard() -> object:
 
 @asynccontextmanager
 async def _store(mesh: Mesh) -> AsyncIterator[Connection]:
-    """A full lane's store user for space ``a``: the JetStream API, the auth bucket, the records stores."""
-    permissions = merge_permissions(
-        {"pub": {"allow": ["$JS.API.>", f"$KV.{plane_bucket(SPACE)}.>"]}, "sub": {"allow": ["_INBOX.>"]}},
-        records_permissions(SPACE),
-    )
+    """A full lane's store user for space ``a``, on its real list (:func:`store_permissions`)."""
     material = load_space(mesh.paths.space(SPACE).callout_json, SPACE)
-    async with open_store_user(
-        material, mesh.server_url, name="test:lifecycle-store", permissions=permissions, iat=int(time.time()),
-        reconnect=False,
+    now = int(time.time())
+    async with open_service_user(
+        material, mesh.server_url, name="test:lifecycle-store", iat=now, exp=now + 300, reconnect=False,
+        permissions=functools.partial(store_permissions, SPACE),
     ) as conn:
         yield conn
 
