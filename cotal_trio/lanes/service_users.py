@@ -54,7 +54,9 @@ __all__ = [
     "RenewedConnection",
     "RenewedUser",
     "STORE_LIFETIME_S",
+    "new_inbox_nonce",
     "open_service_user",
+    "recreate_permissions",
     "replica_store_permissions",
     "store_permissions",
 ]
@@ -135,6 +137,22 @@ def replica_store_permissions(space: str, inbox_nonce: str) -> Permissions:
         *(wire.js_msg_get(wire.kv_stream(bucket)) for bucket in reads),
         wire.kv_subject(wire.auth_bucket(space), f"{ISSUANCE_KEY_PREFIX}>"),
     ], inbox_nonce)  # fmt: skip
+
+
+def recreate_permissions(space: str, inbox_nonce: str) -> Permissions:
+    """Sync: the one-off user of ``--recreate-issued-stores`` (``cotal up`` and ``cotal auth
+    recreate-issued-stores``; :func:`~cotal_trio.lanes.issued.recreate_issued_stores`), exactly
+    what the step does and only on the two issued stores.
+
+    ``pub.allow``: ``STREAM.INFO``, ``STREAM.MSG.GET`` (the backup reads each message),
+    ``STREAM.DELETE`` and ``STREAM.CREATE`` of ``KV_cotal_issued_S`` and ``KV_cotal_accepted_S``.
+    No write in them, no purge, no other stream. ``sub.allow``: ``_INBOX_<inbox_nonce>.>``.
+
+    Raises:
+        Refused: BAD_REQUEST for a bad space or nonce.
+    """
+    streams = (wire.kv_stream(wire.issued_bucket(space)), wire.kv_stream(wire.accepted_bucket(space)))
+    return _own([s for stream in streams for s in _stream_api(stream, "INFO", "MSG.GET", "DELETE", "CREATE")], inbox_nonce)
 
 
 def new_inbox_nonce() -> str:

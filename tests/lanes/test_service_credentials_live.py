@@ -42,11 +42,11 @@ from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.core.profiles import issuer_permissions
 from cotal_trio.lanes.host import HostConfig, run_host
 from cotal_trio.lanes.hosting import ServiceConfig, lane_factory, run_service
-from cotal_trio.lanes.issued import IssuedStoresMissing, issued_shapes
+from cotal_trio.lanes.issued import IssuedStores, IssuedStoresMissing, issued_shapes, recreate_issued_stores
 from cotal_trio.core.plane import Lease
 from cotal_trio.lanes.records import RecordsStore
 from cotal_trio.lanes.service_users import (
-    STORE_LIFETIME_S, IssuerSession, RenewedUser, open_service_user, store_permissions,
+    STORE_LIFETIME_S, IssuerSession, RenewedUser, open_service_user, recreate_permissions, store_permissions,
 )
 from cotal_trio.lanes.space import LaneConfig, run_lane
 from cotal_trio.natsio import Connection, open_connection, open_loop
@@ -76,7 +76,7 @@ async def _admin(mesh: Mesh) -> AsyncIterator[Connection]:
     material = load_space(mesh.paths.space(SPACE).callout_json, SPACE)
     now = int(time.time())
     creds = mint_service_user(
-        material, name="test:admin", permissions={"pub": {"allow": ["$JS.API.>"]}, "sub": {"allow": ["_INBOX.>"]}},
+        material, name="test:admin", permissions={"pub": {"allow": ["$JS.API.>", "$KV.>"]}, "sub": {"allow": ["_INBOX.>"]}},
         iat=now, exp=now + 120,
     )
     async with open_loop(), open_connection(mesh.server_url, creds=creds, name="test:admin", reconnect=False) as conn:
@@ -240,6 +240,46 @@ async def test_the_store_user_is_refused_what_it_must_not_touch(
         assert error == f'nats: permissions violation for publish to "{subject.lower()}"', subject
     assert info is None or info["config"]["name"] == ISSUED
     assert left == [None, None]  # both stores are still there
+
+
+RECREATE_FORBIDDEN = (
+    f"$JS.API.STREAM.PURGE.{ISSUED}", f"$JS.API.STREAM.MSG.DELETE.{ISSUED}", f"$JS.API.DIRECT.GET.{ACCEPTED}",
+    f"$KV.cotal_issued_{SPACE}.ep.v1.rewritten", f"$JS.API.STREAM.DELETE.KV_cotal_records_{SPACE}",
+    f"$JS.API.STREAM.INFO.KV_cotal_auth_{SPACE}", f"$JS.API.STREAM.CREATE.COTAL_DM_{SPACE}", "$JS.API.INFO",
+)  # fmt: skip
+
+
+async def test_the_recreate_user_backs_up_deletes_and_creates_the_issued_stores_and_nothing_else(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str
+) -> None:
+    """``--recreate-issued-stores``' one-off user (``recreate_permissions``, which ``cotal up`` and
+    ``cotal auth recreate-issued-stores`` mint) holds no ``$JS.API.>``: exactly the info, message
+    reads, delete and create of the two issued stores, which is all the step needs."""
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    material = load_space(mesh.paths.space(SPACE).callout_json, SPACE)
+    backup = tmp_path / "backup"
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as lanes:  # the full lane creates both stores
+            await lanes.start(_lane(mesh, callout_only=False))
+            lanes.cancel_scope.cancel()
+        async with _admin(mesh) as admin:
+            await admin.request(f"$KV.cotal_issued_{SPACE}.v1.before", b"row")
+        now = int(time.time())
+        async with open_loop(), open_service_user(
+            material, mesh.server_url, name="test:recreate", permissions=functools.partial(recreate_permissions, SPACE),
+            iat=now, exp=now + 120, reconnect=False,
+        ) as conn:  # fmt: skip
+            counts = await recreate_issued_stores(conn, SPACE, backup)
+            refusals = {subject: await _refused(conn, subject) for subject in RECREATE_FORBIDDEN}
+            await IssuedStores(conn, SPACE).check()  # both are there again, in their shape
+    allowed = recreate_permissions(SPACE, "0" * 24)["pub"]["allow"]
+    assert not [s for s in allowed if ">" in s or "*" in s]
+    assert counts == {ISSUED: 1, ACCEPTED: 0}
+    assert sorted(p.name for p in backup.iterdir()) == sorted(
+        f"{name}.{ext}" for name in (ISSUED, ACCEPTED) for ext in ("config.json", "jsonl")
+    )
+    for subject, error in refusals.items():
+        assert error == f'nats: permissions violation for publish to "{subject.lower()}"', subject
 
 
 async def test_the_callout_issues_over_an_issuer_session_of_five_minutes(
