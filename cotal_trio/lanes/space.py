@@ -298,7 +298,7 @@ async def run_lane(
             remedy), for a full lane and a replica alike.
         ClaimRefused: before started: another full service holds the space (a ConfigError).
         Unavailable: the broker refused or dropped the callout or store connection, or refused
-            the first issuer session, or none could be renewed for a whole lifetime; after
+            the first store user or issuer session, or one expired with no renewal let in; after
             ``started`` it means the lane lost the broker and ends (the host decides whether to
             retry). Its subclass LaneUnhealthy: the lane's probe failed, before ``started`` or
             ``PROBE_FAILURES`` times in a row after it (:mod:`cotal_trio.lanes.health`).
@@ -509,8 +509,8 @@ async def _open_issuer(config: LaneConfig, material: SpaceMaterial) -> AsyncIter
     the issued stores over it, which each renewal rebinds. Must be entered inside ``open_loop()``.
 
     Raises:
-        Unavailable: the first session was refused, or no session could be renewed for a whole
-            lifetime (which ends the lane).
+        Unavailable: the first session was refused, or one expired with no renewal let in, or
+            the broker closed it (which ends the lane).
     """
     session = IssuerSession(
         material, config.server_url, lifetime_s=config.issuer_lifetime_s, clock=config.clock,
