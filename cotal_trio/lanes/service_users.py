@@ -13,9 +13,10 @@ inbox ``_INBOX_<nonce>`` (it cannot read another connection's replies):
   cannot rewrite the append-only issued stores. It is minted for :data:`STORE_LIFETIME_S` (a
   day) and renewed like the issuer session (:class:`RenewedUser`): the lane holds a
   :class:`RenewedConnection` that repoints itself to each new session, so the claim keeper and
-  the stores never see the swap and their calls in flight finish on the old session. (Not nats-py's
-  reconnect with a fresh JWT from ``user_jwt_cb``: nats-py closes a connection for good on the
-  broker's ``-ERR 'User Authentication Expired'``, and the lane's connections do not reconnect.)
+  the stores never see the swap and their calls in flight finish on the old session. (Not
+  nats-py's reconnect with a fresh JWT from ``user_jwt_cb``: on the broker's ``-ERR 'User
+  Authentication Expired'`` nats-py closes the connection for good, even with reconnect on -
+  measured: closed 0.5 s after ``exp``, no reconnect - so nothing would re-mint the user.)
 * the **issuer session** (:class:`IssuerSession`): the ``issuer`` profile
   (:func:`~cotal_trio.core.profiles.issuer_permissions`) minted for :data:`ISSUER_LIFETIME_S`,
   over which the callout issues, resolves and retires at connect (the
