@@ -69,6 +69,8 @@ ISSUER_LIFETIME_S = 300
 STORE_LIFETIME_S = 86400
 """A lane's store user's credential lifetime (a day; it is renewed a third of that before it
 expires, like the issuer session). Seconds."""
+# Seconds a session the broker dropped (not expired) is renewed for before its task gives up.
+DROPPED_GRACE_S = 5.0
 # Bytes of randomness in a service user's inbox nonce (hex: twice as many characters).
 NONCE_BYTES = 12
 
@@ -262,8 +264,9 @@ class RenewedUser:
         reconnect: as :func:`~cotal_trio.natsio.open_connection`.
         open_user: opens each session (:func:`open_service_user`'s signature; tests make it fail).
         watched: the holder watches :attr:`RenewedConnection.closed` (the lane's ``_until_lost``):
-            a session the broker drops then only sets it and :meth:`run` returns; otherwise
-            :meth:`run` raises ``Unavailable`` for it. Either way a dropped session is not renewed.
+            a session the broker drops then only sets it and :meth:`run` returns. Otherwise a
+            dropped session is renewed at once, and :meth:`run` raises ``Unavailable`` when
+            none is let in within ``DROPPED_GRACE_S`` (5 s).
 
     Raises:
         ValueError: ``lifetime_s`` under 3.
@@ -305,8 +308,9 @@ class RenewedUser:
 
         Raises:
             Unavailable: the first session was refused (before ``started``); the current one
-                expired with no renewal let in (names the last renewal's failure); or the broker
-                closed it (unless ``watched``).
+                expired with no renewal let in (names the last renewal's failure); or, unless
+                ``watched``, the broker closed it and no renewal was let in within
+                ``DROPPED_GRACE_S``.
         """
         async with trio.open_nursery() as nursery:
             held: _Held = await nursery.start(self._hold)
@@ -316,16 +320,18 @@ class RenewedUser:
                 renew_in, _ = renewal_times(self.lifetime_s, held.expires - trio.current_time())
                 with trio.move_on_after(renew_in):
                     await held.conn.closed.wait()
+                give_up = held.expires
                 if held.conn.closed.is_set():  # the broker dropped it: lost, not due for renewal
-                    proxy.closed.set()
                     if self._watched:
+                        proxy.closed.set()
                         return  # the holder watching `closed` ends the lane with the reason
-                    raise Unavailable(
-                        f"space {self.space}: the broker closed the {self._what}"
-                        f" ({held.conn.last_error or 'no reason given'})"
-                    )
+                    # Renewed at once; a broker that is gone altogether is the lane's to name
+                    # first (its callout and store connections), so this waits that long.
+                    give_up = min(give_up, trio.current_time() + DROPPED_GRACE_S)
+                    log.warning("space %s: the broker closed the %s (%s); renewing it now", self.space, self._what,
+                                held.conn.last_error or "no reason given")  # fmt: skip
                 try:
-                    new = await self._replace(nursery, held)
+                    new = await self._replace(nursery, give_up)
                 except Unavailable:
                     proxy.closed.set()
                     raise
@@ -337,22 +343,24 @@ class RenewedUser:
                 self.renewals += 1
                 log.info("space %s: %s renewed (%d), valid %d s", self.space, self._what, self.renewals, self.lifetime_s)
 
-    async def _replace(self, nursery: trio.Nursery, held: _Held) -> _Held:
-        """A new session, retried until one is up; raise once ``held`` expires without one. A try in progress is never cancelled (a connect cut off midway
-        leaks its late error into the loop), so a hung broker ends it one connect's bound
-        (:func:`~cotal_trio.natsio.open_connection`, 5 s) after the expiry."""
+    async def _replace(self, nursery: trio.Nursery, give_up: float) -> _Held:
+        """A new session, retried until one is up; raise once trio time ``give_up`` (the old
+        session's expiry, or sooner once the broker dropped it) passes without one. A try in
+        progress is never cancelled (a connect cut off midway leaks its late error into the loop),
+        so a hung broker ends it one connect's bound (:func:`~cotal_trio.natsio.open_connection`,
+        5 s) after ``give_up``."""
         retry_s = max(0.2, self.lifetime_s / 30)
         while True:
             try:
                 return await nursery.start(self._hold)
             except (Unavailable, OSError) as exc:  # refused, unreachable, or no broker there
-                left = held.expires - trio.current_time()
-                if left <= 0 or held.conn.closed.is_set():  # nothing serves any more
+                left = give_up - trio.current_time()
+                if left <= 0:  # nothing serves any more
                     raise Unavailable(
                         f"space {self.space}: the {self._what} expired and no renewal was let in ({exc})"
                         " - check that the broker runs and trusts the space's account"
                     ) from exc
-                self.trouble = f"the {self._what} is not renewed ({exc}); it expires in {left:.0f} s"
+                self.trouble = f"the {self._what} is not renewed ({exc}); it ends in {left:.0f} s"
                 log.warning("space %s: %s not renewed, retrying in %.1f s: %s", self.space, self._what, retry_s, exc)
             # the last try is made just before the old session's expiry, not after it
             await trio.sleep(max(0.0, min(retry_s, left - 0.05)))
