@@ -429,6 +429,32 @@ async def test_a_lanes_store_user_is_minted_for_a_day(
     assert [c.get("exp", 0) - c["iat"] for c in stores] == [STORE_LIFETIME_S] * 2 == [86400] * 2
 
 
+async def test_an_issuer_session_the_broker_drops_is_renewed_at_once(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str
+) -> None:
+    """A session kicked by the broker (its credential still valid) is replaced at once, so the
+    issued stores ride a live session again, not the dropped one until its expiry."""
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    session = IssuerSession(
+        load_space(mesh.paths.space(SPACE).callout_json, SPACE), mesh.server_url, lifetime_s=300, clock=time.time,
+        reconnect=False,
+    )
+    root = provision.ensure_root(mesh.paths, iat=int(time.time()))
+    with trio.fail_after(CEILING_S):
+        async with open_loop(), trio.open_nursery() as inner:
+            stores = await inner.start(session.run)
+            async with open_system_connection(mesh.server_url, root) as system:
+                connz = json.loads((await system.request("$SYS.REQ.SERVER.PING.CONNZ", b"{}")).data)
+                [cid] = [c["cid"] for c in connz["data"]["connections"] if c.get("name") == f"cotal:issuer:{SPACE}"]
+                await system.request(f"$SYS.REQ.SERVER.{connz['server']['id']}.KICK", json.dumps({"cid": cid}).encode())
+            while session.renewals == 0:
+                await trio.sleep(0.05)
+            with pytest.raises(IssuedStoresMissing):  # the new session answers
+                await stores.check()
+            inner.cancel_scope.cancel()
+    assert session.renewals == 1 and session.trouble is None
+
+
 def _failing_renewals(material, fails: list[str]):
     """An opener that opens the first issuer session as the lane does and every later one as a
     user signed by a key the space's account does not trust: the real broker refuses each renewal."""
