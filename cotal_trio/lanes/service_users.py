@@ -204,6 +204,11 @@ def renewal_times(lifetime_s: int, remaining_s: float) -> tuple[float, float]:
     return max(0.0, remaining_s - lifetime_s / 3), max(0.0, min(remaining_s, lifetime_s / 6))
 
 
+def _check_lifetime(what: str, lifetime_s: int) -> None:
+    if lifetime_s < 3:
+        raise ValueError(f"the {what} lives at least 3 s, got {lifetime_s}")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Held:
     """One open session: its connection, its expiry (trio time) and the scope that closes it."""
@@ -278,8 +283,7 @@ class RenewedUser:
         open_user: Callable[..., contextlib.AbstractAsyncContextManager[Connection]] | None = None,
         watched: bool = False,
     ) -> None:  # fmt: skip
-        if lifetime_s < 3:
-            raise ValueError(f"an {what} lives at least 3 s, got {lifetime_s}")
+        _check_lifetime(what, lifetime_s)
         self._material, self._url, self._clock, self._reconnect = material, server_url, clock, reconnect
         self._what, self._name, self._permissions, self._watched = what, name, permissions, watched
         self._open_user = open_user or open_service_user
@@ -383,6 +387,7 @@ class IssuerSession(RenewedUser):
         self, material: SpaceMaterial, server_url: str, *, lifetime_s: int, clock: Callable[[], float], reconnect: bool,
         open_user: Callable[..., contextlib.AbstractAsyncContextManager[Connection]] | None = None,
     ) -> None:
+        _check_lifetime("issuer session", lifetime_s)
         space = material.space
         super().__init__(
             material, server_url, what="issuer session", name=f"cotal:issuer:{space}",
