@@ -16,15 +16,22 @@ What it does (DESIGN.md section 10; the method of reference/stack-prototype.md s
    bearers, so a per-actor connect limit in the service does not turn into a throttle here.
 3. Mints one static data-account user (``mint_service_user``, ``bench.>`` both ways, 1 h).
 4. In this process (plain asyncio nats-py, never inside the service), per round and per mode:
-   ``--n`` sequential connects, then ``--n`` connects by ``--concurrency`` workers, static and
-   callout back to back, the order alternating across rounds. A sample is ``Client.connect``
+   ``--n`` sequential connects, then ``--n`` connects by ``--concurrency`` workers, for each
+   kind back to back, the kind that leads rotating across rounds (issue 14 item 5): ``static``
+   (the data-account user, no callout), ``agent`` (ours: an agent connect, which carries a
+   listing generation), ``view`` (ours: a ``deployer`` view, which carries none) and ``peer``
+   (PyPI ``nats-callout`` 0.1.1 as an allow-all callout, bench/_peer_callout.py, on an auth
+   account of our auth account's shape without xkey, pushed to the same broker; only when the
+   ``bench`` extra is installed: ``pip install '.[bench]'``). A sample is ``Client.connect``
    (CONNECT answered by PONG, i.e. the callout has answered), ``is_connected`` checked, then
    ``close()``. Latency is the connect alone; the rate counts connect + close.
 5. Reads the service's CPU (utime + stime of ``/proc/<pid>/stat``) before and after every
    batch; the nats-server's and this load generator's CPU too, for the split, and the CPU
    every other process on the machine used meanwhile ("other load", from ``/proc/stat``), so a
    noisy neighbour shows in the output instead of silently skewing the rates.
-6. Prints every batch, a table of medians across rounds, and the two headline figures.
+6. Prints every batch, a table of medians across rounds, every kind's rate as a ratio of the
+   static user's, ours against the peer (rate, service CPU per connect), and each callout's
+   CPU per connect (its process's utime + stime: ours for ``agent``/``view``, the peer's own).
 
 Load mode (issue 4, "Benchmark")::
 
@@ -80,6 +87,7 @@ import base64
 import collections
 import concurrent.futures
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -102,19 +110,24 @@ from pathlib import Path
 from typing import Any, Self
 
 import nats.aio.client
+import trio
 from _host import CLK_TCK, code_version, machine_busy_s, nats_server_version, proc_cpu_s
 
 import cotal_trio
+from cotal_trio.broker.accounts import open_system_connection, push_accounts
 from cotal_trio.broker.process import free_port
 from cotal_trio.broker.provision import mint_service_user
+from cotal_trio.core import natsjwt
 from cotal_trio.core.admission import CalloutLimits
-from cotal_trio.core.creds import parse_creds
+from cotal_trio.core.creds import format_creds, parse_creds
 from cotal_trio.core.identity import derive_owner, mint_lifecycle_uid
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
-from cotal_trio.core.nkeys import KeyPair
+from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.devidp import DevIdpMaterial, mint_dev_token
+from cotal_trio.natsio import open_loop
 from cotal_trio.state import (
     RootPaths,
+    load_broker,
     load_idp_pin,
     load_owner_secret,
     load_space,
@@ -201,8 +214,9 @@ def grant(space_paths, owner: str) -> None:
     write_row(space_paths, row)
 
 
-def exchange(url: str, cap: str, idp_token: str) -> str:
-    body = json.dumps({"idpToken": idp_token, "actor": ACTOR, "ttlSec": BEARER_TTL_S}).encode()
+def exchange(url: str, cap: str, idp_token: str, view: str | None = None) -> str:
+    fields = {"idpToken": idp_token, "actor": ACTOR, "ttlSec": BEARER_TTL_S} | ({"view": view} if view else {})
+    body = json.dumps(fields).encode()
     request = urllib.request.Request(
         url + "/exchange", data=body, method="POST",
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {cap}"},
@@ -295,15 +309,17 @@ class Batch:
 
 @dataclass
 class Bench:
+    """Batches of connects per kind: ``options[kind]()`` gives one connect's nats-py options,
+    ``service_pids[kind]`` the process whose CPU is that kind's "service" (ours or the peer)."""
+
     url: str
-    service_pid: int
     broker_pid: int | None
-    static_options: Callable[[], dict[str, Any]]
-    callout_options: Callable[[], dict[str, Any]]
+    options: dict[str, Callable[[], dict[str, Any]]]
+    service_pids: dict[str, int | None]
     batches: list[Batch] = field(default_factory=list)
 
     async def batch(self, kind: str, mode: str, rnd: int, n: int, concurrency: int) -> Batch:
-        make = self.static_options if kind == "static" else self.callout_options
+        make, service_pid = self.options[kind], self.service_pids.get(kind)
         for _ in range(min(WARMUP, n)):
             await connect_once(self.url, make())
         latencies: list[float] = []
@@ -316,7 +332,7 @@ class Bench:
                     latencies.append(result)
 
         workers = 1 if mode == "seq" else concurrency
-        svc0, brk0, gen0 = proc_cpu_s(self.service_pid), proc_cpu_s(self.broker_pid), time.process_time()
+        svc0, brk0, gen0 = proc_cpu_s(service_pid), proc_cpu_s(self.broker_pid), time.process_time()
         all0 = machine_busy_s()
         t0 = time.perf_counter()
         try:
@@ -325,7 +341,7 @@ class Bench:
         except TimeoutError:
             print(f"  ! {kind} {mode} batch hit its {bound:.0f} s bound", flush=True)
         wall = time.perf_counter() - t0
-        svc1, brk1, gen1 = proc_cpu_s(self.service_pid), proc_cpu_s(self.broker_pid), time.process_time()
+        svc1, brk1, gen1 = proc_cpu_s(service_pid), proc_cpu_s(self.broker_pid), time.process_time()
         ours = (svc1 - svc0) + (brk1 - brk0) + (gen1 - gen0)
         other = max(0.0, machine_busy_s() - all0 - ours)
         b = Batch(kind, mode, rnd, n, wall, latencies, svc1 - svc0, brk1 - brk0, gen1 - gen0, other)
@@ -348,20 +364,35 @@ def med(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+# The kinds of the side-by-side mode, in the report's column order (issue 14 item 5).
+KIND_LABELS = {
+    "static": "static user, no callout (the limit)",
+    "agent": "ours, agent connect (listing generation)",
+    "view": "ours, a view without a listing generation (deployer)",
+    "peer": "PyPI nats-callout 0.1.1, allow-all, no xkey",
+}
+
+
 def report(bench: Bench, args: argparse.Namespace, idle_ms_per_s: float, log_counts: dict[str, int]) -> None:
+    """Medians per kind, every kind's rate as a ratio of the static user's (median of the
+    per-round ratios: the batches of one round ran back to back), and each of ours against the
+    peer: rate and service CPU per connect."""
+    kinds = [k for k in KIND_LABELS if any(b.kind == k for b in bench.batches)]
+
     def cell(kind: str, mode: str, f: Callable[[Batch], float]) -> float:
         return med([f(b) for b in bench.batches if b.kind == kind and b.mode == mode])
 
-    def ratio(mode: str) -> float:
+    def ratio(kind: str, base: str, mode: str, f: Callable[[Batch], float]) -> float:
         per_round = []
         for rnd in range(1, args.rounds + 1):
-            s = [b for b in bench.batches if b.round == rnd and b.mode == mode and b.kind == "static"]
-            c = [b for b in bench.batches if b.round == rnd and b.mode == mode and b.kind == "callout"]
-            if s and c and s[0].rate > 0:
-                per_round.append(c[0].rate / s[0].rate)
+            k = [f(b) for b in bench.batches if b.round == rnd and b.mode == mode and b.kind == kind]
+            s = [f(b) for b in bench.batches if b.round == rnd and b.mode == mode and b.kind == base]
+            if k and s and s[0] > 0:
+                per_round.append(k[0] / s[0])
         return med(per_round)
 
     conc = f"conc{args.concurrency}"
+    service_ms = lambda b: b.per_connect_ms(b.service_cpu_s)  # noqa: E731
     rows = [
         ("seq rate (/s)", "seq", lambda b: b.rate, "{:.0f}"),
         ("seq p50 (ms)", "seq", lambda b: b.pct(0.5), "{:.2f}"),
@@ -369,8 +400,8 @@ def report(bench: Bench, args: argparse.Namespace, idle_ms_per_s: float, log_cou
         (f"{conc} rate (/s)", "conc", lambda b: b.rate, "{:.0f}"),
         (f"{conc} p50 (ms)", "conc", lambda b: b.pct(0.5), "{:.2f}"),
         (f"{conc} p99 (ms)", "conc", lambda b: b.pct(0.99), "{:.2f}"),
-        ("seq service CPU ms/connect", "seq", lambda b: b.per_connect_ms(b.service_cpu_s), "{:.3f}"),
-        (f"{conc} service CPU ms/connect", "conc", lambda b: b.per_connect_ms(b.service_cpu_s), "{:.3f}"),
+        ("seq service CPU ms/connect", "seq", service_ms, "{:.3f}"),
+        (f"{conc} service CPU ms/connect", "conc", service_ms, "{:.3f}"),
         ("seq broker CPU ms/connect", "seq", lambda b: b.per_connect_ms(b.broker_cpu_s), "{:.3f}"),
         (f"{conc} broker CPU ms/connect", "conc", lambda b: b.per_connect_ms(b.broker_cpu_s), "{:.3f}"),
         ("seq loadgen CPU ms/connect", "seq", lambda b: b.per_connect_ms(b.loadgen_cpu_s), "{:.3f}"),
@@ -380,26 +411,33 @@ def report(bench: Bench, args: argparse.Namespace, idle_ms_per_s: float, log_cou
         ("seq other load (cores)", "seq", lambda b: b.other_cpu_s / b.wall_s, "{:.2f}"),
         (f"{conc} other load (cores)", "conc", lambda b: b.other_cpu_s / b.wall_s, "{:.2f}"),
     ]
-    fails = {k: sum(b.n - b.ok for b in bench.batches if b.kind == k) for k in ("static", "callout")}
     print()
     print(f"medians over {args.rounds} rounds, {args.n} connects per batch")
-    print(f"{'':32}{'static':>10}{'callout':>10}{'callout/static':>16}")
+    for kind in kinds:
+        print(f"  {kind:7} {KIND_LABELS[kind]}")
+    print(f"{'':32}" + "".join(f"{k:>10}" for k in kinds))
     for label, mode, f, fmt in rows:
-        s, c = cell("static", mode, f), cell("callout", mode, f)
-        extra = ""
-        if label.endswith("rate (/s)"):
-            extra = f"{ratio(mode):16.2f}"
-        print(f"{label:32}{fmt.format(s):>10}{fmt.format(c):>10}{extra}")
-    print(f"{'failed connects (all batches)':32}{fails['static']:>10}{fails['callout']:>10}")
+        print(f"{label:32}" + "".join(f"{fmt.format(cell(k, mode, f)):>10}" for k in kinds))
+    print(f"{'failed connects (all batches)':32}" + "".join(
+        f"{sum(b.n - b.ok for b in bench.batches if b.kind == k):>10}" for k in kinds))
     print(f"service idle CPU: {idle_ms_per_s:.1f} ms per second (over {IDLE_S:.0f} s; one tick is {1000 / CLK_TCK:.0f} ms)")
     print("service log outcomes: " + " ".join(f"{k}={v}" for k, v in log_counts.items()))
     print()
-    print(f"ratio (callout/static, concurrent {args.concurrency}) = {ratio('conc'):.2f}"
-          f"   [sequential: {ratio('seq'):.2f}; median of per-round ratios]")
-    print(f"service CPU per callout (median) = "
-          f"{cell('callout', 'conc', lambda b: b.per_connect_ms(b.service_cpu_s)):.2f} ms"
-          f"   [concurrent {args.concurrency} batches; sequential batches: "
-          f"{cell('callout', 'seq', lambda b: b.per_connect_ms(b.service_cpu_s)):.2f} ms]")
+    rate = lambda b: b.rate  # noqa: E731
+    for mode, name in (("conc", f"concurrent {args.concurrency}"), ("seq", "sequential")):
+        print(f"ratios, {name} (median of per-round ratios):")
+        for kind in kinds:
+            if kind != "static":
+                print(f"  {kind}/static connects/s = {ratio(kind, 'static', mode, rate):.2f}")
+        for kind in ("agent", "view"):
+            if kind in kinds and "peer" in kinds:
+                print(f"  {kind}/peer connects/s = {ratio(kind, 'peer', mode, rate):.2f}   "
+                      f"{kind}/peer service CPU per connect = {ratio(kind, 'peer', mode, service_ms):.2f}")
+    for kind in kinds:
+        if kind != "static":
+            print(f"callout CPU per connect, {kind} (median) = {cell(kind, 'conc', service_ms):.2f} ms"
+                  f"   [concurrent {args.concurrency}; sequential {cell(kind, 'seq', service_ms):.2f} ms;"
+                  f" seq p50 {cell(kind, 'seq', lambda b: b.pct(0.5)):.2f} ms]")
 
 
 def count_outcomes(log_path: Path) -> dict[str, int]:
@@ -1020,19 +1058,38 @@ async def open_stack(args: argparse.Namespace, tmp: Path) -> AsyncIterator[Stack
 # -- the side-by-side mode (default) -------------------------------------------------------------
 
 
-async def run_compare(args: argparse.Namespace, stack: Stack) -> None:
+async def run_compare(args: argparse.Namespace, stack: Stack, tmp: Path) -> None:
+    """Issue 14 item 5: in one run, alternating batches of the static user, ours with a listing
+    generation (an agent connect), ours without one (a ``deployer`` view) and the allow-all
+    PyPI ``nats-callout`` peer (when the ``bench`` extra is installed), each sequential and
+    concurrent, then every ratio and each one's callout CPU per connect."""
+    async with open_peer(stack, tmp) as peer:
+        await _compare(args, stack, peer)
+
+
+async def _compare(args: argparse.Namespace, stack: Stack, peer: Peer | None) -> None:
     sentinel, static = creds_callbacks(stack.sentinel_creds), creds_callbacks(stack.static_creds)
     turn = iter(range(1 << 62))
+    view_bearers: list[str] = []
 
-    def callout_options() -> dict[str, Any]:
-        nonce = "ibx" + secrets.token_hex(8)
-        bearer = stack.bearers[next(turn) % len(stack.bearers)]
-        return {**sentinel, "token": bearer, "name": nonce, "inbox_prefix": f"_INBOX_{nonce}"}
+    def ours(bearers: list[str]) -> Callable[[], dict[str, Any]]:
+        def options() -> dict[str, Any]:
+            nonce = "ibx" + secrets.token_hex(8)
+            bearer = bearers[next(turn) % len(bearers)]
+            return {**sentinel, "token": bearer, "name": nonce, "inbox_prefix": f"_INBOX_{nonce}"}
+
+        return options
 
     def static_options() -> dict[str, Any]:
         return {**static, "name": "ibx" + secrets.token_hex(8)}
 
-    bench = Bench(stack.url, stack.proc.pid, stack.broker_pid, static_options, callout_options)
+    options = {"static": static_options, "agent": ours(stack.bearers), "view": ours(view_bearers)}
+    pids: dict[str, int | None] = {"static": stack.proc.pid, "agent": stack.proc.pid, "view": stack.proc.pid}
+    if peer is not None:
+        peer_creds = creds_callbacks(peer.sentinel_creds)
+        options["peer"] = lambda: {**peer_creds, "name": "ibx" + secrets.token_hex(8)}
+        pids["peer"] = peer.proc.pid
+    bench = Bench(stack.url, stack.broker_pid, options, pids)
 
     await asyncio.sleep(1.0)  # past the start-up work
     idle0 = proc_cpu_s(stack.proc.pid)
@@ -1040,10 +1097,13 @@ async def run_compare(args: argparse.Namespace, stack: Stack) -> None:
     idle_ms_per_s = (proc_cpu_s(stack.proc.pid) - idle0) / IDLE_S * 1000
 
     print(f"service pid {stack.proc.pid}, nats-server pid {stack.broker_pid}, broker {stack.url}, "
-          f"{args.actors} actors, bearers round-robin")
+          f"{args.actors} actors, bearers round-robin"
+          + (f", peer pid {peer.proc.pid}" if peer is not None else ", no peer (pip install '.[bench]')"))
+    kinds = list(options)
     for rnd in range(1, args.rounds + 1):
-        await asyncio.to_thread(stack.refresh_bearers)  # 100 loopback exchanges, outside any batch
-        order = ("static", "callout") if rnd % 2 else ("callout", "static")
+        await asyncio.to_thread(stack.refresh_bearers)  # loopback exchanges, outside any batch
+        view_bearers[:] = await asyncio.to_thread(_view_bearers, stack, "deployer")
+        order = kinds[rnd % len(kinds):] + kinds[:rnd % len(kinds)]  # each kind leads a round in turn
         for mode in ("seq", "conc"):
             for kind in order:
                 await bench.batch(kind, mode, rnd, args.n, args.concurrency)
@@ -1051,12 +1111,91 @@ async def run_compare(args: argparse.Namespace, stack: Stack) -> None:
     report(bench, args, idle_ms_per_s, count_outcomes(stack.log_path))
 
 
+def _view_bearers(stack: Stack, view: str) -> list[str]:
+    """One ``view`` bearer per actor (blocking loopback exchanges)."""
+    now = int(time.time())
+    return [
+        exchange(stack.exchange_url, stack.exchange_cap, mint_dev_token(stack.material, sub=sub, now=now), view)
+        for sub in stack.subs
+    ]
+
+
+# -- the allow-all peer (issue 14 item 5) ---------------------------------------------------------
+
+
+@dataclass
+class Peer:
+    """The PyPI ``nats-callout`` peer (bench/_peer_callout.py) answering its own auth account."""
+
+    proc: subprocess.Popen[bytes]
+    sentinel_creds: str
+
+
+@contextlib.asynccontextmanager
+async def open_peer(stack: Stack, tmp: Path) -> AsyncIterator[Peer | None]:
+    """Push an auth account of our auth account's shape without xkey (one signing key,
+    ``auth_users``: the peer's callout user) to the service's broker, start the peer on it and
+    wait (bounded) for it to subscribe; None when ``nats-callout`` is not installed. The peer
+    places its users in that account, allowed everything. Stopped by pid on exit."""
+    if importlib.util.find_spec("nats_callout") is None:
+        print("peer: nats-callout is not installed (pip install '.[bench]'); running without it", flush=True)
+        yield None
+        return
+    paths = RootPaths(tmp / "root")
+    broker = load_broker(paths.broker_json)
+    account, signing = KeyPair.generate(Prefix.ACCOUNT), KeyPair.generate(Prefix.ACCOUNT)
+    now = int(time.time())
+
+    def user(name: str, permissions: dict[str, Any], **extra: Any) -> tuple[str, str]:
+        key = KeyPair.generate(Prefix.USER)
+        claims = natsjwt.user_claims(
+            user=key.public_key, name=name, issuer_account=account.public_key, permissions=permissions, **extra
+        )
+        return key.public_key, format_creds(natsjwt.encode(claims, signing, iat=now), key.seed)
+
+    callout_user, callout_creds = user(
+        "peer-callout", {"pub": {"deny": [">"]}, "sub": {"allow": ["$SYS.REQ.USER.AUTH"]}}, resp_max=1
+    )
+    _, sentinel = user("peer-sentinel", {"pub": {"deny": [">"]}, "sub": {"deny": [">"]}}, bearer_token=True)
+    auth_jwt = natsjwt.encode(natsjwt.account_claims(
+        account=account.public_key, name="AUTH_peer", signing_keys=[signing.public_key],
+        authorization={"auth_users": [callout_user], "allowed_accounts": [account.public_key]},
+    ), broker.operator_signing, iat=now)  # fmt: skip
+    await asyncio.to_thread(_push_account, stack.url, broker, auth_jwt)
+    folder = tmp / "peer"
+    folder.mkdir(mode=0o700)
+    (folder / "callout.creds").write_text(callout_creds)
+    (folder / "signing.seed").write_text(signing.seed if isinstance(signing.seed, str) else signing.seed.decode())
+    script = Path(__file__).with_name("_peer_callout.py")
+    cmd = [sys.executable, str(script), stack.url, str(folder / "callout.creds"), str(folder / "signing.seed"), account.public_key]
+    with open(tmp / "peer.err", "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), READY_S)
+        if line.strip() != b"ready":
+            raise SystemExit(f"the peer did not start:\n{(tmp / 'peer.err').read_text(errors='replace')[-2000:]}")
+        yield Peer(proc=proc, sentinel_creds=sentinel)
+    finally:
+        print(f"peer: {stop_service(proc)}", flush=True)
+
+
+def _push_account(url: str, broker: Any, jwt: str) -> None:
+    """Push one account JWT as the root's system user (blocking: a trio run of its own)."""
+
+    async def push() -> None:
+        async with open_loop(), open_system_connection(url, broker) as conn:
+            await push_accounts(conn, [jwt])
+
+    trio.run(push)
+
+
 # -- main --------------------------------------------------------------------------------------
 
 
 async def run(args: argparse.Namespace, tmp: Path) -> None:
     async with open_stack(args, tmp) as stack:
-        await (run_load(args, stack) if args.load else run_compare(args, stack))
+        await (run_load(args, stack) if args.load else run_compare(args, stack, tmp))
 
 
 def _rates(text: str) -> tuple[float, ...]:

@@ -75,6 +75,7 @@ from cotal_trio.state import (
     render_json,
     save_idp_pin,
 )
+from cotal_trio.state.space_folders import require_space
 
 __all__ = [
     "MODE_STATIC",
@@ -261,9 +262,7 @@ def _check_name(space: str) -> None:
 
 def _existing_space(paths: RootPaths, space: str) -> tuple[BrokerMaterial, SpacePaths]:
     _check_name(space)
-    sp = paths.space(space)
-    if not sp.callout_json.exists():
-        raise ConfigError(f"space {space} is not in the root {paths.root} - see `cotal space list`")
+    sp = require_space(paths, space)
     return load_broker(paths.broker_json), sp
 
 
@@ -476,13 +475,9 @@ async def remove_space(
 
 
 def _space_name(folder_name: str) -> str | None:
-    if not folder_name.startswith("space."):
-        return None
-    try:
-        name = bytes.fromhex(folder_name.removeprefix("space.")).decode("utf-8")
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return name if is_space(name) else None
+    # A space's folder is its name (state/layout.py); an earlier-layout ``space.<hex>`` folder is
+    # not listed until a start renames it (state/space_folders.py).
+    return folder_name if is_space(folder_name) else None
 
 
 def list_spaces(paths: RootPaths) -> list[dict[str, Any]]:

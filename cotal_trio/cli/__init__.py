@@ -3,43 +3,74 @@
 Each command group lives in its own module and is registered lazily, so ``cotal actor list``
 never imports the HTTP stack. Commands parse flags, build a config and call the library; every
 :class:`~cotal_trio.core.errors.ConfigError` or
-:class:`~cotal_trio.core.errors.Unavailable` becomes one sentence on stderr and exit 1.
+:class:`~cotal_trio.core.errors.Unavailable` becomes one sentence on stderr and exit 1. The exit
+statuses are :class:`~cotal_trio.cli.exits.ExitCode` (docs/cli.md renders their table): a usage
+error is 64, and a closed stdout (``| head -1``) ends any command quietly with 141.
 """
 
 from __future__ import annotations
 
-import logging
+import functools
+import os
+import select
 import sys
-
-import cyclopts
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..core.errors import ConfigError, Refused, Unavailable, leaves
+from .exits import ExitCode
 
-__all__ = ["app", "main"]
+if TYPE_CHECKING:
+    import cyclopts
 
-app = cyclopts.App(
-    name="cotal",
-    help="Auth service for NATS agent meshes: the auth callout, the token exchange, and the root.",
-    version=__version__,
-    backend="trio",
+__all__ = ["INTERRUPTED", "app", "main"]
+
+# The exit code of a Ctrl-C that ended a command (128 + SIGINT, as a shell reports it).
+INTERRUPTED = ExitCode.INTERRUPTED
+
+# (import path, command name or None for the function's own, help): registered lazily.
+_COMMANDS: tuple[tuple[str, str | None, str], ...] = (
+    ("cotal_trio.cli.up:up", None, "Run the root's broker and the space's auth service (the embedded default)."),
+    ("cotal_trio.cli.actor:actor_app", "actor", "Grant, revoke and list actors in the space's ledger."),
+    ("cotal_trio.cli.devidp:dev_idp_app", "dev-idp", "The development IdP: mint a token (development only)."),
+    ("cotal_trio.cli.client:exchange", None, "Exchange an IdP token for a bearer."),
+    ("cotal_trio.cli.client:agent_bearer", "agent-bearer", "Exchange a managed agent's actor token for a bearer."),
+    ("cotal_trio.cli.client:connect_info", "connect-info", "What a client needs to connect: server, sentinel creds, IdP pin."),
+    ("cotal_trio.cli.auth_service:auth_service", "auth-service", "Serve one space (--space) or a manifest of spaces (--spaces) against a running broker."),
+    ("cotal_trio.cli.space:space_app", "space", "Add, remove and list the spaces of a root (live on its broker)."),
+    ("cotal_trio.cli.manager:manager_app", "manager", "Register, list and retire the manager instances of a space."),
+    ("cotal_trio.cli.check:check", None, "Run the whole path against the running root and name any failing step."),
+    ("cotal_trio.cli.status:status", None, "One line per space of the running root: state, pid, exchange URL, callout counts."),
+    ("cotal_trio.cli.watch:watch", None, "Live view of the root's spaces from their event streams (--json: the raw events)."),
+    ("cotal_trio.cli.auth:auth_app", "auth", "Mint and revoke the credentials of a static space."),
+    ("cotal_trio.cli.doctor:doctor_app", "doctor", "Check the root and name the next command to run."),
+    ("cotal_trio.cli.broker:broker_app", "broker", "Render a cluster node's nats-server config from the root's trust."),
+    ("cotal_trio.cli.service:service_app", "service", "Write systemd units for `cotal auth-service` and its callout replicas."),
 )
-app.command("cotal_trio.cli.up:up", help="Run the root's broker and the space's auth service (the embedded default).")
-app.command("cotal_trio.cli.actor:actor_app", name="actor", help="Grant, revoke and list actors in the space's ledger.")
-app.command("cotal_trio.cli.devidp:dev_idp_app", name="dev-idp", help="The development IdP: mint a token (development only).")
-app.command("cotal_trio.cli.client:exchange", help="Exchange an IdP token for a bearer.")
-app.command("cotal_trio.cli.client:agent_bearer", name="agent-bearer", help="Exchange a managed agent's actor token for a bearer.")
-app.command("cotal_trio.cli.client:connect_info", name="connect-info", help="What a client needs to connect: server, sentinel creds, IdP pin.")
-app.command("cotal_trio.cli.auth_service:auth_service", name="auth-service", help="Serve one space (--space) or a manifest of spaces (--spaces) against a running broker.")
-app.command("cotal_trio.cli.space:space_app", name="space", help="Add, remove and list the spaces of a root (live on its broker).")
-app.command("cotal_trio.cli.manager:manager_app", name="manager", help="Register, list and retire the manager instances of a space.")
-app.command("cotal_trio.cli.check:check", help="Run the whole path against the running root and name any failing step.")
-app.command("cotal_trio.cli.status:status", help="One line per space of the running root: state, pid, exchange URL, callout counts.")
-app.command("cotal_trio.cli.watch:watch", help="Live view of the root's spaces from their event streams (--json: the raw events).")
-app.command("cotal_trio.cli.auth:auth_app", name="auth", help="Mint and revoke the credentials of a static space.")
-app.command("cotal_trio.cli.doctor:doctor_app", name="doctor", help="Check the root and name the next command to run.")
-app.command("cotal_trio.cli.broker:broker_app", name="broker", help="Render a cluster node's nats-server config from the root's trust.")
-app.command("cotal_trio.cli.service:service_app", name="service", help="Write systemd units for `cotal auth-service` and its callout replicas.")
+
+
+@functools.cache
+def _app() -> cyclopts.App:
+    """The cyclopts app, built at first use: cyclopts is imported inside :func:`main`, where a
+    Ctrl-C during its import is caught (issue 15 item 9)."""
+    import cyclopts
+
+    cli = cyclopts.App(
+        name="cotal",
+        help="Auth service for NATS agent meshes: the auth callout, the token exchange, and the root.",
+        version=__version__,
+        backend="trio",
+    )
+    for path, name, help_ in _COMMANDS:
+        cli.command(path, help=help_, **({"name": name} if name else {}))
+    return cli
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: :data:`app`, the cyclopts app (for the reference page and the docs test)."""
+    if name == "app":
+        return _app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def configure_logging() -> None:
@@ -48,6 +79,8 @@ def configure_logging() -> None:
     The callout logs one line per connect, so the record attributes no line uses (caller,
     thread, process) are not collected: the logging documentation's "Optimization" switches.
     """
+    import logging  # here, not at the top: inside main's Ctrl-C guard (issue 15 item 9)
+
     logging._srcfile = None  # type: ignore[attr-defined]  # documented: skip findCaller
     logging.logThreads = False
     logging.logProcesses = False
@@ -60,14 +93,37 @@ def configure_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``cotal`` console script; returns the process exit code."""
-    configure_logging()
+    """Entry point of the ``cotal`` console script; returns the process exit code (cli/exits.py).
+
+    A :class:`ConfigError`, :class:`Unavailable`, :class:`Refused` or ``OSError`` is one
+    ``cotal: <sentence>`` line on stderr and exit 1; a usage error is 64 (cyclopts printed its
+    panel); a closed stdout ends quietly with 141; a Ctrl-C that reaches here (before a serving
+    command has its own signal handling, :func:`~cotal_trio.cli.common.serve_until_signal`) is
+    exit 130 with nothing printed.
+    """
     try:
-        result = app(argv, result_action="return_value")
+        configure_logging()
+        from cyclopts.exceptions import CycloptsError  # inside the Ctrl-C guard, as the app is
+
+        try:
+            result = _app()(argv, result_action="return_value", exit_on_error=False, console=_pipe_console())
+            sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
+        except CycloptsError:  # cyclopts printed its panel naming the bad flag or command
+            return ExitCode.USAGE
+    except KeyboardInterrupt:
+        # Ctrl-C before a serving command holds its signals (the imports, the flag parsing):
+        # nothing has started, so end quietly as a shell expects (issue 15 item 9).
+        return ExitCode.INTERRUPTED
     except _EXPECTED as exc:
+        if _reader_gone(exc):
+            return _end_quietly()
         print(f"cotal: {_sentence(exc)}", file=sys.stderr)
         return 1
     except BaseExceptionGroup as group:
+        if group.subgroup(KeyboardInterrupt) is not None:
+            return INTERRUPTED
+        if _reader_gone(group):
+            return _end_quietly()
         ours, rest = group.split(_EXPECTED)
         if ours is None or rest is not None:
             raise
@@ -79,6 +135,47 @@ def main(argv: list[str] | None = None) -> int:
 
 # Errors that are the operator's or a dependency's to fix: one sentence, exit 1, no traceback.
 _EXPECTED = (ConfigError, Unavailable, Refused, OSError)
+
+
+def _reader_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or, in a group, holds) a BrokenPipeError and stdout's reader is gone.
+
+    A broken socket (the auth service went away mid-request) raises the same error; only a
+    stdout pipe that polls as broken (POLLERR: its read end is closed) ends quietly.
+    """
+    if not any(isinstance(leaf, BrokenPipeError) for leaf in leaves(exc)):
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (OSError, ValueError):  # a stdout without a descriptor (captured in-process)
+        return False
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _pipe_console() -> Any:
+    """cyclopts' help and version console; a closed pipe ends it as it ends every command (rich's
+    own answer to one is ``SystemExit(1)``). Built at first use: rich comes with cyclopts, inside
+    :func:`main`'s Ctrl-C guard."""
+    import rich.console
+
+    class PipeConsole(rich.console.Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError("stdout's reader went away")
+
+    return PipeConsole()
+
+
+def _end_quietly() -> int:
+    """End as ``| head -1`` expects: no traceback, no "Exception ignored" at exit, status 141.
+
+    The unwritten output still sits in stdout's buffer; pointing the descriptor at /dev/null
+    lets the interpreter's last flush succeed (Python's documented SIGPIPE recipe).
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return ExitCode.CLOSED_PIPE
 
 
 def _sentence(exc: BaseException) -> str:

@@ -6,6 +6,10 @@ simply replaced or deleted: the service's loopback door ``POST /interactive-life
 retires its lifecycle first (spec "Host-only routes"; docs/host-doors.md). It records the
 retirement, withdraws the lifecycle's issuance rows and removes the row file.
 
+A 200 ``retired`` is a whole retirement; a 202 ``retired`` with ``"withdrawn": "partial"`` is
+one whose withdrawal did not finish: the lifecycle is refused all the same and the rows left
+end on their TTL (:class:`Retired` with ``partial``), so the command succeeds and says so.
+
 Two ways a retirement can fail, told apart by the answer's ``outcome``:
 
 * ``"not-executed"``: the service refused before its barrier; nothing changed.
@@ -46,8 +50,9 @@ __all__ = [
 RETIRE_PATH = "/interactive-lifecycle/retire"
 # A service that does not answer its health check this fast counts as not running (seconds).
 HEALTH_TIMEOUT_S = 2.0
-# The door bounds its own work at 30 s (lanes.lifecycle.RETIRE_S); wait a little longer.
-RETIRE_TIMEOUT_S = 35.0
+# The door bounds its own work: a held row finished and the row read (5 s each), then the
+# retirement (lanes.lifecycle.RETIRE_S, 30 s); wait a little longer than the sum.
+RETIRE_TIMEOUT_S = 45.0
 
 
 class RetireRefused(ConfigError):
@@ -61,10 +66,20 @@ class RetireUnknown(Unavailable):
 
 @dataclass(frozen=True, slots=True)
 class Retired:
-    """A retirement the service confirmed: the lifecycle and how many issuance rows it withdrew."""
+    """A retirement the service confirmed: the lifecycle and how many issuance rows it withdrew.
+
+    Attributes:
+        partial: the service answered 202 ``"withdrawn": "partial"``: the lifecycle is retired and
+            refused, but the withdrawal did not finish (docs/host-doors.md).
+        left: on a partial retirement, the rows known left (None: how many is unknown).
+        expire_within_s: on a partial retirement, the seconds within which the rows left end.
+    """
 
     lifecycle_uid: str
     withdrawn: int
+    partial: bool = False
+    left: int | None = None
+    expire_within_s: int | None = None
 
 
 def _read_json(response: Any) -> object:
@@ -126,7 +141,16 @@ def _confirmed(row: LedgerRow, answer: object) -> Retired | None:
     if not isinstance(answer, dict) or any(answer.get(name) != value for name, value in expected.items()):
         return None
     withdrawn = answer.get("withdrawn")
-    return Retired(row.lifecycle_uid, withdrawn) if type(withdrawn) is int and withdrawn >= 0 else None
+    if withdrawn == "partial":
+        count, left, within = answer.get("withdrawnRows"), answer.get("rowsLeft"), answer.get("rowsExpireWithinS")
+        if _count(count) and (left is None or _count(left)) and _count(within):
+            return Retired(row.lifecycle_uid, count, partial=True, left=left, expire_within_s=within)
+        return None
+    return Retired(row.lifecycle_uid, withdrawn) if _count(withdrawn) else None
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and value >= 0
 
 
 def retire_interactive(service: ServiceRecord, row: LedgerRow) -> Retired:

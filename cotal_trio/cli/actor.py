@@ -93,12 +93,28 @@ def provisioned(where: Where) -> SpacePaths:
     """The space's paths, once its material exists (``callout.json`` is written first).
 
     Raises:
-        ConfigError: a bad space name, or the space is not provisioned (names ``cotal up``).
+        ConfigError: a bad space name, no root at --root, or the root does not hold the space
+            (:meth:`Where.provisioned`: names `cotal space list`).
     """
-    space_paths = where.space_paths()
-    if not space_paths.callout_json.exists():
-        raise missing(space_paths.callout_json)
-    return space_paths
+    return where.provisioned()
+
+
+def check_argv_text(value: str, flag: str, what: str) -> str:
+    """``value`` back if it is text, for a flag that reaches an owner derivation.
+
+    Python reads argv bytes that are not UTF-8 as lone surrogates (``\\udcXX``, PEP 383); an
+    owner derived from those is one no IdP will ever send (its token's JSON holds UTF-8 text),
+    so the grant would silently go to nobody.
+
+    Raises:
+        ConfigError: ``value`` holds a surrogate (one sentence naming ``flag`` and the fix).
+    """
+    if any("\ud800" <= ch <= "\udfff" for ch in value):
+        raise ConfigError(
+            f"{flag} holds bytes that are not UTF-8 (the shell's locale is not UTF-8?) - pass {what} as UTF-8 text,"
+            " exactly as the IdP's token carries it"
+        )
+    return value
 
 
 @Parameter(name="*")
@@ -118,8 +134,9 @@ class Whose:
         """The owner ``u_...``: given, or derived from ``--sub`` with the space's secret and pin.
 
         Raises:
-            ConfigError: both or neither flag, a malformed owner, or the space's owner secret
-                or IdP pin is missing or corrupt (upstream-notes 1.2).
+            ConfigError: both or neither flag, a malformed owner, a ``--sub`` that is not text
+                (:func:`check_argv_text`), or the space's owner secret or IdP pin is missing or
+                corrupt (upstream-notes 1.2).
         """
         if (self.sub is None) == (self.owner is None):
             raise ConfigError("name the owner with exactly one of --sub <IdP subject> or --owner <u_...>")
@@ -128,8 +145,9 @@ class Whose:
                 return check_owner(self.owner)
         if not self.sub:
             raise ConfigError("--sub needs the person's IdP subject, which is not empty")
+        sub = check_argv_text(self.sub, "--sub", "the subject")
         pin = load_idp_pin(space_paths.idp_json)
-        return derive_owner(load_owner_secret(space_paths.owner_secret_json), pin.issuer, self.sub)
+        return derive_owner(load_owner_secret(space_paths.owner_secret_json), pin.issuer, sub)
 
 
 # --- grant ----------------------------------------------------------------------------------
@@ -227,11 +245,12 @@ def retire_current(space_paths: SpacePaths, owner: str, actor: str) -> Retired |
 
 
 def retired_line(retired: Retired) -> str:
-    """What a retirement through the service did, in words."""
-    return (
-        f"the running auth service retired lifecycle {retired.lifecycle_uid}"
-        f" and withdrew {retired.withdrawn} issuance rows"
-    )
+    """What a retirement through the service did, in words (a partial one names the rows left)."""
+    done = f"the running auth service retired lifecycle {retired.lifecycle_uid} and withdrew {retired.withdrawn} issuance rows"
+    if not retired.partial:
+        return done
+    left = "some" if retired.left is None else f"{retired.left} more"
+    return f"{done}; {left} were not withdrawn and expire within their TTL, at most {retired.expire_within_s} s"
 
 
 def build_row(
@@ -355,7 +374,8 @@ def revoke(
         The actor name.
     as_json
         Print {"owner", "actor", "removed"} instead of a sentence (plus "retiredLifecycle" and
-        "withdrawn" when the running auth service retired the row).
+        "withdrawn" when the running auth service retired the row; "withdrawn": "partial" with
+        "withdrawnRows", "rowsLeft" and "rowsExpireWithinS" when its withdrawal did not finish).
     """
     space_paths = provisioned(where)
     with as_config_error():
@@ -370,7 +390,12 @@ def revoke(
         removed = True
     if as_json:
         answer: dict[str, object] = {"owner": owner, "actor": actor, "removed": removed}
-        if retired is not None:
+        if retired is not None and retired.partial:
+            answer.update(
+                retiredLifecycle=retired.lifecycle_uid, withdrawn="partial", withdrawnRows=retired.withdrawn,
+                rowsLeft=retired.left, rowsExpireWithinS=retired.expire_within_s,
+            )  # fmt: skip
+        elif retired is not None:
             answer.update(retiredLifecycle=retired.lifecycle_uid, withdrawn=retired.withdrawn)
         print(json.dumps(answer, indent=2))
     elif retired is not None:

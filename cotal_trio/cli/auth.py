@@ -59,6 +59,7 @@ from ..state.credentials import (
     save_record,
     write_creds,
 )
+from ._servers import resolve_servers
 from .actor import as_config_error, provisioned, split_list
 from .common import Where
 
@@ -407,7 +408,7 @@ async def mint(
         Names the credential in the root's records, and the actor of a fresh principal
         (letters, digits and _; default: the --identity principal's actor, else the profile).
     out
-        Where to write the file (default ROOT/auth/creds/space.HEX/LABEL.creds).
+        Where to write the file (default ROOT/auth/creds/SPACE/LABEL.creds).
     expires_in
         Lifetime in seconds (default 24 h).
     expires_at
@@ -445,12 +446,25 @@ async def mint(
         check_caller_flags(flags, allow_subscribe, allow_publish, role)
         chosen = split_list(channels, check_channel_pattern)
         cred, record, replaced = await mint_caller(flags, callers.check_endpoint(endpoint), chosen, server)
-    _print_receipt(cred, record, replaced=replaced, as_json=as_json)
+    _print_receipt(cred, record, replaced=replaced, as_json=as_json, server=_receipt_server(where, server))
 
 
-def _print_receipt(cred: Credential, record: LabelRecord, *, replaced: bool, as_json: bool) -> None:
+# The receipt's server line on a root without policy.json (a cluster's: docs/deploy.md).
+UNKNOWN_SERVER = "your broker's URL (this root has no policy.json; `cotal connect-info --server` takes it)"
+
+
+def _receipt_server(where: Where, server: str | None) -> str | None:
+    """The broker the credential's client connects to (issue 18 item 5): ``--server``, else the
+    root's ``cotal up`` broker (``policy.json``), else None."""
+    paths = where.paths()
+    if server is not None or not paths.policy_json.exists():
+        return server
+    return ",".join(resolve_servers(paths, None))
+
+
+def _print_receipt(cred: Credential, record: LabelRecord, *, replaced: bool, as_json: bool, server: str | None) -> None:
     if as_json:
-        print(json.dumps(rules.receipt(cred, replaced=replaced), indent=2))
+        print(json.dumps({**rules.receipt(cred, replaced=replaced), "server": server}, indent=2))
         return
     expiry = "never (--no-expiry: `cotal doctor auth` warns about it)" if cred.expires_at is None else (
         f"{cred.expires_at} ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(cred.expires_at))})")
@@ -460,6 +474,7 @@ def _print_receipt(cred: Credential, record: LabelRecord, *, replaced: bool, as_
     if cred.endpoint is not None:
         rows += [("endpoint", cred.endpoint), ("surface", cred.surface_digest), ("verbs", ", ".join(cred.verbs)),
                  ("channels", ", ".join(cred.allow_publish) or "none")]  # fmt: skip
+    rows.append(("server", server or UNKNOWN_SERVER))
     for name, value in rows:
         print(f"  {name:<10}{value}")
     for old in rules.unbounded_replaced(record):

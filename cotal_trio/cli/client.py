@@ -16,24 +16,29 @@ from __future__ import annotations
 import json
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
 from cyclopts import Parameter
 
+from ..broker.spaces import MODE_STATIC, MODE_USER_AUTH, space_mode
+from ..core import credentials as rules
 from ..core.errors import ConfigError, Refused, Unavailable
 from ..core.identity import check_actor, check_owner
 from ..http.client import ExchangeRefused, post_exchange, read_service
-from ..state import SpacePaths, load_idp_pin, missing
+from ..state import SpacePaths, load_idp_pin, missing, read_json
+from ..state.credentials import list_records
 from ._servers import Server, resolve_servers
 from .common import Where
+from .exits import ExitCode
 
 __all__ = ["EXIT_DEPENDENCY_UNAVAILABLE", "ExchangeRateLimited", "agent_bearer", "connect_info", "exchange"]
 
 # Group and others get no access to a secret file.
 PRIVATE_MODE_MASK = 0o077
 # Exit status of a command whose dependency (here: the auth service's connect limits) says wait.
-EXIT_DEPENDENCY_UNAVAILABLE = 2
+EXIT_DEPENDENCY_UNAVAILABLE = ExitCode.DEPENDENCY_UNAVAILABLE
 
 
 def checked(check: Any, value: str) -> str:
@@ -197,7 +202,7 @@ def exchange(
     body: dict[str, Any] = {"idpToken": idp_token.strip(), "actor": actor, **_view_fields(view, manager_instance)}
     if ttl is not None:
         body["ttlSec"] = ttl
-    return _exchange_and_print(where.space_paths(), actor, body, as_json=as_json, retry_after_line=False)
+    return _exchange_and_print(where.provisioned(), actor, body, as_json=as_json, retry_after_line=False)
 
 
 def _exchange_and_print(
@@ -223,9 +228,9 @@ def _exchange_and_print(
         if not as_json:
             raise
         print(failed.as_json())
-        return 1
+        return ExitCode.FAILED
     print(json.dumps(answer, indent=2) if as_json else answer["token"])
-    return 0
+    return ExitCode.OK
 
 
 def read_token_file(path: Path) -> str:
@@ -286,36 +291,87 @@ def agent_bearer(
     checked(check_owner, owner)
     checked(check_actor, actor)
     body = {"owner": owner, "actor": actor, "actorToken": read_token_file(token_file), **_view_fields(view, manager_instance)}
-    return _exchange_and_print(where.space_paths(), actor, body, as_json=as_json, retry_after_line=True)
+    return _exchange_and_print(where.provisioned(), actor, body, as_json=as_json, retry_after_line=True)
 
 
 def connect_details(where: Where, server: str | None = None) -> dict[str, Any]:
-    """``{space, server, servers, sentinelCreds, authService, idp}`` for a client of the space.
+    """What a client of the space needs to connect, by the space's mode.
+
+    A user-auth space: ``{space, mode: "user-auth", server, servers, sentinelCreds, authService,
+    idp: {kind, issuer, audience, jwksUri}}``; ``jwksUri`` of the development IdP is where the
+    running ``cotal up`` serves its keys (``<url>/jwks``), ``""`` while none runs. A static
+    space (docs/static-credentials.md; issue 18 item 5): ``{space, mode: "static", server,
+    servers, credentials: [{label, profile, principal, path, inboxPrefix, expiresAt, state}]}``,
+    one entry per label's current credential, read from the records ``cotal auth mint`` writes.
 
     ``servers`` are the broker's seed URLs (``--server``, else the ``cotal up`` broker of
-    ``policy.json``; issue 17 items 3 and 6) and ``server`` is them comma-separated, as a client's
-    ``--server`` takes them.
+    ``policy.json``; issue 17 items 3 and 6), the field a client should use; ``server`` is the
+    first of them alone (a URL list joined by commas is one bad URL to nats-py).
 
     Raises:
-        ConfigError: a bad ``server``; neither ``server`` nor ``policy.json``; the space's IdP
-            pin or its sentinel is missing or corrupt (the sentence names the fix).
+        ConfigError: a bad ``server``; neither ``server`` nor ``policy.json``; a corrupt
+            ``mode.json``; the user-auth space's IdP pin or its sentinel is missing or corrupt
+            (the sentence names the fix).
     """
-    space_paths = where.space_paths()
+    space_paths = where.provisioned()
     servers = resolve_servers(where.paths(), server)
+    reach = {"server": servers[0], "servers": list(servers)}  # `servers` is the list to use (docstring)
+    if space_mode(space_paths) == MODE_STATIC:
+        credentials = static_credentials(space_paths, now=int(time.time()))
+        return {"space": space_paths.space, "mode": MODE_STATIC, **reach, "credentials": credentials}
     pin = load_idp_pin(space_paths.idp_json)
     if not space_paths.sentinel_creds.exists():
         raise missing(space_paths.sentinel_creds)
+    jwks_uri = pin.jwks_uri or (served_dev_jwks(space_paths) if pin.kind == "dev" else "")
     return {
         "space": space_paths.space,
-        "server": ",".join(servers),
-        "servers": list(servers),
+        "mode": MODE_USER_AUTH,
+        **reach,
         "sentinelCreds": str(space_paths.sentinel_creds.absolute()),
         "authService": str(space_paths.auth_service_json.absolute()),
-        "idp": {"kind": pin.kind, "issuer": pin.issuer, "audience": pin.audience, "jwksUri": pin.jwks_uri},
+        "idp": {"kind": pin.kind, "issuer": pin.issuer, "audience": pin.audience, "jwksUri": jwks_uri},
     }
 
 
-DEV_JWKS_NOTE = "none - the development IdP's keys are in the root (cotal up serves them; its banner names the URL)"
+def static_credentials(space_paths: SpacePaths, *, now: int) -> list[dict[str, Any]]:
+    """Each label's current credential of a static space, sorted by label: ``{label, profile,
+    principal, path, inboxPrefix, expiresAt, state}`` (``state`` as ``cotal doctor auth`` names
+    it: healthy, near-expiry, expired, no-expiry, revoked, pending; ``now`` in unix seconds).
+
+    A record that cannot be read is named in a warning on stderr (``cotal doctor auth`` says how
+    to restore it); the others are still listed.
+    """
+    records, bad = list_records(space_paths)
+    for path, sentence in bad:
+        print(f"cotal: warning: {sentence} ({path}) - run `cotal doctor auth` for the fix", file=sys.stderr)
+    listed = []
+    for record in records:
+        cred = record.current
+        listed.append({
+            "label": cred.label, "profile": cred.profile, "principal": cred.principal, "path": cred.path,
+            "inboxPrefix": f"_INBOX_{cred.inbox_nonce}", "expiresAt": cred.expires_at,
+            "state": rules.classify(cred, now=now).value,
+        })  # fmt: skip
+    return listed
+
+
+def served_dev_jwks(space_paths: SpacePaths) -> str:
+    """``<url>/jwks`` of the development IdP the running ``cotal up`` serves, or ``""``.
+
+    ``cotal up`` serves the development IdP on a port of its own and its lane records that URL as
+    ``devIdpUrl`` in the space's readiness file (``auth-service.json``); a file whose process is
+    gone, or without the field (``cotal auth-service`` serves no IdP), gives ``""``.
+    """
+    try:
+        read_service(space_paths)  # refuses a file whose process is gone
+        url = read_json(space_paths.auth_service_json).get("devIdpUrl")
+    except ConfigError:
+        return ""
+    return f"{url}/jwks" if isinstance(url, str) and url.startswith("http://") else ""
+
+
+DEV_JWKS_NOTE = "none served now - `cotal up` serves the development IdP's keys while it runs"
+NO_CREDENTIALS = "none minted - run `cotal auth mint --space {space}`"
 
 
 def connect_info(
@@ -327,7 +383,11 @@ def connect_info(
     """Print how a client connects to the space: server, sentinel creds, auth service, IdP.
 
     On a root `cotal up` runs, the server is its broker; on any other root (a cluster's),
-    pass --server. With --json, servers lists the seed URLs one by one.
+    pass --server. The plain server: line lists every seed comma-separated, as --server takes
+    them; with --json, servers lists them one by one (use it) and server is the first alone. A
+    static space has no exchange: it prints the server and, per minted credential (`cotal auth
+    mint`), its file, inbox prefix, profile and state. With the development IdP, idp.jwksUri is where the running
+    `cotal up` serves its keys.
 
     Parameters
     ----------
@@ -338,9 +398,24 @@ def connect_info(
     if as_json:
         print(json.dumps(details, indent=2))
         return
-    del details["servers"]  # the plain `server:` line holds them all
+    details["server"] = ",".join(details.pop("servers"))  # the plain line: all seeds, as --server takes them
+    if details["mode"] == MODE_STATIC:
+        print("\n".join(static_lines(details)))
+        return
     idp = details.pop("idp")
     if not idp["jwksUri"]:
         idp["jwksUri"] = DEV_JWKS_NOTE
     details.update({f"idp.{key}": value for key, value in idp.items()})
     print("\n".join(f"{key}: {value}" for key, value in details.items()))
+
+
+def static_lines(details: dict[str, Any]) -> list[str]:
+    """The plain lines of a static space: ``key: value``, then one ``credential.<label>`` line each."""
+    lines = [f"space: {details['space']}", f"mode: {MODE_STATIC} (a client connects with its minted .creds file)",
+             f"server: {details['server']}"]  # fmt: skip
+    for cred in details["credentials"]:
+        lines.append(f"credential.{cred['label']}: {cred['path']} (inbox prefix {cred['inboxPrefix']}, "
+                     f"{cred['profile']}, {cred['state']})")  # fmt: skip
+    if not details["credentials"]:
+        lines.append(f"credentials: {NO_CREDENTIALS.format(space=details['space'])}")
+    return lines

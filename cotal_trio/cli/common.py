@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -16,10 +18,13 @@ from ..core.errors import ConfigError, Refused
 from ..core.identity import check_space
 from ..state import RootPaths, SpacePaths, resolve_root
 from ..state.records import MAX_AUTH_TIMEOUT_S
+from . import INTERRUPTED
+from ..state.space_folders import require_space
 
-__all__ = ["DEFAULT_SPACE", "Where", "check_auth_timeout", "stop_on_signal"]
+__all__ = ["DEFAULT_SPACE", "Where", "check_auth_timeout", "serve_until_signal", "stop_on_signal"]
 
 DEFAULT_SPACE = "default"
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @Parameter(name="*")
@@ -49,6 +54,17 @@ class Where:
             raise ConfigError(f"--space: {exc.detail}") from None
         return self.paths().space(self.space)
 
+    def provisioned(self) -> SpacePaths:
+        """The space's paths once the root holds it: every command working on an existing space
+        finds it here, so a mistyped --root or --space reads the same from each (issue 18 item 3).
+
+        Raises:
+            ConfigError: a bad space name; no root at --root; or ``space S is not in the root R
+                - see `cotal space list``` (:func:`cotal_trio.state.space_folders.require_space`).
+        """
+        self.space_paths()  # the name first: a bad name is named as such
+        return require_space(self.paths(), self.space)
+
 
 def check_auth_timeout(seconds: float | None) -> float | None:
     """``--auth-timeout`` as given, or ConfigError when out of range (0.25 s, 600 s]."""
@@ -67,3 +83,39 @@ async def stop_on_signal(scope: trio.CancelScope, command: str) -> None:
             print(f"{command}: {signal.Signals(signum).name} - stopping", file=sys.stderr, flush=True)
             scope.cancel()
             return
+
+
+@asynccontextmanager
+async def serve_until_signal(command: str) -> AsyncIterator[trio.Nursery]:
+    """Trio: a nursery for a serving command, cancelled at the first SIGINT or SIGTERM.
+
+    Enter it first thing in the command, before anything slow: the signal handlers are in place
+    from that moment, so a Ctrl-C at any point of the start-up stops it in order (the lanes, then
+    the broker) and never becomes a KeyboardInterrupt inside the start (issue 15 item 9). The
+    handlers stay in place while the command stops: a second SIGINT or SIGTERM ends the process
+    at once with exit code ``INTERRUPTED`` (130), and a broker ``cotal up`` started goes with it
+    (its ``PR_SET_PDEATHSIG``, broker/process.py).
+
+    Yields:
+        The nursery; the command's work runs in it, and its scope is what the signal cancels.
+    """
+    with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+        async with trio.open_nursery() as outer:
+            work = trio.CancelScope()
+            outer.start_soon(_watch_signals, signals, work, command)
+            with work:
+                async with trio.open_nursery() as nursery:
+                    yield nursery
+            outer.cancel_scope.cancel()
+
+
+async def _watch_signals(signals: AsyncIterator[int], work: trio.CancelScope, command: str) -> None:
+    """Cancel ``work`` at the first signal; end the process at the second (it asked twice)."""
+    async for signum in signals:
+        name = signal.Signals(signum).name
+        if not work.cancel_called:
+            print(f"{command}: {name} - stopping", file=sys.stderr, flush=True)
+            work.cancel()
+            continue
+        print(f"{command}: second {name} - exiting now", file=sys.stderr, flush=True)
+        os._exit(INTERRUPTED)

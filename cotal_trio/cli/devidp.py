@@ -7,6 +7,7 @@ development root allows (see :mod:`cotal_trio.devidp`). A space pinned to a real
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Annotated
@@ -18,6 +19,8 @@ from ..core.errors import ConfigError, Refused
 from ..core.identity import check_space
 from ..devidp import DevIdpMaterial, mint_dev_token
 from ..state import RootPaths, load_idp_pin, resolve_root
+from ..state.space_folders import require_root, require_space
+from .actor import check_argv_text
 
 __all__ = ["dev_idp_app", "load_dev_idp", "token"]
 
@@ -56,7 +59,7 @@ def check_space_pin(paths: RootPaths, space: str, material: DevIdpMaterial) -> N
         check_space(space)
     except Refused as exc:
         raise ConfigError(f"--space: {exc.detail}") from None
-    pin = load_idp_pin(paths.space(space).idp_json)
+    pin = load_idp_pin(require_space(paths, space).idp_json)
     if pin.kind != "dev":
         raise ConfigError(f"space {space} pins a real IdP ({pin.issuer}); get a token from it")
     if pin.issuer != material.issuer:
@@ -73,10 +76,12 @@ def token(
     ttl: int = DEFAULT_TTL_S,
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
     space: Annotated[str | None, Parameter(help="Also check that this space pins the development IdP.")] = None,
+    as_json: Annotated[bool, Parameter(name="--json", negative="", help="Print a JSON object.")] = False,
 ) -> None:
     """Print a development IdP token (a JWT) for a subject.
 
-    Exchange it for a bearer with `cotal exchange --actor <a> --idp-token <jwt>`.
+    Exchange it for a bearer with `cotal exchange --actor <a> --idp-token <jwt>`. With --json
+    it prints {"token", "sub", "issuer", "audience", "exp"} (exp in unix seconds).
 
     Parameters
     ----------
@@ -89,8 +94,16 @@ def token(
         raise ConfigError("--ttl is a positive number of seconds, for example --ttl 3600")
     if not sub:
         raise ConfigError("--sub needs a subject to sign in as, for example --sub alice")
+    check_argv_text(sub, "--sub", "the subject")  # the service derives the owner from this sub
     paths = RootPaths(resolve_root(root, os.environ))
+    require_root(paths)  # a mistyped --root is named as such, not as a missing IdP
     material = load_dev_idp(paths)
     if space is not None:
         check_space_pin(paths, space, material)
-    print(mint_dev_token(material, sub=sub, now=int(time.time()), ttl_s=ttl))
+    now = int(time.time())
+    jwt = mint_dev_token(material, sub=sub, now=now, ttl_s=ttl)
+    if as_json:
+        print(json.dumps({"token": jwt, "sub": sub, "issuer": material.issuer, "audience": material.audience,
+                          "exp": now + ttl}, indent=2))  # fmt: skip
+    else:
+        print(jwt)

@@ -10,8 +10,18 @@ Spec "Credential authority", section "Provisioning"; docs/static-credentials.md.
 * the root's files: folders 0700 and files 0600 (no group or other bits; the broker's own
   ``broker/`` folder is the broker's, and ``spaces.json.applied`` is public on purpose), and
   every key file parses (the ``load_*`` validators);
+* the development IdP a space pins, with the loader its lane starts with
+  (:func:`cotal_trio.lanes.pins.load_pinned_dev_idp`: a corrupt ``devidp.json`` that ``cotal up``
+  refuses is a finding here too, issue 18 item 9);
 * each pinned OIDC IdP's JWKS answers within ``IDP_PROBE_S``;
-* when the root's broker answers, it holds each space's account JWTs exactly as ``accounts.json``.
+* when the root's broker answers, it holds each space's account JWTs exactly as ``accounts.json``,
+  and its data account (``CLAIMS.LOOKUP``) carries every revocation the records hold: a revocation
+  recorded while no broker ran is a finding until it is pushed. With no broker answering, the
+  account the broker stored (``broker/resolver/<account>.jwt``, what it serves when it starts) is
+  compared instead.
+
+A problem found twice (one corrupt ``devidp.json`` pinned by two spaces; a broker that lacks a
+revocation and so also differs from ``accounts.json``) is one finding, with its fix once.
 
 The system user, callout and sentinel credentials never expire by design (provisioning, an
 auth-account user that can only answer callouts, a deny-all bearer) and are not reported.
@@ -42,7 +52,9 @@ from ..core import natsjwt
 from ..core.credentials import Finding, LabelRecord, Severity
 from ..core.creds import parse_creds
 from ..core.errors import CodecError, ConfigError, Unavailable
+from ..core.identity import is_space
 from ..lanes.idp_keys import fetch_jwks
+from ..lanes.pins import load_pinned_dev_idp
 from ..state import (
     AccountsRecord,
     BrokerMaterial,
@@ -57,6 +69,8 @@ from ..state import (
 )
 from ..state.credentials import creds_dir, list_records
 from ..state.files import TEMP_SUFFIX
+from ..state.space_folders import require_root, require_space
+from .common import Where
 
 __all__ = ["auth", "doctor_app", "inspect_root"]
 
@@ -80,18 +94,30 @@ class Inspection:
     notes: list[str] = field(default_factory=list)
     pins: list[tuple[str, IdpPinRecord]] = field(default_factory=list)
     accounts: dict[str, AccountsRecord] = field(default_factory=dict)
+    records: dict[str, list[LabelRecord]] = field(default_factory=dict)  # space -> its credential records
+    unsigned: set[str] = field(default_factory=set)  # spaces whose accounts.json lacks a revocation
+    root_flag: str | None = None
+    now: int = 0
     revoked_label: dict[str, str] = field(default_factory=dict)  # space -> a label with a revoked key
     modes: dict[str, str] = field(default_factory=dict)
     broker: BrokerMaterial | None = None
 
     def find(self, subject: str, problem: str, next_step: str, severity: Severity = Severity.FINDING) -> None:
-        self.findings.append(Finding(severity=severity, subject=subject, problem=problem, next=next_step))
+        finding = Finding(severity=severity, subject=subject, problem=problem, next=next_step)
+        if finding not in self.findings:  # the same problem seen from two spaces is one finding
+            self.findings.append(finding)
 
 
 def _remedy(exc: Exception) -> str:
     """The fix a ConfigError's sentence names (after its last " - "), or the sentence itself."""
     text = str(exc)
     return text.rsplit(" - ", 1)[1] if " - " in text else text
+
+
+def _split(exc: Exception) -> tuple[str, str]:
+    """A ConfigError's sentence as (problem, fix): a finding prints its fix once, after the problem."""
+    text = str(exc)
+    return (text.rsplit(" - ", 1)[0], _remedy(exc)) if " - " in text else (text, text)
 
 
 def _flags(space: str, root: str | None) -> str:
@@ -136,7 +162,10 @@ def _check_keys(found: Inspection, paths: RootPaths, row: dict) -> None:
         load_issuer_keys(sp.issuer_json, space)
         load_owner_secret(sp.owner_secret_json)
         if row["mode"] != MODE_STATIC:
-            found.pins.append((space, load_idp_pin(sp.idp_json)))
+            pin = load_idp_pin(sp.idp_json)
+            found.pins.append((space, pin))
+            if pin.kind == "dev":
+                _check_dev_idp(found, paths, space, pin)
         if found.broker is not None:
             accounts = provision.load_space_accounts(paths, found.broker, space)
             signing = (material.data_callout_signing.public_key, material.data_service_signing.public_key)
@@ -145,7 +174,15 @@ def _check_keys(found: Inspection, paths: RootPaths, row: dict) -> None:
                            f"cotal space add {space}{' --static' if row['mode'] == MODE_STATIC else ''}")
             found.accounts[space] = accounts
     except ConfigError as exc:
-        found.find(f"space {space}", str(exc), _remedy(exc))
+        found.find(f"space {space}", *_split(exc))
+
+
+def _check_dev_idp(found: Inspection, paths: RootPaths, space: str, pin: IdpPinRecord) -> None:
+    """The development IdP as the space's lane loads it at its start (one finding per problem)."""
+    try:
+        load_pinned_dev_idp(paths, space, pin.issuer)
+    except ConfigError as exc:
+        found.find(str(paths.devidp_json), *_split(exc))
 
 
 # -- credentials -----------------------------------------------------------------------------------
@@ -173,6 +210,7 @@ def _check_credentials(found: Inspection, paths: RootPaths, row: dict, root_flag
             _mode_finding(found, current)
         keys |= {c.user_key for c in record.all()}
         found.revoked_label.update({space: record.label for c in record.all() if c.revoked_at is not None})
+    found.records[space] = records
     _check_revocations(found, space, records, flags, now)
     _check_unmanaged(found, paths, space, keys)
 
@@ -182,6 +220,8 @@ def _check_revocations(found: Inspection, space: str, records: list[LabelRecord]
     if accounts is None:
         return
     missing = rules.missing_revocations(natsjwt.decode(accounts.data_jwt).claims, rules.revocations(records, now=now))
+    if missing:
+        found.unsigned.add(space)
     for key in missing:
         label = next(r.label for r in records if any(c.user_key == key for c in r.all()))
         found.find(f"space {space}", f"its account does not carry the revocation of key {key} (credential {label})",
@@ -201,22 +241,28 @@ def _check_unmanaged(found: Inspection, paths: RootPaths, space: str, keys: set[
 
 
 def inspect_root(paths: RootPaths, only: str | None, root_flag: str | None, now: int) -> Inspection:
-    """The file checks of ``cotal doctor auth`` (blocking file I/O; module docstring)."""
-    if not paths.root.is_dir():
-        raise ConfigError(f"{paths.root} is not a root - pass --root, or run `cotal up` to create it")
-    found = Inspection()
+    """The file checks of ``cotal doctor auth`` (blocking file I/O; module docstring).
+
+    Raises:
+        ConfigError: no root at ``paths.root``, or ``only`` is not a space of it (the sentences
+            of :mod:`cotal_trio.state.space_folders`, as every command says them).
+    """
+    require_root(paths)
+    if only is not None:
+        if not is_space(only):
+            raise ConfigError(f"{only!r} is not a space name - use 1 to 64 letters, digits, _ and -")
+        require_space(paths, only)
+    found = Inspection(root_flag=root_flag, now=now)
     check_modes(found, paths)
     try:
         found.broker = load_broker(paths.broker_json)
     except ConfigError as exc:
-        found.find(str(paths.broker_json), str(exc), _remedy(exc))
+        found.find(str(paths.broker_json), *_split(exc))
     try:
         rows = [r for r in list_spaces(paths) if only is None or r["space"] == only]
     except ConfigError as exc:
-        found.find(str(paths.root), str(exc), _remedy(exc))
+        found.find(str(paths.root), *_split(exc))
         rows = []
-    if only is not None and not rows:
-        raise ConfigError(f"space {only} is not in the root {paths.root} - see `cotal space list`")
     for row in rows:
         _check_keys(found, paths, row)
         _check_credentials(found, paths, row, root_flag, now)
@@ -249,13 +295,54 @@ def _leaves(error: BaseException) -> list[BaseException]:
     return [error]
 
 
+def _unpushed_revocations(found: Inspection, space: str, held_jwt: str, where: str) -> bool:
+    """A finding when the account JWT the broker holds (``held_jwt``, from ``where``) lacks a
+    revocation the space's records hold; True when it found one."""
+    try:
+        held = natsjwt.decode(held_jwt).claims
+    except CodecError:
+        return False  # not an account JWT: the comparison with accounts.json names it
+    if space in found.unsigned:
+        return True  # accounts.json lacks it too: that finding's fix signs and pushes it
+    records = found.records.get(space, [])
+    missing = rules.missing_revocations(held, rules.revocations(records, now=found.now))
+    if not missing:
+        return False
+    labels = {c.user_key: r.label for r in records for c in r.all()}
+    keys = ", ".join(f"{key} (credential {labels[key]})" for key in missing)
+    # One push carries every revocation of the space: re-running the revocation of one label does it.
+    label = labels[next(iter(missing))]
+    found.find(f"space {space}", f"{where} does not carry the revocation of {keys}: the broker admits it",
+               f"cotal auth revoke-credential {label} {_flags(space, found.root_flag)}")
+    return True
+
+
+def check_stored_revocations(found: Inspection, paths: RootPaths) -> None:
+    """With no broker answering: the account each space's broker stored (its resolver file, what it
+    serves when it starts) carries the records' revocations (blocking file I/O)."""
+    for space, record in found.accounts.items():
+        stored = paths.resolver_dir / f"{record.data_account}.jwt"
+        try:
+            text = stored.read_text().strip()
+        except FileNotFoundError:
+            continue  # never pushed to this broker: `cotal space add` pushes it with its revocations
+        except (OSError, UnicodeDecodeError) as exc:
+            found.notes.append(f"{stored} could not be read ({exc}): its revocations were not compared")
+            continue
+        _unpushed_revocations(found, space, text, f"the account the broker stored ({stored})")
+
+
 async def check_broker(found: Inspection, paths: RootPaths, server: str | None, root_flag: str | None) -> None:
-    """When the broker answers, it holds each space's account JWTs as ``accounts.json`` has them."""
+    """When the broker answers, it holds each space's account JWTs as ``accounts.json`` has them,
+    and its data account carries the records' revocations; when none answers, the stored account
+    does (:func:`check_stored_revocations`)."""
     if found.broker is None or not found.accounts:
         return
     url = await resolve_server_url(paths, server)
     if url is None:
         found.notes.append("no broker running: its accounts were not compared with the root")
+        if server is None:  # the root's own broker: what it stored is what it serves at its start
+            await trio.to_thread.run_sync(check_stored_revocations, found, paths)
         return
     held: dict[str, bytes] = {}
     failed: list[Unavailable] = []
@@ -274,6 +361,9 @@ async def check_broker(found: Inspection, paths: RootPaths, server: str | None, 
         found.notes.append(f"the broker at {url} did not answer within {BROKER_PROBE_S:g} s: its accounts were not compared")
         return
     for space, record in found.accounts.items():
+        if _unpushed_revocations(found, space, held.get(record.data_account, b"").decode(errors="replace"),
+                                 f"the broker at {url}"):
+            continue  # its fix pushes the account: the difference below is the same finding
         same = all(held.get(a) == jwt.encode() for a, jwt in ((record.data_account, record.data_jwt),
                                                                 (record.auth_account, record.auth_jwt)))  # fmt: skip
         if not same:
@@ -310,6 +400,8 @@ async def auth(
     if root is not None and not root.strip():
         raise ConfigError("--root is empty - pass a folder, or leave it out for ./.cotal")
     paths = RootPaths(resolve_root(root, os.environ))
+    if space is not None:
+        Where(root=root, space=space).provisioned()  # a bad name, or not in the root: one sentence
     found = await trio.to_thread.run_sync(inspect_root, paths, space, root, int(time.time()))
     await check_idps(found)
     await check_broker(found, paths, server, root)

@@ -27,6 +27,7 @@ from ..state import (
     deprovision_secret_keys,
     resolve_root,
 )
+from ..state.space_folders import ROOT_MARKER
 
 __all__ = ["add", "deprovision", "list_cmd", "remove", "space_app"]
 
@@ -60,8 +61,14 @@ async def add(
     root: Root = None,
     server: Server = None,
     idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at URL/jwks). Default: the root's development IdP. A pin never changes.")] = None,
+    new_root: Annotated[bool, Parameter(negative="", help="Create the root first when --root holds none (new operator keys).")] = False,
 ) -> None:
     """Provision a space, pin its IdP, push its accounts to the running broker, and host it.
+
+    A --root that holds no root is refused unless --new-root is given: creating one makes new
+    operator keys, a trust domain no running broker knows, so a mistyped --root would otherwise
+    provision the space somewhere nothing serves it, and the operator would find out only when its
+    clients are refused (issue 18 item 3). With --new-root the first line says it created the root.
 
     Parameters
     ----------
@@ -71,6 +78,12 @@ async def add(
     paths = _paths(root)
     if static and idp is not None:
         raise ConfigError("--idp pins a user-auth space's IdP; a --static space has none - drop one of them")
+    fresh = not (paths.root / ROOT_MARKER).exists()
+    if fresh and not new_root and is_space(name):  # a bad name is named first (add_space)
+        raise ConfigError(
+            f"there is no root at {paths.root} - pass the --root of an existing one, or add --new-root "
+            "to create one there (new operator keys)"
+        )
     try:
         with trio.fail_after(COMMAND_DEADLINE_S):
             # Chosen (and a changed pin refused) before anything is written.
@@ -78,6 +91,8 @@ async def add(
             done = await add_space(paths, name, static=static, server_url=server, now=time.time(), idp_pin=pin)
     except trio.TooSlowError:
         raise _deadline_error(f"adding space {name}") from None
+    if fresh:
+        print(f"created a new root at {paths.root} (new operator keys)")
     where = f"accounts pushed to {done.server_url}" if done.server_url else "no broker running: accounts not pushed"
     print(f"added space {done.space} ({where})")
     if pin is not None:

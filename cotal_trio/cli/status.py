@@ -17,16 +17,25 @@ space is ``stopped`` when it is not: ``.applied`` outlives the host that wrote i
 reported; a host started with ``cotal auth-service --spaces`` reports through readiness files
 only (its ``.applied`` lies beside its own manifest).
 
-Exit code: 0 when at least one space is listed and every one is ``serving``; 1 otherwise (a
-space not serving, or no auth service running for the root, which is said on stderr). An
+With ``--server`` (a cluster root's seeds, issue 17 item 6) each seed is contacted first: a TCP
+connect and the broker's ``INFO`` line, each bounded by :data:`SEED_TIMEOUT_S`, so one line per
+seed says ``reachable`` (with the node's ``server_name``) or ``unreachable`` (with why). No
+credentials are sent: this checks the address answers as a nats-server, not that connects are
+admitted (``cotal check`` does that).
+
+Exit code: 0 when at least one space is listed and every one is ``serving`` (and, with
+``--server``, at least one seed is reachable); 1 otherwise (a space not serving, no auth service
+running for the root, or no seed reachable, each said on stderr). An
 unreadable root is one sentence on stderr and exit 1, like every command.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import urllib.error
+from urllib.parse import urlsplit
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -38,13 +47,18 @@ from ..http.client import ServiceRecord, check_url, no_redirect_opener, pid_aliv
 from ..lanes.metrics import MetricsSummary, read_summary
 from ..state import RootPaths, read_json
 from ..state.lock import LOCK_NAME
-from ._servers import Server, parse_servers
+from ._servers import parse_servers
 from .common import Where
 
-__all__ = ["SpaceStatus", "read_status", "status"]
+__all__ = ["SeedReach", "SpaceStatus", "probe_seed", "read_status", "status"]
 
 # Each probe of a loopback face (GET /health, GET /metrics), seconds; a face answers in ms.
 PROBE_TIMEOUT_S = 2.0
+# A seed's TCP connect, and then its INFO line, each within this (seconds).
+SEED_TIMEOUT_S = 1.0
+# nats-server's INFO line is a few hundred bytes; more than this is not a broker.
+MAX_INFO_BYTES = 64 * 1024
+NATS_PORT = 4222
 MAX_SCRAPE_BYTES = 1 << 20
 SERVING = "serving"
 # A live face whose /health says its lane cannot answer connects (its self-probe failed).
@@ -96,32 +110,96 @@ class SpaceStatus:
         return "  ".join(parts)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SeedReach:
+    """Whether one ``--server`` seed answers as a nats-server.
+
+    Attributes:
+        url: the seed as given.
+        server_name: its ``INFO``'s ``server_name`` when reachable (None if it names none).
+        reason: why it is unreachable (``connection refused``, ``timed out``, ...), else None.
+    """
+
+    url: str
+    server_name: str | None = None
+    reason: str | None = None
+
+    @property
+    def reachable(self) -> bool:
+        """True when the seed accepted a connect and sent an ``INFO`` line."""
+        return self.reason is None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"url", "reachable", "serverName", "reason"}``."""
+        return {"url": self.url, "reachable": self.reachable, "serverName": self.server_name, "reason": self.reason}
+
+    def line(self) -> str:
+        """``server <url>  reachable  <name>`` or ``server <url>  unreachable  (<reason>)``."""
+        if self.reachable:
+            return f"server {self.url}  reachable  {self.server_name or '-'}"
+        return f"server {self.url}  unreachable  ({self.reason})"
+
+
+def probe_seed(url: str, *, timeout_s: float = SEED_TIMEOUT_S) -> SeedReach:
+    """Blocking: TCP-connect to ``url`` (a parsed ``--server`` seed) and read its ``INFO`` line,
+    each within ``timeout_s`` seconds; sends nothing. Never raises."""
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname, parts.port or NATS_PORT), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            first = sock.makefile("rb").readline(MAX_INFO_BYTES)
+    except TimeoutError:
+        return SeedReach(url=url, reason="timed out")
+    except ConnectionRefusedError:
+        return SeedReach(url=url, reason="connection refused")
+    except OSError as exc:
+        return SeedReach(url=url, reason=exc.strerror or str(exc))
+    if not first.startswith(b"INFO "):
+        return SeedReach(url=url, reason="it answered, but not as a nats-server (no INFO line)")
+    try:
+        info = json.loads(first[5:])
+    except ValueError:
+        return SeedReach(url=url, reason="its INFO line is not JSON")
+    name = info.get("server_name") if isinstance(info, dict) else None
+    return SeedReach(url=url, server_name=name if isinstance(name, str) else None)
+
+
 def status(
     *,
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
     as_json: Annotated[bool, Parameter(name="--json", negative="", help="Print one JSON object.")] = False,
-    server: Server = None,
+    server: Annotated[
+        str | None,
+        Parameter(help="Broker seeds to check, nats://host:port, comma-separated: each is contacted (1 s) and reported reachable or not."),
+    ] = None,
 ) -> int:
     """Print each space's state, pid, exchange URL, callout counts and in-flight.
 
-    With --server (a cluster root's nodes, comma-separated) the first line, or the JSON's
-    servers, names them. Exits 0 when every space is serving, 1 when one is not or nothing
-    runs for the root.
+    With --server (a cluster root's nodes, comma-separated) each seed is contacted first and
+    one line per seed says whether it is reachable (the JSON's servers). Exits 0 when every
+    space is serving, 1 when one is not, nothing runs for the root, or no seed is reachable.
     """
-    servers = None if server is None else list(parse_servers(server))
+    servers = None if server is None else parse_servers(server)
     paths = Where(root=root).paths()
+    seeds = None if servers is None else [probe_seed(url) for url in servers]
     running, spaces = read_status(paths)
     if as_json:
-        shown = {} if servers is None else {"servers": servers}
+        shown = {} if seeds is None else {"servers": [seed.to_json() for seed in seeds]}
         print(json.dumps({"root": str(paths.root), **shown, "running": running, "spaces": [s.to_json() for s in spaces]}))
     else:
-        if servers is not None:
-            print(f"servers: {','.join(servers)}")
+        for seed in seeds or ():
+            print(seed.line())
         for space in spaces:
             print(space.line())
     if not running:
         print(f"cotal status: no auth service is running for root {paths.root} - start it with `cotal up`", file=sys.stderr)
-    return 0 if running and spaces and all(s.state == SERVING for s in spaces) else 1
+    none_reachable = seeds is not None and not any(seed.reachable for seed in seeds)
+    if none_reachable:
+        print(
+            f"cotal status: no seed of --server is reachable ({','.join(servers or ())}) - check the nodes and the URLs",
+            file=sys.stderr,
+        )
+    return 0 if running and spaces and all(s.state == SERVING for s in spaces) and not none_reachable else 1
 
 
 def read_status(paths: RootPaths) -> tuple[bool, list[SpaceStatus]]:

@@ -8,14 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import trio
 from cyclopts import Parameter
 
 from ..core.errors import ConfigError
 from ..lanes.embedded import UpConfig, UpInfo, run_up
 from ..lanes.issued import check_backup_dir
 from ..lanes.runtime import tune_for_serving
-from .common import DEFAULT_SPACE, Where, check_auth_timeout, stop_on_signal
+from .common import DEFAULT_SPACE, Where, check_auth_timeout, serve_until_signal
 
 __all__ = ["NO_STATIC_UP", "RECREATE_NEEDS_SPACE", "up"]
 
@@ -70,7 +69,8 @@ async def up(
     --recreate-issued-stores recovers a space whose issued stores were refused as drifted
     (docs/issued-authority.md).
 
-    Stops the broker it started on SIGINT or SIGTERM.
+    Stops the lanes, then the broker it started, on SIGINT or SIGTERM, at any moment of the
+    start-up too; a second one ends the process at once (exit 130) and the broker with it.
     """
     if recreate_issued_stores is not None and where.space is None:
         raise ConfigError(RECREATE_NEEDS_SPACE)
@@ -88,9 +88,8 @@ async def up(
         exchange_trusted_proxy=exchange_trusted_proxy, advertised_server=advertised_server,
         recreate_issued_stores=recreate_issued_stores,
     )
-    tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(stop_on_signal, nursery.cancel_scope, "cotal up")  # Ctrl-C works during start-up too
+    async with serve_until_signal("cotal up") as nursery:  # Ctrl-C works during start-up too
+        tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
         _banner(await nursery.start(functools.partial(run_up, config)), place, recreate_issued_stores)
     return 0
 

@@ -35,6 +35,7 @@ from ..core.errors import ConfigError, leaves
 from ..core.events import LATENCY_WINDOW_S, RATE_WINDOW_S, SeqFilter, SpaceView, WatchModel
 from ..http.client import ServiceRecord, check_url, read_service
 from ..state import RootPaths
+from ..state.space_folders import require_root
 from .common import Where, stop_on_signal
 
 __all__ = ["WatchConfig", "render_view", "run_watch", "watch"]
@@ -74,10 +75,9 @@ async def watch(
     Runs until Ctrl-C or SIGTERM, then exits 0. ``--json`` prints the raw events instead.
     """
     paths = Where(root=root).paths()
-    if not paths.root.is_dir():
-        raise ConfigError(f"there is no root at {paths.root} - pass --root of a root (`cotal up` makes one)")
+    require_root(paths)  # the sentence every command says for a mistyped --root
     for name in space:
-        Where(root=root, space=name).space_paths()  # ConfigError for a bad name
+        Where(root=root, space=name).provisioned()  # a bad name, or not in the root: one sentence
     config = WatchConfig(paths=paths, spaces=tuple(dict.fromkeys(space)), as_json=as_json)
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:

@@ -27,6 +27,11 @@ direct spawner's fresh same-owner row holds ``run`` too (spec: "whose direct par
 same-owner grant also contains ``run``. An admin parent's containment bypass does not count"):
 :func:`spawner_to_read` names the row the shell reads fresh for that, and only for such a seat.
 
+The callout builds a generation's rows and the credential's ceiling on every connect; an
+:class:`AuthorityMemo` builds each once per principal and grant and reuses it while they are
+unchanged (issue 14 item 4), giving exactly what :func:`authority_rows` and :func:`ceiling_of`
+give.
+
 Pure and synchronous.
 """
 
@@ -34,18 +39,29 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from . import wire
 from .bearer import ValidatedBearer
+from .errors import CodecError
 from .identity import split_principal
-from .issued import Ceiling, Evidence, IssuedRef, accepted_key, ceiling_from_native, horizon_of, manager_caller_horizon
+from .issued import (
+    Ceiling,
+    Evidence,
+    IssuedRef,
+    Rule,
+    accepted_key,
+    ceiling_from_native,
+    horizon_of,
+    manager_caller_horizon,
+)
 from .ledger import LedgerKind, LedgerRow
 from .profiles import Permissions
 
 __all__ = [
     "BOUND_VERBS",
     "LISTING_REQUEST",
+    "AuthorityMemo",
     "AuthorityPlan",
     "accepted_read_subject",
     "accepted_token",
@@ -200,13 +216,20 @@ def authority_rows(plan: AuthorityPlan, generation: str) -> Permissions:
 
 
 def widen(permissions: Permissions, extra: Permissions) -> Permissions:
-    """``permissions`` with ``extra``'s allow rows appended (duplicates dropped, order kept)."""
-    return Permissions(
-        pub_allow=tuple(dict.fromkeys((*permissions.pub_allow, *extra.pub_allow))),
-        pub_deny=permissions.pub_deny,
-        sub_allow=tuple(dict.fromkeys((*permissions.sub_allow, *extra.sub_allow))),
-        sub_deny=permissions.sub_deny,
-    )
+    """``permissions`` with ``extra``'s allow rows appended (duplicates dropped, order kept).
+
+    Both were checked when they were made, so the union is not checked again (the callout
+    widens every agent connect: issue 14 item 4).
+    """
+    widened = object.__new__(Permissions)
+    for name, value in (
+        ("pub_allow", tuple(dict.fromkeys((*permissions.pub_allow, *extra.pub_allow)))),
+        ("pub_deny", permissions.pub_deny),
+        ("sub_allow", tuple(dict.fromkeys((*permissions.sub_allow, *extra.sub_allow)))),
+        ("sub_deny", permissions.sub_deny),
+    ):
+        object.__setattr__(widened, name, value)
+    return widened
 
 
 def ceiling_of(permissions: Permissions) -> Ceiling:
@@ -224,3 +247,135 @@ def reusable(plan: AuthorityPlan, ref: IssuedRef, *, now: float) -> bool:
 def same_ceiling(evidence: Evidence, permissions: Permissions) -> bool:
     """Whether ``evidence`` recorded exactly the ceiling of ``permissions`` (canonical bytes)."""
     return evidence.permissions.canonical() == ceiling_of(permissions).canonical()
+
+
+# Stands for the varying part of a memoized subject; it cannot be in a subject the memo keeps
+# (checked), so putting the real value back gives exactly the subject it stood for.
+_MARK = "\x00\x01"
+# The generation and token an AuthorityMemo builds its row templates with (valid, replaced).
+_GEN0, _TOKEN0 = "0" * 32, "f" * 32
+
+
+@dataclass(frozen=True, slots=True)
+class _Direction:
+    fixed: frozenset[str]  # checked subjects without the nonce
+    marked: tuple[str, ...]  # subjects holding the nonce, as _MARK
+
+
+@dataclass(frozen=True, slots=True)
+class _GrantCeiling:
+    pub: _Direction
+    pub_deny: _Direction
+    sub: _Direction
+    sub_deny: _Direction
+
+
+class AuthorityMemo:
+    """Rows and ceilings of connect authority, built once per principal and grant (issue 14
+    item 4) and reused while they are unchanged; at most ``capacity`` of each kept (the oldest
+    made is dropped first). Pure; not thread-safe (one per callout lane, trio's thread).
+
+    * :meth:`rows` is :func:`authority_rows`: the subjects are made once per caller triple and
+      requests, with a stand-in generation and token replaced per connect.
+    * :meth:`ceiling` is ``ceiling_of(widen(permissions, extra))``: a grant's subjects are
+      checked and kept once per grant (its permissions with the connection's inbox nonce
+      stood in for, so the grants of one principal's connections share one entry), and only
+      the nonce's subjects and ``extra`` are checked per connect.
+
+    Raises (both): CodecError, as the functions they stand for.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._capacity = capacity
+        self._rows: dict[tuple[Any, ...], tuple[tuple[str, ...], str, tuple[str, ...]] | None] = {}
+        self._ceilings: dict[tuple[tuple[str, ...], ...], _GrantCeiling | None] = {}
+
+    def rows(self, plan: AuthorityPlan, generation: str) -> Permissions:
+        """``authority_rows(plan, generation)``."""
+        key = (plan.space, plan.owner, plan.actor, plan.requests)
+        template = self._rows.get(key)
+        if key not in self._rows:
+            template = _row_template(plan)
+            _remember(self._rows, key, template, self._capacity)
+        if template is None:  # a stand-in that could not be told apart: build them as is
+            return authority_rows(plan, generation)
+        wire.check_generation(generation)
+        accepted_key(plan.token)  # checks the token
+        requests, token_read, replies = template
+        pub_allow = (*(s.replace(_GEN0, generation) for s in requests), token_read.replace(_TOKEN0, plan.token))
+        return _valid_permissions(pub_allow=pub_allow, sub_allow=tuple(s.replace(_GEN0, generation) for s in replies))
+
+    def ceiling(self, permissions: Permissions, extra: Permissions, *, nonce: str) -> Ceiling:
+        """``ceiling_of(widen(permissions, extra))``, where ``nonce`` is the connection's inbox
+        nonce (the part of ``permissions`` that differs between one grant's connections)."""
+        lists = (permissions.pub_allow, permissions.pub_deny, permissions.sub_allow, permissions.sub_deny)
+        key = tuple(tuple(s.replace(nonce, _MARK) for s in subjects) for subjects in lists) if nonce else ()
+        grant = self._ceilings.get(key) if key else None
+        if key and key not in self._ceilings:
+            grant = _grant_ceiling(lists, key)
+            _remember(self._ceilings, key, grant, self._capacity)
+        if grant is None:
+            return ceiling_of(widen(permissions, extra))
+        return Ceiling(
+            publish=Rule.of_valid(_patterns(grant.pub, nonce, extra.pub_allow), _patterns(grant.pub_deny, nonce, ())),
+            subscribe=Rule.of_valid(_patterns(grant.sub, nonce, extra.sub_allow), _patterns(grant.sub_deny, nonce, ())),
+        )
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any, capacity: int) -> None:
+    if len(memo) >= capacity:
+        del memo[next(iter(memo))]
+    memo[key] = value
+
+
+def _valid_permissions(*, pub_allow: tuple[str, ...], sub_allow: tuple[str, ...]) -> Permissions:
+    """Permissions of allow rows made from subjects already checked (stand-ins replaced by
+    checked tokens), built without checking them again."""
+    made = object.__new__(Permissions)
+    for name, value in (("pub_allow", pub_allow), ("pub_deny", ()), ("sub_allow", sub_allow), ("sub_deny", ())):
+        object.__setattr__(made, name, value)
+    return made
+
+
+def _row_template(plan: AuthorityPlan) -> tuple[tuple[str, ...], str, tuple[str, ...]] | None:
+    """The rows of ``plan`` for the stand-in generation and token, or None when a stand-in
+    would also match elsewhere in a subject (then replacing it would not be exact)."""
+    stand_in = AuthorityPlan(
+        kind=plan.kind, space=plan.space, owner=plan.owner, actor=plan.actor, uid=plan.uid, horizon=plan.horizon,
+        token=_TOKEN0, requests=plan.requests,
+    )  # fmt: skip
+    rows = authority_rows(stand_in, _GEN0)
+    requests, token_read = rows.pub_allow[:-1], rows.pub_allow[-1]
+    if not all(s.count(_GEN0) == 1 for s in (*requests, *rows.sub_allow)) or token_read.count(_TOKEN0) != 1:
+        return None
+    return requests, token_read, rows.sub_allow
+
+
+def _grant_ceiling(lists: tuple[tuple[str, ...], ...], key: tuple[tuple[str, ...], ...]) -> _GrantCeiling | None:
+    """The checked, nonce-free part of a grant's subjects, or None when the stand-in was there
+    already (not exact: build without the memo)."""
+    if any(_MARK in s for subjects in lists for s in subjects):
+        return None
+    directions = []
+    for original, marked in zip(lists, key, strict=True):
+        _check_all(original)
+        directions.append(_Direction(
+            fixed=frozenset(s for s, m in zip(original, marked, strict=True) if _MARK not in m),
+            marked=tuple(m for m in marked if _MARK in m),
+        ))  # fmt: skip
+    return _GrantCeiling(*directions)
+
+
+def _check_all(subjects: tuple[str, ...] | list[str]) -> None:
+    """Refuse a malformed subject as :func:`ceiling_of` does (CodecError)."""
+    if not all(wire.is_subject(s) for s in subjects):
+        raise CodecError("permission ceiling: subjects must be NATS subjects (no empty tokens, > only last)")
+
+
+def _patterns(direction: _Direction, nonce: str, extra: tuple[str, ...]) -> tuple[str, ...]:
+    """The direction's sorted subjects for this connection: its fixed ones, its nonce subjects
+    with the nonce put back, and ``extra``; those last two checked here."""
+    varying = [m.replace(_MARK, nonce) for m in direction.marked]
+    varying.extend(extra)
+    _check_all(tuple(varying))
+    return tuple(sorted(direction.fixed.union(varying)))

@@ -67,6 +67,7 @@ __all__ = [
     "ceiling_from_native",
     "check_live",
     "connection_accepted_token",
+    "digest_of",
     "evidence_digest",
     "evidence_key",
     "horizon_of",
@@ -126,15 +127,68 @@ def canonical_json(value: Any) -> bytes:
     decimal. Floats are refused (none of our values has one), and so are integers outside
     +-(2**53 - 1), lone surrogates and non-string object keys.
 
+    Rendered by the standard library's C encoder once :func:`_plain` has checked the value's
+    types (its string escapes and ``sort_keys`` order are RFC 8785's for ASCII member names);
+    a value with a non-ASCII member name takes the exact, slower path (:func:`_emit`), where
+    code-point order and UTF-16 order can differ.
+
     Raises:
         CodecError: a value of another type, or one of the refused values above.
     """
-    parts: list[str] = []
-    _emit(value, parts)
+    if _plain(value):
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    else:
+        parts: list[str] = []
+        _emit(value, parts)
+        text = "".join(parts)
     try:
-        return "".join(parts).encode("utf-8")
+        return text.encode("utf-8")
     except UnicodeEncodeError:
         raise CodecError("canonical JSON: a string holds a lone surrogate") from None
+
+
+def _ours(value: Any) -> bytes:
+    """:func:`canonical_json` of a row built from one of our checked dataclasses (member names
+    are our ASCII literals, integers checked in range, no floats), without the type walk: the
+    callout renders one evidence per connect (issue 14 item 4).
+
+    Raises:
+        CodecError: a string holds a lone surrogate.
+    """
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False).encode()
+    except UnicodeEncodeError:
+        raise CodecError("canonical JSON: a string holds a lone surrogate") from None
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only our value types with ASCII member names (True), or has a
+    non-ASCII member name (False: render it with :func:`_emit`).
+
+    Raises:
+        CodecError: as :func:`canonical_json`.
+    """
+    plain = True
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if item is None or isinstance(item, bool | str):
+            continue
+        if isinstance(item, int):
+            if abs(item) > _MAX_SAFE_INT:
+                raise CodecError(f"canonical JSON: integer {item} is outside +-(2**53 - 1)")
+        elif isinstance(item, Mapping):
+            plain = plain and isinstance(item, dict)  # the C encoder takes dicts only
+            for key in item:
+                if not isinstance(key, str):
+                    raise CodecError("canonical JSON: object keys must be strings")
+                plain = plain and key.isascii()
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        else:
+            raise CodecError(f"canonical JSON: {type(item).__name__} is not one of our value types")
+    return plain
 
 
 def _emit(value: Any, out: list[str]) -> None:
@@ -456,6 +510,18 @@ class Rule:
         object.__setattr__(self, "patterns", _subjects(self.patterns, what))
         object.__setattr__(self, "deny", _subjects(self.deny, what))
 
+    @classmethod
+    def of_valid(cls, patterns: tuple[str, ...], deny: tuple[str, ...]) -> Rule:
+        """A rule from patterns and deny subjects the caller has already checked with
+        :func:`~cotal_trio.core.wire.is_subject` and put in sorted order without duplicates
+        (``patterns`` empty: mode ``all``), built without checking them again (the callout
+        builds one per connect: issue 14 item 4)."""
+        rule = object.__new__(cls)
+        object.__setattr__(rule, "mode", "patterns" if patterns else "all")
+        object.__setattr__(rule, "patterns", patterns)
+        object.__setattr__(rule, "deny", deny)
+        return rule
+
     def to_json(self) -> dict[str, Any]:
         allow: dict[str, Any] = {"mode": self.mode}
         if self.mode == "patterns":
@@ -510,8 +576,7 @@ def ceiling_from_native(fragment: Mapping[str, Any]) -> Ceiling:
         block = fragment.get(name) or {}
         _require(isinstance(block, Mapping), "permission ceiling", f"{name} is not an object")
         allow, deny = block.get("allow") or [], block.get("deny") or []
-        patterns = _subjects(allow, "permission ceiling")
-        return Rule(mode="patterns" if patterns else "all", patterns=patterns, deny=_subjects(deny, "permission ceiling"))
+        return Rule.of_valid(_subjects(allow, "permission ceiling"), _subjects(deny, "permission ceiling"))
 
     return Ceiling(publish=rule("pub"), subscribe=rule("sub"))
 
@@ -557,12 +622,18 @@ class Evidence:
 
 def render_evidence(evidence: Evidence) -> bytes:
     """The evidence's stored bytes (canonical JSON)."""
-    return canonical_json(evidence.to_json())
+    return _ours(evidence.to_json())
 
 
 def evidence_digest(evidence: Evidence) -> str:
     """``sha256:<hex of the canonical evidence>``: what the attempt row names."""
-    return "sha256:" + hashlib.sha256(render_evidence(evidence)).hexdigest()
+    return digest_of(render_evidence(evidence))
+
+
+def digest_of(rendered: bytes) -> str:
+    """``sha256:<hex>`` of evidence already rendered (:func:`render_evidence`, or the stored
+    bytes :func:`parse_evidence` accepted, which are the same): render once, digest that."""
+    return "sha256:" + hashlib.sha256(rendered).hexdigest()
 
 
 def parse_evidence(data: bytes) -> Evidence:
@@ -600,7 +671,7 @@ class Attempt:
 
 def render_attempt(attempt: Attempt) -> bytes:
     """The attempt row's stored bytes (canonical JSON)."""
-    return canonical_json({"version": VERSION, "state": attempt.state, "digest": attempt.digest})
+    return _ours({"version": VERSION, "state": attempt.state, "digest": attempt.digest})
 
 
 def parse_attempt(data: bytes) -> Attempt:
@@ -650,7 +721,7 @@ class Accepted:
 
 def render_accepted(row: Accepted) -> bytes:
     """The accepted row's stored bytes (canonical JSON)."""
-    return canonical_json({"version": VERSION, "ref": row.ref.to_json()})
+    return _ours({"version": VERSION, "ref": row.ref.to_json()})
 
 
 def parse_accepted(data: bytes) -> Accepted:

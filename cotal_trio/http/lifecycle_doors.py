@@ -12,7 +12,9 @@ first awaits the face's ``guard`` (transport checks, the capability, the JSON bo
 never checks the capability itself), then decides in :mod:`cotal_trio.core.lifecycle` and does
 the I/O through :mod:`cotal_trio.lanes.lifecycle`. Every refusal before the barrier is a
 :class:`~cotal_trio.core.errors.Refused` carrying ``"outcome": "not-executed"``; a failure after
-the barrier began is an :class:`~cotal_trio.core.errors.Unavailable` (503, no outcome).
+the barrier began and before the row's removal is an :class:`~cotal_trio.core.errors.Unavailable`
+(503, no outcome: unknown); a withdrawal that did not finish after the removal is a 202
+``"withdrawn": "partial"`` (the lifecycle is refused; the rows left end on their TTL).
 
 The three doors share one ``trio.Lock`` per :func:`routes` call, so an activation's read and
 write never interleave with a retirement of the same space (the full lane is the only writer of
@@ -53,7 +55,15 @@ from cotal_trio.http import faces
 from cotal_trio.http.errors import UNAVAILABLE, Handler, Rejected
 from cotal_trio.http.faces import TOO_MANY_REFUSALS
 from cotal_trio.lanes.issuance import RowStore
-from cotal_trio.lanes.lifecycle import LifecycleRecords, activate_lifecycle, read_record, retire_lifecycle
+from cotal_trio.lanes.lifecycle import (
+    LifecycleRecords,
+    PARTIAL,
+    WithdrawalUnfinished,
+    activate_lifecycle,
+    finish_held_rows,
+    read_record,
+    retire_lifecycle,
+)
 from cotal_trio.state import SpacePaths
 from cotal_trio.state.ledger_threads import BlockingCalls
 
@@ -138,18 +148,48 @@ def _refusal_logged(door: str, refusal: Refused) -> None:
     LOGGER.warning("auth-service: refused %s: %s", door, refusal.detail)
 
 
+async def _finish_held(ctx: LifecycleDoors, target: LifecycleTarget, kind: LedgerKind) -> bool:
+    """Trio: :func:`~cotal_trio.lanes.lifecycle.finish_held_rows` in a worker thread within
+    ``faces.LEDGER_READ_S``; True when a held row of this lifecycle was removed.
+
+    Raises:
+        Rejected: 503 with ``not-executed`` when it did not answer or failed, as a stalled read.
+    """
+    limit_s = faces.LEDGER_READ_S
+    try:
+        return await ctx.threads.run_within(
+            limit_s, faces.LEDGER_STALLED.format(s=limit_s), finish_held_rows, ctx.paths, kind, target,
+        )  # fmt: skip
+    except (Unavailable, OSError) as unanswered:
+        LOGGER.warning("auth-service: a dependency is unavailable: %s", unanswered)
+        raise Rejected(503, UNAVAILABLE, {"Retry-After": "5"}, fields=NOT_EXECUTED) from None
+
+
 async def _retire(ctx: LifecycleDoors, body: object, kind: LedgerKind) -> dict[str, Any]:
-    """Decide, then run the barrier; the 200 body.
+    """Decide, then run the barrier; the 200 body, or a partial retirement's (202, see
+    :func:`routes`).
+
+    A removal that an earlier call abandoned (its row left renamed aside) is finished first; when
+    it held this very lifecycle, that call had got past the row's removal, so this one runs the
+    retirement again (the record rewritten, no row to remove, the withdrawal) instead of 404.
 
     Raises:
         Refused: before the barrier, with ``not-executed``.
-        Unavailable: after the barrier began (503, no outcome).
+        Unavailable: after the barrier began (503, no outcome: unknown).
     """
     target = parse_retire_body(body)
-    check_retirable(target, await _fresh_row(ctx, target, kind), kind=kind, space=ctx.space)
-    withdrawn = await retire_lifecycle(
-        target, kind=kind, records=ctx.records, issuance=ctx.issuance, paths=ctx.paths, now=ctx.clock(),
-    )  # fmt: skip
+    resumed = await _finish_held(ctx, target, kind)
+    row = await _fresh_row(ctx, target, kind)
+    if not (resumed and row is None):
+        check_retirable(target, row, kind=kind, space=ctx.space)
+    try:
+        withdrawn = await retire_lifecycle(
+            target, kind=kind, records=ctx.records, issuance=ctx.issuance, paths=ctx.paths, now=ctx.clock(),
+            threads=ctx.threads,
+        )  # fmt: skip
+    except WithdrawalUnfinished as partial:
+        LOGGER.warning("auth-service: %s", partial)
+        return partial.answer()
     return retired_answer(target, withdrawn=withdrawn)
 
 
@@ -179,7 +219,8 @@ def routes(
 
     Returns:
         ``{path: {"POST": handler}}``; each handler answers ``(body, 200, {"Cache-Control":
-        "no-store"})`` or raises for the edge (``Refused`` 4xx with ``"outcome":
+        "no-store"})`` (202 for a partial retirement: retired and refused, some issuance rows
+        left to their TTL, ``"withdrawn": "partial"``) or raises for the edge (``Refused`` 4xx with ``"outcome":
         "not-executed"``, ``Unavailable`` 503). Each call has its own lock.
     """
     lock = trio.Lock()
@@ -202,7 +243,8 @@ def routes(
                 if admit_refusal is None or admit_refusal(ctx.clock()):
                     raise
                 raise Refused(RefusalCode.RATE_LIMITED, TOO_MANY_REFUSALS, fields=refusal.fields) from None
-            return answer, 200, dict(_NO_STORE)
+            # a partial retirement is done as far as refusing goes, not in full: 202 tells it apart
+            return answer, 202 if answer.get("withdrawn") == PARTIAL else 200, dict(_NO_STORE)
 
         return handle
 

@@ -19,8 +19,9 @@ ledger read or store write, on trio time (:func:`~cotal_trio.core.limits.check_c
 Before answering a mint the responder records the connect's issuance row and checks authority
 again (:mod:`cotal_trio.lanes.issuance`); a row the request sent but did not answer with a mint
 (deadline, re-check denial) is withdrawn after the answer, in a task of its own, so the worker
-is free for the next request. The ledger port is awaited: in a lane each read runs in a worker
-thread (:func:`read_in_threads`), so one stalled read holds one request, never the lane.
+is free for the next request. The ledger port is awaited: in a lane a principal whose row files
+are unchanged is answered by a ``stat`` check on the lane's thread, and every read of a file runs
+in a worker thread (:func:`read_in_threads`), so one stalled read holds one request, never the lane.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -59,12 +61,16 @@ from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line
 from ..core.connect_authority import widen
 from ..core.errors import CodecError, RateLimited, RefusalCode, Refused
 from ..core.issuance import issuance_row
-from ..core.ledger import LedgerRow, ReadRows
+from ..core.ledger import LedgerRow
 from ..core.limits import ConnectLimiter, check_connect
 from ..core.natsjwt import AuthorizationRequest
 from ..core.profiles import Permissions
 from ..natsio import Message
+from ..state.ledger_threads import ReadLedger, read_in_threads  # the one port, shared with the faces
 from .issuance import Issuance, IssuanceFailed, RowExpiries, RowStore
+
+if TYPE_CHECKING:
+    from .connect_authority import Prepared
 
 __all__ = [
     "CalloutResponder", "CALLOUT_QUEUE_GROUP", "CALLOUT_SUBJECT", "IssueAuthority", "ReadLedger", "RecallLedger",
@@ -95,11 +101,7 @@ DRAIN_POLL_S = 0.01
 
 INTERNAL_ERROR_REASON = "internal error in the auth callout - see the auth service log"
 Publish = Callable[[str, bytes], None]
-ReadLedger = Callable[[str, str], Awaitable[tuple[LedgerRow | None, LedgerRow | None]]]
-"""The responder's ledger port: ``await read_ledger(owner, actor) -> (interactive, managed)``.
 
-Fresh per call; raises as :data:`~cotal_trio.core.ledger.ReadRows` (CodecError for a corrupt row).
-"""
 ConfirmView = Callable[[ValidatedBearer, float], Awaitable[None]]
 """``await confirm_view(bearer, now)``: the record a view bearer is bound to is still live (its
 manager instance, its chat session); raises Refused NOT_GRANTED naming the fix, Unavailable when
@@ -117,23 +119,6 @@ NO_CONFIRM = "connect to a member of the space's callout queue that reads its re
 RecallLedger = Callable[[str, str], tuple[LedgerRow | None, LedgerRow | None] | None]
 """Sync, no I/O: ``recall(owner, actor) -> (interactive, managed)`` as last read, or None
 (:meth:`~cotal_trio.state.LedgerReader.recall`). Possibly stale; see :class:`CalloutResponder`."""
-
-
-def read_in_threads(read: ReadRows, *, max_threads: int) -> ReadLedger:
-    """The ledger port over a blocking reader (a :class:`~cotal_trio.state.LedgerReader`).
-
-    Each read runs in a worker thread, at most ``max_threads`` at once for this port, so a read
-    that stalls (a hung disk, a FIFO) holds its own request and never the lane's trio thread:
-    its deadline cancels the wait (``abandon_on_cancel``) and the other requests go on (issue 4,
-    "a ledger that stalls 1.3 s for one actor"). An abandoned read finishes in its thread, its
-    result dropped, and holds its slot until then. Costs a thread hop per read (about 0.1 ms).
-    """
-    limiter = trio.CapacityLimiter(max_threads)
-
-    async def read_ledger(owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
-        return await trio.to_thread.run_sync(read, owner, actor, limiter=limiter, abandon_on_cancel=True)
-
-    return read_ledger
 
 
 @dataclass(slots=True, kw_only=True)
@@ -638,7 +623,12 @@ class CalloutResponder:
         were read) denies here, as does the retirement of a view bearer's manager instance or
         chat session (:data:`ConfirmView`). Returns the grant the user JWT is minted from (the row's ``iat``
         is the mint's, ``int(now)``; its ``exp`` the bearer's, as in both grants), widened by the
-        ``ep.v1`` rows :data:`IssueAuthority` gives, when there is a port.
+        ``ep.v1`` rows :data:`IssueAuthority` gives, when there is a port. A port with
+        ``prepare``/``sent``/``finish`` (``ConnectAuthority``) has a fresh token's rows sent on the
+        issuer session beside the issuance row on the store connection, one round trip for
+        both, and kept only if the re-check
+        grants the same (issue 14 item 3); the re-check reads unchanged rows on this thread
+        (:func:`read_in_threads`, issue 14 item 4).
 
         Raises:
             Refused: the row exists already, or the re-check refuses.
@@ -646,7 +636,15 @@ class CalloutResponder:
             CodecError: a corrupt ledger row.
         """
         space = self._keys.space
-        await issuance.write(request.user_nkey, issuance_row(bearer, grant, space=space, iat=int(now)), now=now)
+        prepared = self._prepare_authority(request, bearer, grant, now)
+        row_of_connect = issuance_row(bearer, grant, space=space, iat=int(now))
+        outcomes: list[int | Exception] | None = None
+        if prepared is None:
+            await issuance.write(request.user_nkey, row_of_connect, now=now)
+        else:  # the rows on the issuer session, the row on the store connection: one round trip
+            async with self._issue_authority.sent(prepared) as acks:  # type: ignore[union-attr]
+                await issuance.write(request.user_nkey, row_of_connect, now=now)
+                outcomes = await acks()
         rows = await self._read_ledger(bearer.owner, bearer.actor)
         if bearer.view in RECORD_BOUND_VIEWS:  # after the row, like the ledger: a retirement since bites
             await self._confirm(bearer, now)
@@ -655,8 +653,28 @@ class CalloutResponder:
             return grant
         row = rows[0] if rows[0] is not None else rows[1]  # decide_connect granted: exactly one
         assert row is not None and request.connect_name is not None
-        extra = await self._issue_authority(bearer, grant, row, request.connect_name, now)
+        if prepared is not None and outcomes is not None:
+            finish = self._issue_authority.finish  # type: ignore[attr-defined]
+            extra = await finish(prepared, outcomes, bearer, grant, row, request.connect_name, now)
+        else:
+            extra = await self._issue_authority(bearer, grant, row, request.connect_name, now)
         return grant if extra is None else dataclasses.replace(grant, permissions=widen(grant.permissions, extra))
+
+    def _prepare_authority(
+        self, request: AuthorizationRequest, bearer: ValidatedBearer, grant: ConnectGrant, now: float
+    ) -> Prepared | None:
+        """The issued-authority writes to send with the issuance row (one round trip for both:
+        issue 14 item 3), made from the first check's rows as the ledger port last gave them
+        (:data:`RecallLedger`, no I/O), or None: the port is awaited after the re-check instead.
+        The re-check decides whether they are kept (``ConnectAuthority.finish``)."""
+        prepare = getattr(self._issue_authority, "prepare", None)
+        if prepare is None or self._recall_ledger is None or request.connect_name is None:
+            return None
+        rows = self._recall_ledger(bearer.owner, bearer.actor)
+        row = None if rows is None else (rows[0] if rows[0] is not None else rows[1])
+        if row is None or (rows[0] is not None and rows[1] is not None):
+            return None
+        return prepare(bearer, grant, row, request.connect_name, now)
 
     def _admit(self, request: AuthorizationRequest, record: CalloutRecord, now: float) -> ValidatedBearer:
         """Steps 3-4: the bearer, then connect limits, before any ledger read or store write.

@@ -73,6 +73,7 @@ from ..state import (
     save_idp_pin,
     save_policy,
 )
+from ..state.space_folders import rename_space_folders
 from .events import EventBus
 from .host import Host, HostConfig, run_host
 from .hosting import check_public_flags, given_public_flags, lane_factory, public_fields
@@ -358,17 +359,20 @@ async def _run_broker(
     config: UpConfig, prepared: Prepared, stop: trio.Event,
     *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the broker until ``stop`` is set, shielded from the host's cancellation.
+    """Run the broker until ``stop`` is set, shielded from the host's cancellation once started.
 
     The broker must outlive the lane: stopping it first would make the lane's connection see
     EOF and reconnect while it drains. So the host sets ``stop`` once the lane has stopped.
+    Cancelled before ``started`` (Ctrl-C during start-up), the broker is stopped at once.
     """
     paths, port = config.paths, prepared.policy.port
     start = functools.partial(
         run_nats_server, paths.server_conf, executable=config.nats_server, log_path=paths.broker_log, port=port
     )
     url = f"nats://127.0.0.1:{port}"
-    with trio.CancelScope(shield=True):
+    # Cancellable while it starts (a Ctrl-C then stops the broker at once, issue 15 item 9);
+    # shielded from the moment it is started, so only `stop` ends it.
+    with trio.CancelScope() as guard:
         try:
             async with trio.open_nursery() as nursery:
                 try:
@@ -386,6 +390,7 @@ async def _run_broker(
                     save_policy(paths.policy_json, prepared.policy)
                 atomic_write(paths.broker_pid, f"{pid}\n".encode())
                 task_status.started((url, pid))
+                guard.shield = True
                 await stop.wait()
                 nursery.cancel_scope.cancel()
         finally:
@@ -520,6 +525,10 @@ async def run_up(config: UpConfig, *, task_status: trio.TaskStatus[UpInfo] = tri
             ``<root>/spaces.json.applied``); it does not end ``cotal up``.
     """
     with hold_root(config.paths.root):
+        # An earlier version's space.<hex> folders get their names, under the lock (state/space_folders.py).
+        renamed = await trio.to_thread.run_sync(rename_space_folders, config.paths)
+        if renamed:
+            log.warning("up: space folders renamed to their names in %s: %s", config.paths.spaces_dir, ", ".join(renamed))
         if config.recreate_issued_stores is not None:  # refused before anything is written
             await trio.to_thread.run_sync(check_backup_dir, config.recreate_issued_stores)
         prepared = await trio.to_thread.run_sync(functools.partial(prepare_root, config, now=time.time()))
@@ -528,8 +537,11 @@ async def run_up(config: UpConfig, *, task_status: trio.TaskStatus[UpInfo] = tri
         stop_broker, serving = trio.Event(), trio.Event()
         try:
             async with trio.open_nursery() as nursery:
-                server_url, pid = await nursery.start(_run_broker, config, prepared, stop_broker)
                 try:
+                    # Inside the try: a cancel that lands once the broker has started but before
+                    # `start` returns (Ctrl-C) still sets `stop_broker`, or the nursery would wait
+                    # on the shielded broker for good (issue 15 item 9).
+                    server_url, pid = await nursery.start(_run_broker, config, prepared, stop_broker)
                     recreated = None
                     if config.recreate_issued_stores is not None:
                         recreated = await _recreate_issued(config, server_url)

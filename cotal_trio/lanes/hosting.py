@@ -38,13 +38,14 @@ from ..core.idp import parse_jwks
 from ..core.ledger import ReadRows
 from ..core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimits
 from ..core.manifest import SpaceEntry, public_face_problems
-from ..devidp import DevIdpMaterial, jwks
-from ..state import RootPaths, load_idp_pin, missing
+from ..devidp import jwks
+from ..state import RootPaths, load_idp_pin
 from .events import EventBus
 from .health import PROBE_EVERY_S
 from .host import HostConfig, run_host
 from .idp_keys import IdpKeyCache, open_pinned_keys
 from .notify import ServiceNotifier
+from .pins import load_pinned_dev_idp
 from .plane import holder_id
 from .space import LaneConfig, LaneInfo, PublicFace, run_lane
 
@@ -192,21 +193,8 @@ async def _idp_keys(nursery: trio.Nursery, root: RootPaths, space: str) -> IdpKe
     """
     pin = load_idp_pin(root.space(space).idp_json)
     if pin.kind == "dev":
-        return IdpKeyCache(parse_jwks(jwks(_dev_idp(root, space, pin.issuer))))
+        return IdpKeyCache(parse_jwks(jwks(load_pinned_dev_idp(root, space, pin.issuer))))
     return await open_pinned_keys(pin.jwks_uri, nursery)
-
-
-def _dev_idp(root: RootPaths, space: str, issuer: str) -> DevIdpMaterial:
-    path = root.devidp_json
-    if not path.exists():
-        raise missing(path)
-    dev = DevIdpMaterial.from_json(path.read_bytes())
-    if dev.issuer != issuer:
-        raise ConfigError(
-            f"space {space} pins another development IdP ({issuer}) than {path} ({dev.issuer}) - "
-            "restore that file from a backup"
-        )
-    return dev
 
 
 # --- the service: a host on a manifest, or one lane ------------------------------------------

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +53,7 @@ from ..core.issued import (
     bysource_key,
     bysource_prefix,
     check_live,
+    digest_of,
     evidence_digest,
     evidence_key,
     issued_bucket,
@@ -69,14 +70,21 @@ from ..core.issued import (
 )
 from ..natsio import (
     Connection,
+    Publish,
+    StreamNotFound,
+    SubjectFull,
+    WrongLastSequence,
     StreamDrift,
     StreamShape,
     SubjectConflict,
     backup_stream,
     delete_stream,
     ensure_stream,
+    expecting_headers,
     first_message,
     is_bucket_missing,
+    js_publish_many,
+    js_publishes_sent,
     kv_keys,
     last_message,
     publish_expecting,
@@ -159,10 +167,13 @@ class Staged:
         evidence: what was staged.
         attempt_revision: the attempt row's sequence, the compare-and-set point of
             :meth:`IssuedStores.activate` / :meth:`IssuedStores.abort`.
+        digest: the evidence's digest (:func:`~cotal_trio.core.issued.evidence_digest`),
+            computed once at staging; empty: compute it again.
     """
 
     evidence: Evidence
     attempt_revision: int
+    digest: str = ""
 
     @property
     def ref(self) -> IssuedRef:
@@ -220,6 +231,26 @@ class IssuedStores:
         (:class:`~cotal_trio.lanes.service_users.IssuerSession`). Calls already in flight finish
         on the old connection, which stays open a while longer; each step after this rides ``conn``."""
         self._conn = conn
+
+    @asynccontextmanager
+    async def writes_sent(self, writes: Sequence[Publish]) -> AsyncIterator[Callable[[], Awaitable[list[int | Exception]]]]:
+        """Trio: a connect's issued-authority ``writes`` handed to this store's connection (the
+        issuer session) on entry; ``await acks()`` in the block gives each write's sequence or
+        error (:func:`~cotal_trio.natsio.js_publishes_sent`). The callout writes its issuance row
+        on its store connection inside the block, so both leave together: one round trip (issue
+        14 item 3). A connection that cannot send (closed, renewing) gives every write its
+        :class:`~cotal_trio.core.errors.Unavailable` instead of raising: the connect then gets
+        no rows, never a refusal."""
+        async with AsyncExitStack() as stack:
+            try:
+                acks = await stack.enter_async_context(js_publishes_sent(self._conn, writes))
+            except (Unavailable, ValueError) as exc:
+                failed = Unavailable(f"issued-authority writes not sent: {exc}")
+
+                async def acks() -> list[int | Exception]:
+                    return [failed] * len(writes)
+
+            yield acks
 
     # -- the stores ----------------------------------------------------------------------------
 
@@ -317,15 +348,17 @@ class IssuedStores:
         ref = evidence.ref
         self._own(ref)
         check_live(ref.generation, now=now)
+        rendered = render_evidence(evidence)  # once: the write and the digest (issue 14 item 4)
+        digest = digest_of(rendered)
         try:
-            await self._write(self.issued, evidence_key(ref), render_evidence(evidence), ref, expected=0, now=now)
-            attempt = Attempt(state="prepared", digest=evidence_digest(evidence))
+            await self._write(self.issued, evidence_key(ref), rendered, ref, expected=0, now=now)
+            attempt = Attempt(state="prepared", digest=digest)
             revision = await self._write(self.issued, attempt_key(ref), render_attempt(attempt), ref, expected=0, now=now)
         except SubjectConflict:
             raise Refused(
                 RefusalCode.CONFLICT, f"issued generation {ref.generation} already has evidence - issue on a fresh generation"
             ) from None
-        staged = Staged(evidence=evidence, attempt_revision=revision)
+        staged = Staged(evidence=evidence, attempt_revision=revision, digest=digest)
         try:
             for source in evidence.sources:
                 row = render_source_row(SourceRow(source=source, ref=ref))
@@ -343,7 +376,7 @@ class IssuedStores:
                 staged (aborted or retired meanwhile).
             IssuedStoresMissing, Unavailable: as :meth:`stage`.
         """
-        await self._move(staged.ref, staged.evidence, "active", staged.attempt_revision, now=now)
+        await self._move(staged.ref, staged.digest or evidence_digest(staged.evidence), "active", staged.attempt_revision, now=now)
 
     async def abort(self, staged: Staged, *, now: float) -> None:
         """Trio: move a staged attempt to ``aborted`` (its rows then authorize nothing).
@@ -352,11 +385,11 @@ class IssuedStores:
             Refused: as :meth:`activate`.
             IssuedStoresMissing, Unavailable: as :meth:`stage`.
         """
-        await self._move(staged.ref, staged.evidence, "aborted", staged.attempt_revision, now=now)
+        await self._move(staged.ref, staged.digest or evidence_digest(staged.evidence), "aborted", staged.attempt_revision, now=now)
 
-    async def _move(self, ref: IssuedRef, evidence: Evidence, state: str, revision: int, *, now: float) -> int:
+    async def _move(self, ref: IssuedRef, digest: str, state: str, revision: int, *, now: float) -> int:
         check_live(ref.generation, now=now)
-        row = render_attempt(Attempt(state=state, digest=evidence_digest(evidence)))  # type: ignore[arg-type]
+        row = render_attempt(Attempt(state=state, digest=digest))  # type: ignore[arg-type]
         try:
             return await self._write(self.issued, attempt_key(ref), row, ref, expected=revision, now=now)
         except SubjectConflict:
@@ -389,6 +422,79 @@ class IssuedStores:
             raise
         return staged.ref
 
+    async def issue_accepted(self, evidence: Evidence, token: str, *, now: float) -> bool:
+        """Trio: issue ``evidence`` at a connect and accept it under ``token``, in one round trip.
+
+        The callout's path (issue 14 item 3; spec "User-auth manager callers"): the evidence
+        (create-only), the attempt row written ``active`` at once (create-only) and
+        ``accepted.v1.<token>`` (write-once) leave together, each with the generation's TTL, and
+        their acks are awaited together (:meth:`connect_writes`, then :meth:`connect_outcome`;
+        the callout sends them beside its issuance row instead). There is no ``prepared``
+        step because the caller releases the credential that carries the generation only after
+        every ack came back good: a generation whose connect is never answered (a deadline, a
+        denial, a crash) is carried by no credential, so nobody can publish on its rows, whatever
+        of them landed, and they go with their TTL (``horizon + grace - now``).
+
+        Returns:
+            True: all three rows are stored. False: the token already has its row (written by an
+            earlier connect under the same nonce): this generation is named by no accepted row
+            and authorizes nothing; the caller reads the row there and applies the reuse rules.
+
+        Raises:
+            Refused: NOT_GRANTED, the generation is at or past its horizon (nothing written);
+                CONFLICT, the generation already has evidence or an attempt.
+            CodecError: ``token`` is not 32 lowercase hex digits (nothing written).
+            IssuedStoresMissing: a store does not exist.
+            Unavailable: the broker did not answer one of the writes (rows written so far stay
+                until their TTL and authorize nothing anyone holds).
+        """
+        writes = self.connect_writes(evidence, token, now=now)
+        return self.connect_outcome(evidence, await js_publish_many(self._conn, writes))
+
+    def connect_writes(self, evidence: Evidence, token: str, *, now: float) -> list[Publish]:
+        """Sync: the three JetStream publishes of :meth:`issue_accepted`, in order (evidence,
+        attempt ``active``, accepted row), for a caller that sends them with its own.
+
+        Raises:
+            Refused: NOT_GRANTED, the generation is at or past its horizon.
+            CodecError: ``token`` is malformed.
+        """
+        ref = evidence.ref
+        self._own(ref)
+        accepted = accepted_key(token)
+        check_live(ref.generation, now=now)
+        rendered = render_evidence(evidence)  # once: the write and the digest (issue 14 item 4)
+        attempt = render_attempt(Attempt(state="active", digest=digest_of(rendered)))
+        headers = expecting_headers(expected_last_subject_seq=0, ttl_s=row_ttl_s(ref.generation, now=now, grace_s=self._grace_s))
+        return [
+            (self._subject(self.issued, evidence_key(ref)), rendered, headers),
+            (self._subject(self.issued, attempt_key(ref)), attempt, headers),
+            (self._subject(self.accepted, accepted), render_accepted(Accepted(ref=ref)), headers),
+        ]
+
+    def connect_outcome(self, evidence: Evidence, outcomes: list[int | Exception]) -> bool:
+        """Sync: what the acks of :meth:`connect_writes` mean (see :meth:`issue_accepted`).
+
+        Raises:
+            As :meth:`issue_accepted`.
+        """
+        for outcome, stream in zip(outcomes, (self.issued, self.issued, self.accepted), strict=True):
+            if isinstance(outcome, StreamNotFound):
+                raise self._missing(f"KV_{stream}") from outcome
+        for outcome in outcomes[:2]:
+            if isinstance(outcome, WrongLastSequence | SubjectFull):
+                raise Refused(
+                    RefusalCode.CONFLICT,
+                    f"issued generation {evidence.ref.generation} already has rows - issue on a fresh generation",
+                ) from None
+            if isinstance(outcome, Exception):
+                raise outcome
+        if isinstance(outcomes[2], WrongLastSequence | SubjectFull):  # write-once: the token has its row
+            return False
+        if isinstance(outcomes[2], Exception):
+            raise outcomes[2]
+        return True
+
     # -- reading -------------------------------------------------------------------------------
 
     async def resolve(self, ref: IssuedRef, *, now: float, source_live: SourceLive | None = None) -> Resolved:
@@ -408,19 +514,21 @@ class IssuedStores:
         """
         self._own(ref)
         check_live(ref.generation, now=now)
-        evidence = await self._evidence(ref)
+        evidence, digest = await self._evidence(ref)
         if evidence.expires_at is not None and now >= evidence.expires_at:
             raise _not_granted(ref, f"expired at unix {evidence.expires_at}")
-        revision = await self._active_revision(ref, evidence)
+        revision = await self._active_revision(ref, digest)
         if source_live is not None:
             for source in evidence.sources:
                 if not await source_live(source):
                     raise _not_granted(ref, f"depends on {source.bucket} {source.key}, which is no longer live")
-            if await self._active_revision(ref, evidence) != revision:
+            if await self._active_revision(ref, digest) != revision:
                 raise _not_granted(ref, "changed while it was resolved")
         return Resolved(evidence=evidence, attempt_revision=revision)
 
-    async def _evidence(self, ref: IssuedRef) -> Evidence:
+    async def _evidence(self, ref: IssuedRef) -> tuple[Evidence, str]:
+        """The evidence of ``ref`` and its digest (of the stored bytes, which parsing proved
+        are exactly its canonical rendering)."""
         with self._errors(f"KV_{self.issued}"):
             msg = await first_message(self._conn, f"KV_{self.issued}", self._subject(self.issued, evidence_key(ref)))
         if msg is None:
@@ -432,7 +540,7 @@ class IssuedStores:
             raise _not_granted(ref, "has unreadable evidence") from None
         if evidence.ref != ref:
             raise _not_granted(ref, "has evidence for another reference")
-        return evidence
+        return evidence, digest_of(msg.data)
 
     async def _attempt(self, ref: IssuedRef) -> tuple[Attempt, int] | None:
         with self._errors(f"KV_{self.issued}"):
@@ -445,14 +553,14 @@ class IssuedStores:
             log.warning("space %s: attempt of %s is unreadable: %s", self.space, ref.generation, exc)
             raise _not_granted(ref, "has an unreadable attempt row") from None
 
-    async def _active_revision(self, ref: IssuedRef, evidence: Evidence) -> int:
+    async def _active_revision(self, ref: IssuedRef, digest: str) -> int:
         found = await self._attempt(ref)
         if found is None:
             raise _not_granted(ref, "has no attempt row")
         attempt, revision = found
         if attempt.state != "active":
             raise _not_granted(ref, f"is {attempt.state}, not active")
-        if attempt.digest != evidence_digest(evidence):
+        if attempt.digest != digest:
             raise _not_granted(ref, "has an attempt row for other evidence")
         return revision
 

@@ -24,7 +24,11 @@ that minted had its row stored before step 2, hence before step 3 lists. A failu
 or 2 leaves the row, and the same call again (its decision sees the row still holding the
 lifecycle) finishes the retirement. A failure in step 3 leaves the lifecycle refused with some
 of its issuance rows in place; they end on their own TTL (at most the 900 s bearer cap plus
-5 s), and the door's 503 says the outcome is not the whole retirement.
+5 s): a partial retirement (:class:`WithdrawalUnfinished`), which the door answers 202 with the
+rows left, not as an unknown outcome. The row's removal runs in a bounded worker thread
+(:data:`ROW_REMOVE_S`); a removal abandoned or cut short after its rename leaves the row
+renamed aside, and :func:`finish_held_rows`, run by the door before it reads the row, finishes
+it at the next call retiring that lifecycle.
 
 Rows in the upstream form ``natkey.<user nkey>`` (written before this key shape, or by a replica
 not yet upgraded) are found by a second filtered listing, ``natkey.*``, which matches only
@@ -36,13 +40,15 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import trio
 
 from ..core.errors import CodecError, Unavailable
-from ..core.issuance import LEGACY_ROWS, parse_row, principal_rows
+from ..core.exchange import HUMAN_TTL_DEFAULT_S
+from ..core.issuance import EXPIRY_TOLERANCE_S, LEGACY_ROWS, parse_row, principal_rows
 from ..core.ledger import LedgerKind
 from ..core.ledger import parse_row as parse_ledger_row
 from ..core.lifecycle import (
@@ -57,12 +63,18 @@ from ..core.lifecycle import (
 )
 from ..natsio import KvEntry, WrongRevision
 from ..state import SpacePaths, row_path
+from ..state.ledger_threads import BlockingCalls
 from .issuance import MARKER_TTL_S, RowStore
 
 __all__ = [
+    "LEFT_ROWS_EXPIRE_S",
+    "PARTIAL",
     "RETIRE_S",
+    "ROW_REMOVE_S",
     "LifecycleRecords",
+    "WithdrawalUnfinished",
     "activate_lifecycle",
+    "finish_held_rows",
     "read_record",
     "remove_row_if_holds",
     "retire_lifecycle",
@@ -74,6 +86,14 @@ log = logging.getLogger("cotal.lifecycle")
 # A retirement, once its barrier began, is shielded from cancellation for at most this long
 # (seconds): a caller that hangs up does not leave it half done.
 RETIRE_S = 30.0
+# The row file's removal (a rename, a read, an unlink) is abandoned after this long (seconds): a
+# hung mount answers an unknown outcome then instead of holding the shielded section.
+ROW_REMOVE_S = 5.0
+# An issuance row left by an unfinished withdrawal ends on its TTL within this long (seconds):
+# the longest bearer (900 s) plus the expiry tolerance (5 s).
+LEFT_ROWS_EXPIRE_S = HUMAN_TTL_DEFAULT_S + EXPIRY_TOLERANCE_S
+# The ``withdrawn`` of a partial retirement's answer (in place of the count).
+PARTIAL = "partial"
 # The withdrawal keeps at most this many deletes in flight (they are on distinct keys).
 DELETES_IN_FLIGHT = 32
 # Hidden, with the temporary-file suffix: ledger folder scans skip it (state.files.TEMP_SUFFIX).
@@ -129,7 +149,9 @@ def remove_row_if_holds(paths: SpacePaths, kind: LedgerKind, target: LifecycleTa
 
     The file is first renamed aside (atomic), so a row written meanwhile is never the one read
     and removed; a file that holds another lifecycle (or is corrupt) is linked back, unless a
-    newer row took its name in between. Call through ``trio.to_thread.run_sync``.
+    newer row took its name in between. Call through a bounded worker thread
+    (:meth:`~cotal_trio.state.ledger_threads.BlockingCalls.run_within`); what an abandoned call
+    leaves aside, :func:`finish_held_rows` finishes.
 
     Returns:
         True when this call removed the row; False when there was none, or it was not that
@@ -158,6 +180,43 @@ def remove_row_if_holds(paths: SpacePaths, kind: LedgerKind, target: LifecycleTa
     return ours
 
 
+def finish_held_rows(paths: SpacePaths, kind: LedgerKind, target: LifecycleTarget) -> bool:
+    """Blocking: finish what an earlier removal for ``target``'s lifecycle left renamed aside.
+
+    A removal abandoned at :data:`ROW_REMOVE_S` normally finishes in its thread; one cut short
+    (the process stopped, an unlink failed) leaves ``.<row>.<lifecycleUid>.retiring.tmp``, which
+    ledger reads skip, so the principal reads as having no row. It is finished as the removal
+    would have: a file holding that lifecycle (whose barrier had been written) is removed,
+    anything else (a re-grant, a corrupt file) goes back unless a newer row took its name. One
+    name is checked, not the folder listed, so a retry costs the same in any ledger. Call it
+    before reading the row, through a bounded worker thread.
+
+    Returns:
+        True when a held row of ``target``'s lifecycle was removed here: that retirement had got
+        past its step 2, and must still withdraw.
+
+    Raises:
+        OSError: the folder could not be changed.
+    """
+    path = row_path(paths, kind, target.owner, target.actor)
+    held = path.with_name(f".{path.name}.{target.lifecycle_uid}{_HELD_SUFFIX}")
+    try:
+        row = parse_ledger_row(held.read_bytes(), kind=kind, owner=target.owner, actor=target.actor)
+        ours = row.lifecycle_uid == target.lifecycle_uid
+    except FileNotFoundError:
+        return False  # nothing held (or its own removal, still running in its thread, just finished)
+    except CodecError:
+        ours = False
+    try:
+        if ours:
+            os.unlink(held)
+        else:
+            _put_back(held, path)
+    except FileNotFoundError:
+        return False
+    return ours
+
+
 def _put_back(held: Path, path: Path) -> None:
     """Blocking: return the renamed-aside row ``held`` to ``path`` unless a newer row took it."""
     try:
@@ -174,7 +233,21 @@ def _put_back(held: Path, path: Path) -> None:
     os.unlink(held)
 
 
-async def withdraw_issuance(store: RowStore, target: LifecycleTarget) -> int:
+@dataclass(slots=True)
+class _Progress:
+    """How far a withdrawal got: rows of the lifecycle listed (None until listed), deleted, and
+    changed under it (pruned or withdrawn by someone else, so not left either)."""
+
+    listed: int | None = None
+    withdrawn: int = 0
+    changed: int = 0
+
+    def unfinished(self, target: LifecycleTarget, detail: str) -> WithdrawalUnfinished:
+        left = None if self.listed is None else self.listed - self.withdrawn - self.changed
+        return WithdrawalUnfinished(target, detail, withdrawn=self.withdrawn, left=left)
+
+
+async def withdraw_issuance(store: RowStore, target: LifecycleTarget, *, progress: _Progress | None = None) -> int:
     """Trio: delete every issuance row minted for ``target``'s lifecycle; how many.
 
     Reads the principal's rows with one filtered listing (``natkey.<owner>.<actor>.>``) and the
@@ -186,44 +259,40 @@ async def withdraw_issuance(store: RowStore, target: LifecycleTarget) -> int:
     of anyone else. Unreadable rows are left alone; a row changed since it was read (pruned,
     withdrawn) is not counted.
 
+    ``progress`` (internal) is updated as it goes, so a caller whose bound ran out knows the counts.
+
     Raises:
         Unavailable: the bucket is missing or the store did not answer.
     """
+    progress = progress if progress is not None else _Progress()
     entries = [
         *await store.entries(principal_rows(target.owner, target.actor)),
         *await store.entries(LEGACY_ROWS),
     ]
     ours = [entry for entry in entries if _holds(entry, target)]
-    withdrawn = 0
+    progress.listed = len(ours)
     failed: list[Unavailable] = []
     todo = iter(ours)
 
     async def deleter(scope: trio.CancelScope) -> None:
-        nonlocal withdrawn
         for entry in todo:  # the deleters share one iterator: each row is deleted once
             try:
                 await store.delete(entry.key, last_revision=entry.revision, ttl_s=MARKER_TTL_S)
             except WrongRevision:
+                progress.changed += 1
                 continue
             except Unavailable as exc:
                 failed.append(exc)
                 scope.cancel()
                 return
-            withdrawn += 1
+            progress.withdrawn += 1
 
     async with trio.open_nursery() as nursery:
         for _ in range(min(DELETES_IN_FLIGHT, len(ours))):
             nursery.start_soon(deleter, nursery.cancel_scope)
     if failed:
         raise failed[0]
-    return withdrawn
-
-
-def _withdrawal_unfinished(target: LifecycleTarget, detail: str) -> str:
-    return (
-        f"lifecycle {target.lifecycle_uid} of {target.principal} is retired and refused, but its issuance rows"
-        f" were not all withdrawn ({detail}); those left end on their TTL"
-    )
+    return progress.withdrawn
 
 
 def _holds(entry: KvEntry, target: LifecycleTarget) -> bool:
@@ -233,52 +302,85 @@ def _holds(entry: KvEntry, target: LifecycleTarget) -> bool:
         return False  # not a row of ours to judge; the sweep counts it
 
 
+class WithdrawalUnfinished(Unavailable):
+    """Steps 1 and 2 of a retirement ran but step 3 did not finish: the lifecycle is retired and
+    refused (the row is gone), and some of its issuance rows may be left, ending on their TTL
+    within :data:`LEFT_ROWS_EXPIRE_S` (docs/host-doors.md, the 202 answer).
+
+    Attributes:
+        target: the lifecycle retired.
+        withdrawn: issuance rows deleted before the withdrawal stopped.
+        left: that lifecycle's rows listed and not deleted, or None when the listing itself did
+            not answer (how many is unknown).
+    """
+
+    def __init__(self, target: LifecycleTarget, detail: str, *, withdrawn: int, left: int | None) -> None:
+        super().__init__(
+            f"lifecycle {target.lifecycle_uid} of {target.principal} is retired and refused, but its issuance rows"
+            f" were not all withdrawn ({detail}); those left end on their TTL within {LEFT_ROWS_EXPIRE_S} s"
+        )
+        self.target, self.withdrawn, self.left = target, withdrawn, left
+
+    def answer(self) -> dict[str, object]:
+        """The retire doors' 202 body: ``{"outcome": "retired", owner, actor, lifecycleUid,
+        "withdrawn": "partial", "withdrawnRows": n, "rowsLeft": n | None, "rowsExpireWithinS": 905}``."""
+        return {
+            **self.target.answer("retired"), "withdrawn": PARTIAL, "withdrawnRows": self.withdrawn,
+            "rowsLeft": self.left, "rowsExpireWithinS": LEFT_ROWS_EXPIRE_S,
+        }  # fmt: skip
+
+
 async def retire_lifecycle(
     target: LifecycleTarget, *, kind: LedgerKind, records: LifecycleRecords, issuance: RowStore,
-    paths: SpacePaths, now: float,
+    paths: SpacePaths, now: float, threads: BlockingCalls | None = None,
 ) -> int:  # fmt: skip
     """Trio: retire ``target`` past the barrier (module docstring, steps 1-3); the number of
     issuance rows withdrawn.
 
     Shielded from cancellation and bounded by :data:`RETIRE_S`: once the barrier began it runs
-    to the end or fails. The row is removed before the withdrawal, so a withdrawal that fails
-    or runs out of time still leaves the lifecycle refused at the next exchange and connect.
+    to the end or fails. The row's removal runs in a worker thread of ``threads`` abandoned at
+    :data:`ROW_REMOVE_S` (a hung mount answers then, never holds the shielded section); what an
+    abandoned removal leaves aside, :func:`finish_held_rows` finishes at the next call. The row
+    is removed before the withdrawal, so a withdrawal that fails or runs out of time still
+    leaves the lifecycle refused at the next exchange and connect.
 
     Args:
         kind: the ledger kind whose row carries the lifecycle (its folder; the record's ``kind``).
         now: wall time, unix seconds (the record's ``at``).
+        threads: the worker threads the removal runs in (the doors' own); None: a fresh one-slot pool.
 
     Raises:
-        Unavailable: a step failed or the bound ran out. Before the row's removal the same call
-            again completes the retirement; after it, the lifecycle is refused and the issuance
-            rows left end on their TTL (the message says which).
+        WithdrawalUnfinished: the row is removed (the lifecycle refused) but the withdrawal
+            failed or ran out of the bound; its counts say what is left.
+        Unavailable: the record could not be written, the row file could not be removed, or the
+            removal did not answer within :data:`ROW_REMOVE_S` (an unknown outcome: the rename
+            may still land); the same call again completes the retirement.
     """
+    calls = threads or BlockingCalls(max_threads=1)
+    removing = (
+        f"removing the {kind.value} row file of {target.principal} did not answer within {ROW_REMOVE_S:g} s"
+        " (a stalled disk?) - the outcome is unknown; call again"
+    )
     removed = refused = False
+    progress = _Progress()
     with trio.move_on_after(RETIRE_S, shield=True) as scope:
         await _write_record(records, LifecycleRecord.of(target, kind, LifecycleState.RETIRED, now=now))
         try:
-            removed = await trio.to_thread.run_sync(remove_row_if_holds, paths, kind, target)
+            removed = await calls.run_within(ROW_REMOVE_S, removing, remove_row_if_holds, paths, kind, target)
         except OSError as exc:
             raise Unavailable(f"the {kind.value} row file of {target.principal} could not be removed ({exc})") from exc
         refused = True  # the row no longer holds this lifecycle (removed now, or moved on before)
         try:
-            withdrawn = await withdraw_issuance(issuance, target)
+            withdrawn = await withdraw_issuance(issuance, target, progress=progress)
         except Unavailable as exc:
-            raise Unavailable(_withdrawal_unfinished(target, str(exc))) from exc
+            raise progress.unfinished(target, str(exc)) from exc
     if scope.cancelled_caught:
         slow = f"took longer than {RETIRE_S:g} s"
         if refused:
-            raise Unavailable(_withdrawal_unfinished(target, slow))
-        raise Unavailable(f"retiring lifecycle {target.lifecycle_uid} {slow} before its row was removed; call again")
+            raise progress.unfinished(target, slow)
+        raise Unavailable(f"retiring lifecycle {target.lifecycle_uid} {slow} before its row was known removed; call again")
     log.info(
         "space %s: retired %s lifecycle %s of %s (row %s, %d issuance rows withdrawn)", paths.space, kind.value,
         target.lifecycle_uid, target.principal, "removed" if removed else "already gone", withdrawn,
     )
     return withdrawn
-
-
-def _withdrawal_unfinished(target: LifecycleTarget, detail: str) -> str:
-    return (
-        f"lifecycle {target.lifecycle_uid} of {target.principal} is retired and refused, but its issuance rows"
-        f" were not all withdrawn ({detail}); those left end on their TTL"
-    )

@@ -12,10 +12,10 @@ from urllib.parse import urlsplit
 
 from ..core.errors import ConfigError
 from ..devidp import DevIdpMaterial, create_dev_idp
-from ..state import IdpPinRecord, RootPaths, atomic_create, load_idp_pin
+from ..state import IdpPinRecord, RootPaths, atomic_create, load_idp_pin, missing
 from .idp_keys import check_jwks_uri, fetch_jwks
 
-__all__ = ["choose_pin", "dev_pin", "ensure_dev_idp", "oidc_pin"]
+__all__ = ["choose_pin", "dev_pin", "ensure_dev_idp", "load_pinned_dev_idp", "oidc_pin"]
 
 
 def oidc_pin(url: str) -> IdpPinRecord:
@@ -41,6 +41,26 @@ def ensure_dev_idp(paths: RootPaths) -> DevIdpMaterial:
     """
     atomic_create(paths.devidp_json, create_dev_idp(os.urandom).to_json().encode())
     return DevIdpMaterial.from_json(paths.devidp_json.read_bytes())
+
+
+def load_pinned_dev_idp(root: RootPaths, space: str, issuer: str) -> DevIdpMaterial:
+    """The root's development IdP, as a lane pinned to it (``issuer``) loads it at its start;
+    ``cotal doctor auth`` runs the same check (blocking file I/O).
+
+    Raises:
+        ConfigError: ``devidp.json`` is missing, corrupt (:meth:`DevIdpMaterial.from_json`), or
+            holds another development IdP than the space pins.
+    """
+    path = root.devidp_json
+    if not path.exists():
+        raise missing(path)
+    dev = DevIdpMaterial.from_json(path.read_bytes())
+    if dev.issuer != issuer:
+        raise ConfigError(
+            f"space {space} pins another development IdP ({issuer}) than {path} ({dev.issuer}) - "
+            "restore that file from a backup"
+        )
+    return dev
 
 
 def dev_pin(dev: DevIdpMaterial) -> IdpPinRecord:

@@ -634,7 +634,8 @@ async def _open_face(
     nursery: trio.Nursery, config: LaneConfig, ctx: ExchangeContext, metrics: LaneMetrics, public_url: str | None,
     doors: tuple[DoorTable, ...], faces: _Faces, health: LaneHealth,
 ) -> str:
-    """Serve the loopback face, then write the readiness file ``{ver, url, pid, cap[, publicUrl]}``."""
+    """Serve the loopback face, then write the readiness file ``{ver, url, pid, cap[, publicUrl][,
+    devIdpUrl]}`` (``devIdpUrl``: where ``cotal up`` serves the development IdP)."""
     app = build_loopback_app(ctx, metrics=metrics.exposition, doors=doors, events=config.events)
     answer_health(app, health, config.space)
     port = await nursery.start(functools.partial(faces.serve, app, port=config.http_port))
@@ -642,6 +643,8 @@ async def _open_face(
     record: dict[str, object] = {"ver": 1, "url": url, "pid": os.getpid(), "cap": ctx.capability}
     if public_url is not None:
         record["publicUrl"] = public_url
+    if config.dev_idp_url is not None:  # `cotal connect-info` names its JWKS (issue 18 item 5)
+        record["devIdpUrl"] = config.dev_idp_url
     write_json(config.paths.auth_service_json, record)
     return url
 

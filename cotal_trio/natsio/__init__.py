@@ -37,6 +37,20 @@ How a call crosses the bridge (every async method of :class:`Connection`):
 """
 
 from ._conn import Connection, Message, NoResponders, Subscription, open_connection
+from ._js import (
+    ERRORS,
+    Publish,
+    BucketMissing,
+    JetStreamError,
+    StreamNotFound,
+    SubjectFull,
+    WrongLastSequence,
+    js_api,
+    js_msg_get,
+    js_publish,
+    js_publish_many,
+    js_publishes_sent,
+)
 from ._jsapi import ConsumerDrift, ack, consumer_info, consumer_names, ensure_consumer, pull_next
 from ._kv import (
     KeyExists,
@@ -53,14 +67,15 @@ from ._kv import (
 from ._kv_keys import is_bucket_missing, kv_delete_expiring, kv_keys
 from ._kv_scan import ENTRIES_IN_FLIGHT, kv_entries
 from ._loop import open_loop
+from ._js import StreamMessage
 from ._streams import (
     StreamDrift,
-    StreamMessage,
     StreamShape,
     SubjectConflict,
     backup_stream,
     delete_stream,
     ensure_stream,
+    expecting_headers,
     first_message,
     last_message,
     publish_expecting,
@@ -68,6 +83,18 @@ from ._streams import (
 )
 
 __all__ = [
+    "ERRORS",
+    "Publish",
+    "BucketMissing",
+    "JetStreamError",
+    "StreamNotFound",
+    "SubjectFull",
+    "WrongLastSequence",
+    "js_api",
+    "js_msg_get",
+    "js_publish",
+    "js_publish_many",
+    "js_publishes_sent",
     "Connection",
     "KeyExists",
     "KvEntry",
@@ -96,6 +123,7 @@ __all__ = [
     "backup_stream",
     "delete_stream",
     "ensure_stream",
+    "expecting_headers",
     "first_message",
     "last_message",
     "publish_expecting",

@@ -14,6 +14,14 @@ nats-py internals relied on (nats-py 2.16; re-check on upgrade):
 * ``connect()`` may return while not connected (server closed the socket during an auth
   callout, or sent PING before PONG: pitfall P5/P11); we check ``is_connected``.
 * ``Client._server_info`` (private) for :attr:`Connection.connected_server_id`.
+* ``Client.options["connect_timeout"]`` is read at each reconnect attempt (TCP, INFO, PONG), so
+  it is lowered to ``PONG_TIMEOUT_S`` once connected: a hung broker costs each attempt that long.
+* ``Client.stats["reconnects"]`` counts completed reconnects; a reconnect drops the PONG futures
+  of PINGs sent before it, so the keepalive ignores a PING that a reconnect overtook.
+* ``Client.publish`` appends to ``Client._pending`` and kicks the flusher task only when its
+  ``_flush_queue`` is empty; the flusher writes the whole pending buffer with one
+  ``writelines`` when it next runs. So publishes handed over in one synchronous stretch (a
+  :meth:`Connection.request_many` batch) leave in one socket write (issue 14 item 3).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +47,10 @@ from cotal_trio.core.nkeys import KeyPair
 
 from ._loop import DEFAULT_CAP_S, current_loop, run_aio
 
-__all__ = ["Connection", "Message", "NoResponders", "Subscription", "open_connection"]
+__all__ = [
+    "KEEPALIVE_S", "MAX_OUTAGE_S", "PONG_TIMEOUT_S", "Connection", "Message", "NoResponders", "Subscription",
+    "open_connection",
+]
 
 log = logging.getLogger("cotal.natsio")
 
@@ -53,6 +64,15 @@ RECONNECT_ATTEMPTS = 5
 RECONNECT_WAIT_S = 1.0
 # Bound on closing a connection: flushing scheduled replies and nats-py's close. Seconds.
 CLOSE_S = 5.0
+# Keepalive (issue 15 item 5, spec "Callout replicas": a replica whose broker stops answering
+# exits): each connection PINGs its broker this often and counts it lost when no PONG comes back
+# within PONG_TIMEOUT_S, so a broker that holds the socket open but answers nothing (hung,
+# SIGSTOPped, a dead path without RST) is noticed within about 6 s, not after nats-py's default
+# pings (120 s apart, three missed). A connection that is reconnecting is lost once it has had
+# no broker for MAX_OUTAGE_S (the reconnects themselves ride out a restart of a few seconds).
+KEEPALIVE_S = 2.0
+PONG_TIMEOUT_S = 4.0
+MAX_OUTAGE_S = 10.0
 # Pitfalls P5/P11: the broker hung up during CONNECT (an auth callout that did not answer in
 # time) or sent PING before PONG (a callout slower than ~2 s); nats-py then returns unconnected.
 _NOT_CONFIRMED = "the broker did not confirm CONNECT (closed, or a slow auth callout)"
@@ -167,7 +187,9 @@ class Connection:
 
     Attributes:
         closed: set when the connection is closed for good (our close, the broker deleting the
-            account, or a connection that may not reconnect losing its socket).
+            account, or a connection that may not reconnect losing its socket) or is lost: its
+            broker answered no keepalive PING within ``PONG_TIMEOUT_S``, or a reconnecting
+            connection had no broker for ``MAX_OUTAGE_S`` (``last_error`` says which).
         error_count: how many errors nats-py has reported (see :meth:`wait_error`).
         last_error: the text of the last error nats-py reported (permissions violations, socket
             errors, stale connection), or None.
@@ -184,6 +206,7 @@ class Connection:
         self.last_error: str | None = None
         self.error_count = 0
         self._error_arrived = trio.Event()
+        self._keeper: asyncio.Task[None] | None = None  # the keepalive, once connected
         # Requests (see `request`): one wildcard reply subscription, made at the first request.
         self._reply_prefix: str | None = None
         self._reply_lock = trio.Lock()
@@ -292,27 +315,72 @@ class Connection:
             Unavailable: no reply within the 10 s cap, or the connection is (or got) closed.
             ValueError: a malformed subject or header.
         """
-        what = f"request {subject}"
+        answer = (await self.request_many(((subject, payload, headers),)))[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def request_many(
+        self, requests: Sequence[tuple[str, bytes, Mapping[str, str] | None]]
+    ) -> list[Message | Unavailable]:
+        """Trio: publish several requests together and await their replies together (pipelining).
+
+        Every request is handed to nats-py in one synchronous stretch, so they leave in this
+        order and in one socket write (nats-py's flusher writes its whole pending buffer at once;
+        it runs only once this task waits), then the replies are awaited together: the cost is
+        one round trip, not one per request. Use it for requests that do not depend on each
+        other's answers.
+
+        Returns one entry per request, in order: its reply, or the :class:`NoResponders` /
+        :class:`~cotal_trio.core.errors.Unavailable` it got (a missing reply within the 10 s
+        cap, or the connection closed). Bounded like :meth:`request` (the cap is for the lot).
+
+        Raises:
+            Unavailable: the connection is closed before anything was sent.
+            ValueError: a malformed subject or header (nothing after it is sent).
+        """
+        async with self.requests_sent(requests) as replies:
+            return await replies()
+
+    @asynccontextmanager
+    async def requests_sent(
+        self, requests: Sequence[tuple[str, bytes, Mapping[str, str] | None]]
+    ) -> AsyncIterator[Callable[[], Awaitable[list[Message | Unavailable]]]]:
+        """Trio: :meth:`request_many` in two halves: the requests are handed to nats-py on entry
+        (one synchronous stretch, no checkpoint after the first use of this connection), and the
+        block awaits ``replies()`` when it wants them. Work on another connection inside the
+        block leaves in the same scheduler pass, so two connections' writes cost one round trip
+        together (the callout's issuance row beside its issued-authority rows: issue 14 item 3).
+
+        The reply slots are released on exit, whether or not ``replies()`` was awaited.
+
+        Raises:
+            As :meth:`request_many`, on entry.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()  # a deadline already passed sends nothing
         prefix = await self._reply_subject_prefix()
-        self._next_token += 1
-        token, slot = str(self._next_token), _Reply()
-        self._replies[token] = slot
+        slots: list[tuple[str, _Reply]] = []
+
+        async def replies() -> list[Message | Unavailable]:
+            with trio.move_on_after(DEFAULT_CAP_S):
+                for _, slot in slots:
+                    await slot.arrived.wait()
+            return [_answer(subject, slot) for (subject, _, _), (_, slot) in zip(requests, slots, strict=True)]
+
         try:
-            try:
-                self._publish_now(subject, payload, headers, prefix + token)
-            except (nats.errors.Error, OSError) as exc:
-                raise _translate(what, exc) from exc
-            with trio.move_on_after(DEFAULT_CAP_S) as cap:
-                await slot.arrived.wait()
+            for subject, payload, headers in requests:
+                self._next_token += 1
+                token, slot = str(self._next_token), _Reply()
+                self._replies[token] = slot
+                slots.append((token, slot))
+                try:
+                    self._publish_now(subject, payload, headers, prefix + token)
+                except (nats.errors.Error, OSError) as exc:
+                    raise _translate(f"request {subject}", exc) from exc
+            yield replies
         finally:
-            del self._replies[token]
-        if cap.cancelled_caught:
-            raise Unavailable(f"{what}: no answer within {DEFAULT_CAP_S:g} s")
-        if slot.msg is None:
-            raise Unavailable(f"{what}: the connection closed")
-        if slot.msg.headers and slot.msg.headers.get(_STATUS) == _NO_RESPONDERS:
-            raise NoResponders(f"{what}: no responders")
-        return slot.msg
+            for token, _ in slots:
+                del self._replies[token]
 
     async def _reply_subject_prefix(self) -> str:
         """Trio: ``<inbox prefix>.<nuid>.``, subscribing to its wildcard at the first call."""
@@ -423,6 +491,44 @@ class Connection:
         self._fail_requests()
         self.closed.set()
 
+    def _lost(self, reason: str) -> None:
+        """Sync: the broker stopped answering: report it as the connection closing for good."""
+        self.last_error = reason
+        self.error_count += 1
+        self._error_arrived.set()
+        self._error_arrived = trio.Event()
+        log.warning("nats %s: %s", self._url, reason)
+        self._fail_requests()
+        self.closed.set()
+
+    async def _keep_alive(self) -> None:  # asyncio-flavoured: a task on the lane's loop
+        """PING every ``KEEPALIVE_S``; :meth:`_lost` when a PONG is late or the broker is gone long.
+
+        A PING is sent only while connected (never into a reconnect's handshake), and a PING a
+        reconnect overtook is not judged (the reconnect dropped its PONG future).
+        """
+        loop, nc = self._loop, self._nc
+        down_since: float | None = None
+        while not (nc.is_closed or self.closed.is_set()):
+            await asyncio.sleep(KEEPALIVE_S)
+            if nc.is_closed or self._closing:
+                return
+            if not nc.is_connected:
+                down_since = loop.time() if down_since is None else down_since
+                if loop.time() - down_since >= MAX_OUTAGE_S:
+                    self._lost(f"no broker for {MAX_OUTAGE_S:g} s (reconnecting)")
+                    return
+                continue
+            down_since, reconnects = None, nc.stats["reconnects"]
+            try:
+                await nc.flush(timeout=PONG_TIMEOUT_S)
+            except nats.errors.FlushTimeoutError:
+                if nc.is_connected and nc.stats["reconnects"] == reconnects and not self._closing:
+                    self._lost(f"no PING answered within {PONG_TIMEOUT_S:g} s - the broker is hung or unreachable")
+                    return
+            except (nats.errors.Error, OSError) as exc:  # closed or reconnecting: judged next round
+                log.debug("nats %s: keepalive: %r", self._url, exc)
+
     async def _connect(self, options: dict[str, Any], reconnect: bool) -> None:
         """Trio: the initial connect; see :func:`open_connection` for errors."""
 
@@ -435,6 +541,8 @@ class Connection:
             if not self._nc.is_connected:  # pitfall P5: returned without raising
                 raise _ConnectFailed(self.last_error or _NOT_CONFIRMED)
             self._nc.options["allow_reconnect"] = reconnect
+            self._nc.options["connect_timeout"] = PONG_TIMEOUT_S  # each reconnect attempt's bound
+            self._keeper = asyncio.get_running_loop().create_task(self._keep_alive())
 
         what = f"connect {self._url}"
         try:
@@ -450,6 +558,8 @@ class Connection:
 
         async def close(bound_s: float) -> None:  # asyncio-flavoured
             self._closing = True
+            if self._keeper is not None:
+                self._keeper.cancel()
             if self._stepped:
                 await asyncio.wait(set(self._stepped), timeout=bound_s)
             if not self._nc.is_closed:
@@ -462,6 +572,18 @@ class Connection:
         finally:
             self._fail_requests()
             self.closed.set()
+
+
+def _answer(subject: str, slot: _Reply) -> Message | Unavailable:
+    """A request's outcome from its reply slot: the reply, or the error to raise for it."""
+    what = f"request {subject}"
+    if not slot.arrived.is_set():
+        return Unavailable(f"{what}: no answer within {DEFAULT_CAP_S:g} s")
+    if slot.msg is None:
+        return Unavailable(f"{what}: the connection closed")
+    if slot.msg.headers and slot.msg.headers.get(_STATUS) == _NO_RESPONDERS:
+        return NoResponders(f"{what}: no responders")
+    return slot.msg
 
 
 async def _finish_stepped(coro: Coroutine[Any, Any, None], awaited: Any, subject: str) -> None:
@@ -532,6 +654,10 @@ async def open_connection(
             whose broker stays away ends and its host names it and retries it (issue 3 item 4).
             The first connect never retries.
         inbox_prefix: prefix of request reply subjects (default nats-py's ``_INBOX``).
+
+    Every connection runs a keepalive once connected (``KEEPALIVE_S``, ``PONG_TIMEOUT_S``,
+    ``MAX_OUTAGE_S``): a broker that stops answering sets ``closed`` within about 6 s, with
+    ``last_error`` naming it, as a closed socket does (issue 15 item 5).
 
     Raises:
         Unavailable: the connect failed or was refused; the message carries the broker's text,

@@ -15,8 +15,8 @@ Every call is a JetStream API request made with :meth:`Connection.request` (JSON
 nats-py JetStream context), so the connection's permissions decide what it reaches; a request
 its permissions refuse gets no answer (the broker reports a permissions violation on the
 connection) and waits out the caller's deadline or natsio's 10 s cap. Every async function here
-is trio-flavoured and a checkpoint. Errors: :class:`~cotal_trio.core.errors.Unavailable` chained
-from nats-py's typed JetStream error (``err_code``), ``ValueError`` for a malformed name.
+is trio-flavoured and a checkpoint. Errors: the JetStream client's typed errors (:mod:`._js`, all
+:class:`~cotal_trio.core.errors.Unavailable`), ``ValueError`` for a malformed name.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ import trio
 from cotal_trio.core.errors import ConfigError, Unavailable
 
 from ._conn import Connection, Message
-from ._streams import _api, _err_code
+from ._js import JetStreamError
+from ._js import js_api as _api
 
 __all__ = ["ConsumerDrift", "ack", "consumer_info", "consumer_names", "ensure_consumer", "pull_next"]
 
@@ -95,8 +96,8 @@ async def consumer_info(conn: Connection, stream: str, name: str) -> dict[str, A
     subject = f"$JS.API.CONSUMER.INFO.{_check(stream, 'stream name')}.{_check(name, 'consumer name')}"
     try:
         return await _api(conn, subject)
-    except Unavailable as exc:
-        if _err_code(exc) == _CONSUMER_NOT_FOUND:
+    except JetStreamError as exc:
+        if exc.err_code == _CONSUMER_NOT_FOUND:
             return None
         raise
 
@@ -130,8 +131,8 @@ async def ensure_consumer(
     subject = f"$JS.API.CONSUMER.CREATE.{_check(stream, 'stream name')}.{name}.{filter_subject}"
     try:
         answer = await _api(conn, subject, {"stream_name": stream, "config": want, "action": "create"})
-    except Unavailable as exc:
-        if _err_code(exc) != _CONSUMER_EXISTS:
+    except JetStreamError as exc:
+        if exc.err_code != _CONSUMER_EXISTS:
             raise
         answer = await consumer_info(conn, stream, name) or {}
     have = dict(answer.get("config") or {})

@@ -7,43 +7,31 @@ the caller's trio deadline, no ``timeout=`` parameters).
 Why not nats-py's ``KeyValue``: it has no TTL on put/update, and it misreads the markers the
 server leaves when a bucket has subject delete markers (``Nats-Marker-Reason``): ``get()``
 returns a marker as a value and ``create()`` then fails (reference stack-prototype.md section 4
-and pitfall 11). So writes are plain JetStream publishes with the KV headers, sent with
-:meth:`Connection.request` and acknowledged in JetStream's JSON (:func:`_publish`), and reads fetch the last
-message on the key's subject (``$JS.API.STREAM.MSG.GET.KV_<bucket>`` with ``last_by_subj``) and
-look at its headers themselves. A key whose last message is a delete, a purge or a server
-marker is absent.
+and pitfall 11). So writes are plain JetStream publishes with the KV headers and reads fetch the
+last message on the key's subject (``$JS.API.STREAM.MSG.GET.KV_<bucket>`` with
+``last_by_subj``, whatever ``allow_direct`` is) and look at its headers themselves; buckets are
+made with ``STREAM.INFO``/``CREATE``/``UPDATE``/``DELETE`` requests. Every call goes through the
+request-based JetStream client :mod:`._js` (typed errors: a missing bucket is
+:class:`~cotal_trio.natsio.BucketMissing` / :class:`~cotal_trio.natsio.StreamNotFound`). A key
+whose last message is a delete, a purge or a server marker is absent.
 
-nats-py internals relied on (nats-py 2.16; re-check on upgrade):
-
-* ``Connection._nc`` and ``Connection._loop`` (this package's own private attributes).
-* ``Client.jetstream(timeout=...)`` is cheap (no I/O), so each call builds one with the bound
-  :func:`run_aio` hands over.
-* ``nats.js.errors.APIError.from_error(error)`` raises the typed error of a JetStream error
-  object, carrying the server's ``err_code``; 10071/10164 mean "wrong last sequence" (as
-  nats-py's ``KeyValue`` reads them). ``get_last_msg(stream, subject)`` uses ``STREAM.MSG.GET`` (not direct get, so it works
-  whatever ``allow_direct`` is) and returns base64-decoded ``data`` (None when empty) and parsed
-  ``headers`` (None when absent).
-* ``stream_info``/``add_stream``/``delete_stream`` with ``api.StreamConfig``, whose ``as_dict``
-  converts ``max_age``, ``duplicate_window`` and ``subject_delete_marker_ttl`` from seconds.
+nats-py internals relied on (nats-py 2.16; re-check on upgrade): ``api.StreamConfig`` for the
+bucket's configuration, whose ``as_dict`` converts ``max_age``, ``duplicate_window`` and
+``subject_delete_marker_ttl`` from seconds and ``from_response`` back.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
-import nats.errors
-import nats.js
-import nats.js.errors
 from nats.js import api
 
-from cotal_trio.core.errors import AuthServiceError, ConfigError, Unavailable
+from cotal_trio.core.errors import AuthServiceError, ConfigError
 
-from ._conn import Connection, NoResponders, _translate
-from ._loop import run_aio
+from ._conn import Connection
+from ._js import JetStreamError, StreamNotFound, WrongLastSequence, js_api, js_msg_get, js_publish
 
 __all__ = [
     "KeyExists",
@@ -58,19 +46,14 @@ __all__ = [
     "kv_update",
 ]
 
-T = TypeVar("T")
-
 # KV wire headers (ADR-8, ADR-43).
 KV_OPERATION = "KV-Operation"
 MARKER_REASON = "Nats-Marker-Reason"  # placed by the server itself (MaxAge, Purge, Remove)
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 MSG_TTL = "Nats-TTL"  # whole seconds; nats-server 2.11+
 _TOMBSTONE_OPS = frozenset({"DEL", "PURGE"})
-# JetStream API err_codes (nats-server errors.json).
-_WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
-_NO_MESSAGE_FOUND = 10037
+# JetStream API err_code (nats-server errors.json): a create raced another creator.
 _STREAM_NAME_IN_USE = 10058
-_STREAM_NOT_FOUND = 10059
 # nats-py's KV limits: history is a per-subject message count the server caps at 64.
 MAX_HISTORY = 64
 # kv_create reads the key again after each conflict; a marker can expire between the read and
@@ -96,10 +79,6 @@ class WrongRevision(AuthServiceError):
         super().__init__(f"key {key!r} is no longer at revision {revision}")
         self.key = key
         self.revision = revision
-
-
-class _Conflict(Exception):
-    """The server refused a publish's expected last subject sequence (translated by callers)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,89 +138,18 @@ def _ttl_headers(ttl_s: int | None) -> dict[str, str]:
 # -- the bridge --------------------------------------------------------------------------------
 
 
-def _api_text(exc: nats.js.errors.APIError) -> str:
-    if exc.description:
-        return f"{exc.description} (err_code {exc.err_code})"
-    if isinstance(exc, nats.js.errors.ServiceUnavailableError):
-        return "no JetStream responder (JetStream off for this account?)"
-    return str(exc)
-
-
-async def _js(
-    conn: Connection, what: str, op: Callable[[nats.js.JetStreamContext], Awaitable[T]]
-) -> T:
-    """Trio: run ``op(js)`` on the lane's loop, translating JetStream errors.
-
-    Raises:
-        _Conflict: a wrong expected last subject sequence (the caller names it).
-        Unavailable: any other JetStream or connection error, with the server's text.
-    """
-
-    async def run(bound_s: float) -> T:  # asyncio-flavoured
-        return await op(conn._nc.jetstream(timeout=bound_s))
-
-    try:
-        return await run_aio(conn._loop, run, what=what)
-    except nats.js.errors.APIError as exc:
-        if exc.err_code in _WRONG_LAST_SEQUENCE:
-            raise _Conflict(what) from exc
-        raise Unavailable(f"{what}: {_api_text(exc)}") from exc
-    except (nats.errors.Error, OSError) as exc:
-        raise _translate(what, exc) from exc
-
-
-async def _publish(conn: Connection, subject: str, value: bytes, headers: dict[str, str]) -> int:
-    """Trio: a JetStream publish; returns the stored sequence.
-
-    Sent with :meth:`Connection.request` (not nats-py's ``js.publish``): the publish leaves at
-    once, in call order, and a caller's deadline cancels only the wait for the ack, with nothing
-    left to settle on the asyncio side (the callout's issuance row: issue 4 item 1). The ack is
-    JetStream's JSON (``{"seq": n}``, or ``{"error": {...}}`` read as nats-py reads it).
-
-    Raises:
-        _Conflict: a wrong expected last subject sequence (the caller names it).
-        Unavailable: any other JetStream or connection error, with the server's text; no stream
-            answering is ``Unavailable`` from nats-py's ``NoStreamResponseError``
-            (:func:`~cotal_trio.natsio.is_bucket_missing`).
-    """
-    what = f"publish {subject}"
-    try:
-        reply = await conn.request(subject, value, headers or None)
-    except NoResponders:
-        no_stream = nats.js.errors.NoStreamResponseError()
-        raise Unavailable(f"{what}: {no_stream}") from no_stream
-    try:
-        ack = json.loads(reply.data)
-        if "error" in ack:
-            nats.js.errors.APIError.from_error(ack["error"])  # raises the matching subclass
-        return int(ack["seq"])
-    except nats.js.errors.APIError as exc:
-        if exc.err_code in _WRONG_LAST_SEQUENCE:
-            raise _Conflict(what) from exc
-        raise Unavailable(f"{what}: {_api_text(exc)}") from exc
-    except (ValueError, KeyError, TypeError) as exc:
-        raise Unavailable(f"{what}: JetStream answered something that is not an ack: {reply.data[:200]!r}") from exc
-
-
 async def _last(conn: Connection, bucket: str, subject: str) -> _Last | None:
-    """Trio: the last message on ``subject`` in the bucket's stream, or None when there is none."""
+    """Trio: the last message on ``subject`` in the bucket's stream, or None when there is none.
 
-    async def op(js: nats.js.JetStreamContext) -> api.RawStreamMsg | None:  # asyncio-flavoured
-        try:
-            return await js.get_last_msg(f"KV_{bucket}", subject)
-        except nats.js.errors.NotFoundError as exc:
-            if exc.err_code == _NO_MESSAGE_FOUND:
-                return None
-            raise  # 10059: the bucket itself is missing
-
-    raw = await _js(conn, f"get {subject}", op)
-    if raw is None:
+    Raises:
+        StreamNotFound: the bucket is missing. Unavailable: the broker did not answer.
+    """
+    msg = await js_msg_get(conn, f"KV_{bucket}", {"last_by_subj": subject})
+    if msg is None:
         return None
-    headers = {k.lower(): v.strip() for k, v in (raw.headers or {}).items()}
-    tombstone = (
-        headers.get(KV_OPERATION.lower()) in _TOMBSTONE_OPS or MARKER_REASON.lower() in headers
-    )
-    return _Last(seq=int(raw.seq), value=bytes(raw.data or b""), live=not tombstone)
+    headers = {k.lower(): v for k, v in msg.headers.items()}
+    tombstone = headers.get(KV_OPERATION.lower()) in _TOMBSTONE_OPS or MARKER_REASON.lower() in headers
+    return _Last(seq=msg.seq, value=msg.data, live=not tombstone)
 
 
 # -- buckets -----------------------------------------------------------------------------------
@@ -333,25 +241,29 @@ async def ensure_bucket(
         Unavailable: the broker or JetStream did not answer, or refused (server text).
     """
     want = _bucket_config(bucket, history, allow_msg_ttl, direct, max_age_s, marker_ttl_s)
+    _check_shape(bucket, await _ensure(conn, want), want)
 
-    async def op(js: nats.js.JetStreamContext) -> api.StreamConfig:  # asyncio-flavoured
-        try:
-            have = (await js.stream_info(want.name)).config
-            if have.allow_rollup_hdrs:  # made before rollups were refused: tighten it in place
-                have.allow_rollup_hdrs = False
-                have = (await js.update_stream(have)).config
-            return have
-        except nats.js.errors.NotFoundError as exc:
-            if exc.err_code != _STREAM_NOT_FOUND:
-                raise
-        try:
-            return (await js.add_stream(want)).config
-        except nats.js.errors.APIError as exc:
-            if exc.err_code != _STREAM_NAME_IN_USE:  # created meanwhile by someone else
-                raise
-        return (await js.stream_info(want.name)).config
 
-    _check_shape(bucket, await _js(conn, f"ensure bucket {bucket}", op), want)
+async def _ensure(conn: Connection, want: api.StreamConfig) -> api.StreamConfig:
+    """Trio: the existing stream's configuration (rollups refused in place), else a new one's."""
+    info = f"$JS.API.STREAM.INFO.{want.name}"
+    try:
+        have = api.StreamConfig.from_response((await js_api(conn, info)).get("config") or {})
+        if have.allow_rollup_hdrs:  # made before rollups were refused: tighten it in place
+            have.allow_rollup_hdrs = False
+            answer = await js_api(conn, f"$JS.API.STREAM.UPDATE.{want.name}", have.as_dict())
+            have = api.StreamConfig.from_response(answer.get("config") or {})
+        return have
+    except StreamNotFound:
+        pass
+    try:
+        answer = await js_api(conn, f"$JS.API.STREAM.CREATE.{want.name}", want.as_dict())
+    except JetStreamError as exc:
+        if exc.err_code != _STREAM_NAME_IN_USE:  # created meanwhile by someone else
+            raise
+        answer = await js_api(conn, info)
+    return api.StreamConfig.from_response(answer.get("config") or {})
+
 
 
 async def delete_bucket(conn: Connection, bucket: str) -> None:
@@ -362,15 +274,11 @@ async def delete_bucket(conn: Connection, bucket: str) -> None:
         Unavailable: the broker or JetStream did not answer, or refused.
     """
     stream = _stream(bucket)
+    try:
+        await js_api(conn, f"$JS.API.STREAM.DELETE.{stream}")
+    except StreamNotFound:
+        pass
 
-    async def op(js: nats.js.JetStreamContext) -> None:  # asyncio-flavoured
-        try:
-            await js.delete_stream(stream)
-        except nats.js.errors.NotFoundError as exc:
-            if exc.err_code != _STREAM_NOT_FOUND:
-                raise
-
-    await _js(conn, f"delete bucket {bucket}", op)
 
 
 # -- keys --------------------------------------------------------------------------------------
@@ -415,8 +323,8 @@ async def kv_create(
     for _ in range(CREATE_ATTEMPTS):
         expect = {EXPECTED_LAST_SUBJECT_SEQ: str(expected)}
         try:
-            return await _publish(conn, subject, value, headers | expect)
-        except _Conflict:
+            return await js_publish(conn, subject, value, headers | expect)
+        except WrongLastSequence:
             pass
         last = await _last(conn, bucket, subject)
         if last is not None and last.live:
@@ -448,9 +356,9 @@ async def kv_update(
     subject = _subject(bucket, key)
     headers = {**_ttl_headers(ttl_s), EXPECTED_LAST_SUBJECT_SEQ: str(last_revision)}
     try:
-        return await _publish(conn, subject, value, headers)
-    except _Conflict as exc:
-        raise WrongRevision(key, last_revision) from exc.__cause__
+        return await js_publish(conn, subject, value, headers)
+    except WrongLastSequence as exc:
+        raise WrongRevision(key, last_revision) from exc
 
 
 async def kv_put(
@@ -462,7 +370,7 @@ async def kv_put(
         ValueError: an invalid bucket, key or ``ttl_s``.
         Unavailable: the bucket is missing, refuses TTLs, or the broker did not answer.
     """
-    return await _publish(conn, _subject(bucket, key), value, _ttl_headers(ttl_s))
+    return await js_publish(conn, _subject(bucket, key), value, _ttl_headers(ttl_s))
 
 
 async def kv_delete(
@@ -484,6 +392,6 @@ async def kv_delete(
             raise ValueError(f"last_revision must be >= 1, got {last_revision}")
         headers[EXPECTED_LAST_SUBJECT_SEQ] = str(last_revision)
     try:
-        await _publish(conn, subject, b"", headers)
-    except _Conflict as exc:
-        raise WrongRevision(key, last_revision or 0) from exc.__cause__
+        await js_publish(conn, subject, b"", headers)
+    except WrongLastSequence as exc:
+        raise WrongRevision(key, last_revision or 0) from exc

@@ -13,31 +13,15 @@ What the issuance rows (:mod:`cotal_trio.lanes.issuance`) need beyond :mod:`._kv
   sequence 0).
 * :func:`is_bucket_missing`: whether a KV error means the bucket's stream does not exist.
 
-Every async function here is trio-flavoured; errors follow :mod:`._kv` (``Unavailable`` chained
-from nats-py's error).
+Every async function here is trio-flavoured; errors follow :mod:`._kv` (the typed errors of
+:mod:`._js`).
 """
 
 from __future__ import annotations
 
-import json
-
-import nats.js.errors
-
-from cotal_trio.core.errors import Unavailable
-
 from ._conn import Connection
-from ._kv import (
-    _STREAM_NOT_FOUND,
-    EXPECTED_LAST_SUBJECT_SEQ,
-    KV_OPERATION,
-    WrongRevision,
-    _api_text,
-    _Conflict,
-    _publish,
-    _stream,
-    _subject,
-    _ttl_headers,
-)
+from ._js import StreamNotFound, WrongLastSequence, js_api, js_publish
+from ._kv import EXPECTED_LAST_SUBJECT_SEQ, KV_OPERATION, WrongRevision, _stream, _subject, _ttl_headers
 
 __all__ = ["is_bucket_missing", "kv_delete_expiring", "kv_keys"]
 
@@ -70,14 +54,7 @@ async def kv_keys(conn: Connection, bucket: str, *, prefix: str = "") -> list[st
 
 async def _subjects_page(conn: Connection, stream: str, subjects: str, *, offset: int) -> tuple[list[str], int]:
     """One ``STREAM.INFO`` page: (subjects with a message, total matching subjects)."""
-    what = f"list subjects {subjects}"
-    request = json.dumps({"subjects_filter": subjects, "offset": offset}).encode()
-    body = json.loads((await conn.request(f"$JS.API.STREAM.INFO.{stream}", request)).data)
-    if body.get("error"):
-        try:
-            nats.js.errors.APIError.from_error(body["error"])  # raises the typed error
-        except nats.js.errors.APIError as exc:
-            raise Unavailable(f"{what}: {_api_text(exc)}") from exc
+    body = await js_api(conn, f"$JS.API.STREAM.INFO.{stream}", {"subjects_filter": subjects, "offset": offset})
     page = list((body.get("state") or {}).get("subjects") or {})
     return page, int(body.get("total") or len(page))  # "total" only when the server pages
 
@@ -99,16 +76,16 @@ async def kv_delete_expiring(
         raise ValueError(f"last_revision must be >= 0, got {last_revision}")
     headers = {KV_OPERATION: "DEL", EXPECTED_LAST_SUBJECT_SEQ: str(last_revision), **_ttl_headers(ttl_s)}
     try:
-        return await _publish(conn, _subject(bucket, key), b"", headers)
-    except _Conflict as exc:
-        raise WrongRevision(key, last_revision) from exc.__cause__
+        return await js_publish(conn, _subject(bucket, key), b"", headers)
+    except WrongLastSequence as exc:
+        raise WrongRevision(key, last_revision) from exc
 
 
 def is_bucket_missing(exc: BaseException) -> bool:
-    """Sync: True when ``exc``, raised by a natsio KV function, means the bucket does not exist.
+    """Sync: True when ``exc``, raised by a natsio KV or stream function, means the bucket (its
+    stream) does not exist: a publish no stream answered (:class:`BucketMissing`) or JetStream's
+    "stream not found" on a request (:class:`StreamNotFound`, its base).
 
-    That is a publish no stream answered (nats-py's ``NoStreamResponseError``) or JetStream's
-    "stream not found" (err_code 10059) on a read.
+    Also True for such an error re-raised by a caller ``from`` it (one level of ``__cause__``).
     """
-    cause = exc.__cause__
-    return isinstance(cause, nats.js.errors.NoStreamResponseError) or getattr(cause, "err_code", None) == _STREAM_NOT_FOUND
+    return isinstance(exc, StreamNotFound) or isinstance(exc.__cause__, StreamNotFound)

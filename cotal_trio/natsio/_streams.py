@@ -21,9 +21,10 @@ What the issued-authority stores (:mod:`cotal_trio.lanes.issued`) need beyond :m
 Every call is one or more JetStream API requests made with :meth:`Connection.request` (JSON
 bodies, no nats-py JetStream context), so a connection's permissions decide exactly what it can
 reach. Every async function here is trio-flavoured and a checkpoint, bounded by the caller's
-deadline (or natsio's 10 s cap). Errors: :class:`~cotal_trio.core.errors.Unavailable` chained from
-nats-py's typed JetStream error (its ``err_code``; :func:`~cotal_trio.natsio.is_bucket_missing`
-works on them), ``ValueError`` for a malformed name.
+deadline (or natsio's 10 s cap). Errors: the typed errors of the JetStream client :mod:`._js`
+(:class:`~cotal_trio.natsio.StreamNotFound` for a missing stream, all of them
+:class:`~cotal_trio.core.errors.Unavailable`; :func:`~cotal_trio.natsio.is_bucket_missing` works
+on them), ``ValueError`` for a malformed name.
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import nats.js.errors
 import trio
 
-from cotal_trio.core.errors import AuthServiceError, ConfigError, Unavailable
+from cotal_trio.core.errors import AuthServiceError, ConfigError
 
 from ._conn import Connection
-from ._kv import _STREAM_NOT_FOUND, EXPECTED_LAST_SUBJECT_SEQ, _api_text, _Conflict, _publish, _ttl_headers
+from ._js import JetStreamError, StreamMessage, StreamNotFound, SubjectFull, WrongLastSequence, js_api, js_msg_get, js_publish
+from ._kv import EXPECTED_LAST_SUBJECT_SEQ, _ttl_headers
 
 __all__ = [
     "StreamDrift",
@@ -52,16 +53,15 @@ __all__ = [
     "backup_stream",
     "delete_stream",
     "ensure_stream",
+    "expecting_headers",
     "first_message",
     "last_message",
     "publish_expecting",
     "stream_config",
 ]
 
-# JetStream API err_codes (nats-server errors.json).
-_NO_MESSAGE_FOUND = 10037
+# JetStream API err_code (nats-server errors.json): a create raced another creator.
 _STREAM_NAME_IN_USE = 10058
-_MAX_MSGS_PER_SUBJECT = 10077  # discard new per subject: the subject already holds its messages
 _STREAM_NAME = re.compile(r"[A-Za-z0-9_-]{1,255}")
 # A stream's messages are read back one request each; this bounds a backup of a runaway stream.
 MAX_BACKUP_MESSAGES = 1_000_000
@@ -89,25 +89,6 @@ class SubjectConflict(AuthServiceError):
         super().__init__(f"{subject} already holds another message than the one expected ({expected})")
         self.subject = subject
         self.expected = expected
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StreamMessage:
-    """One stored message read back.
-
-    Attributes:
-        seq: its stream sequence (>= 1).
-        subject: the subject it was published to.
-        headers: its headers (names as stored), empty when it had none.
-        data: its payload.
-        time: the broker's RFC 3339 timestamp of the store.
-    """
-
-    seq: int
-    subject: str
-    headers: dict[str, str]
-    data: bytes
-    time: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -193,31 +174,8 @@ def _check_name(name: str) -> str:
 
 
 async def _api(conn: Connection, subject: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Trio: one JetStream API request; its JSON answer.
-
-    Raises:
-        Unavailable: the broker's JetStream error (chained from nats-py's typed error, which
-            carries ``err_code``), an answer that is not JSON, or no answer.
-    """
-    what = f"request {subject}"
-    payload = b"" if body is None else json.dumps(body).encode()
-    reply = await conn.request(subject, payload)
-    try:
-        answer = json.loads(reply.data)
-    except ValueError:
-        raise Unavailable(f"{what}: JetStream answered something that is not JSON: {reply.data[:200]!r}") from None
-    if not isinstance(answer, dict):
-        raise Unavailable(f"{what}: JetStream answered something that is not an object")
-    if answer.get("error"):
-        try:
-            nats.js.errors.APIError.from_error(answer["error"])  # raises the typed error
-        except nats.js.errors.APIError as exc:
-            raise Unavailable(f"{what}: {_api_text(exc)}") from exc
-    return answer
-
-
-def _err_code(exc: BaseException) -> int | None:
-    return getattr(exc.__cause__, "err_code", None)
+    """Trio: one JetStream API request; its JSON answer (:func:`~cotal_trio.natsio._js.js_api`)."""
+    return await js_api(conn, subject, body)
 
 
 async def stream_config(conn: Connection, name: str) -> dict[str, Any] | None:
@@ -229,10 +187,8 @@ async def stream_config(conn: Connection, name: str) -> dict[str, Any] | None:
     """
     try:
         info = await _api(conn, f"$JS.API.STREAM.INFO.{_check_name(name)}")
-    except Unavailable as exc:
-        if _err_code(exc) == _STREAM_NOT_FOUND:
-            return None
-        raise
+    except StreamNotFound:
+        return None
     return dict(info.get("config") or {})
 
 
@@ -250,8 +206,8 @@ async def ensure_stream(conn: Connection, shape: StreamShape) -> None:
         try:
             answer = await _api(conn, f"$JS.API.STREAM.CREATE.{shape.name}", shape.config())
             config = dict(answer.get("config") or {})
-        except Unavailable as exc:
-            if _err_code(exc) != _STREAM_NAME_IN_USE:  # someone made it meanwhile, another shape
+        except JetStreamError as exc:
+            if exc.err_code != _STREAM_NAME_IN_USE:  # someone made it meanwhile, another shape
                 raise
             config = await stream_config(conn, shape.name) or {}
     differences = shape.drift(config)
@@ -270,37 +226,13 @@ async def delete_stream(conn: Connection, name: str) -> bool:
     """
     try:
         await _api(conn, f"$JS.API.STREAM.DELETE.{_check_name(name)}")
-    except Unavailable as exc:
-        if _err_code(exc) == _STREAM_NOT_FOUND:
-            return False
-        raise
+    except StreamNotFound:
+        return False
     return True
 
 
-def _headers(hdrs: str | None) -> dict[str, str]:
-    """The headers of a ``STREAM.MSG.GET`` answer (base64 of ``NATS/1.0\\r\\nName: value...``)."""
-    if not hdrs:
-        return {}
-    lines = base64.b64decode(hdrs).decode("utf-8", "replace").split("\r\n")[1:]
-    pairs = (line.split(":", 1) for line in lines if ":" in line)
-    return {name.strip(): value.strip() for name, value in pairs}
-
-
 async def _get(conn: Connection, stream: str, body: Mapping[str, Any]) -> StreamMessage | None:
-    try:
-        answer = await _api(conn, f"$JS.API.STREAM.MSG.GET.{_check_name(stream)}", body)
-    except Unavailable as exc:
-        if _err_code(exc) == _NO_MESSAGE_FOUND:
-            return None
-        raise
-    msg = answer.get("message") or {}
-    try:
-        return StreamMessage(
-            seq=int(msg["seq"]), subject=str(msg["subject"]), headers=_headers(msg.get("hdrs")),
-            data=base64.b64decode(msg.get("data") or ""), time=str(msg.get("time", "")),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise Unavailable(f"get from {stream}: JetStream answered a message without seq or subject") from exc
+    return await js_msg_get(conn, _check_name(stream), body)
 
 
 async def first_message(conn: Connection, stream: str, subject: str) -> StreamMessage | None:
@@ -323,6 +255,22 @@ async def last_message(conn: Connection, stream: str, subject: str) -> StreamMes
     return await _get(conn, stream, {"last_by_subj": subject})
 
 
+def expecting_headers(*, expected_last_subject_seq: int | None, ttl_s: int | None) -> dict[str, str]:
+    """Sync: the headers of a :func:`publish_expecting` (for a batch of
+    :func:`~cotal_trio.natsio.js_publish_many`): ``Nats-TTL`` and
+    ``Nats-Expected-Last-Subject-Sequence``, each only when given.
+
+    Raises:
+        ValueError: ``ttl_s`` below 1 or ``expected_last_subject_seq`` below 0.
+    """
+    headers = _ttl_headers(ttl_s)
+    if expected_last_subject_seq is not None:
+        if expected_last_subject_seq < 0:
+            raise ValueError(f"expected_last_subject_seq must be >= 0, got {expected_last_subject_seq}")
+        headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
+    return headers
+
+
 async def publish_expecting(
     conn: Connection, subject: str, data: bytes, *, expected_last_subject_seq: int | None, ttl_s: int | None
 ) -> int:
@@ -339,19 +287,11 @@ async def publish_expecting(
         ValueError: ``ttl_s`` or ``expected_last_subject_seq`` out of range.
         Unavailable: no stream takes the subject, it refuses TTLs, or the broker did not answer.
     """
-    headers = _ttl_headers(ttl_s)
-    if expected_last_subject_seq is not None:
-        if expected_last_subject_seq < 0:
-            raise ValueError(f"expected_last_subject_seq must be >= 0, got {expected_last_subject_seq}")
-        headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
+    headers = expecting_headers(expected_last_subject_seq=expected_last_subject_seq, ttl_s=ttl_s)
     try:
-        return await _publish(conn, subject, data, headers)
-    except _Conflict:
+        return await js_publish(conn, subject, data, headers)
+    except (WrongLastSequence, SubjectFull):
         raise SubjectConflict(subject, expected_last_subject_seq) from None
-    except Unavailable as exc:
-        if _err_code(exc) == _MAX_MSGS_PER_SUBJECT:
-            raise SubjectConflict(subject, expected_last_subject_seq) from None
-        raise
 
 
 async def backup_stream(conn: Connection, name: str, folder: Path) -> int:

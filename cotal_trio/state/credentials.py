@@ -2,10 +2,14 @@
 
 Layout (besides :mod:`cotal_trio.state.layout`)::
 
-    <root>/spaces/space.<hex>/credentials/      0700
+    <root>/spaces/<space>/credentials/          0700
         <label>.json                            0600, a LabelRecord (core/credentials.py)
         .lock                                   flock: one mint or revocation at a time
-    <root>/auth/creds/space.<hex>/<label>.creds the default place of the minted file (0600)
+    <root>/auth/creds/<space>/<label>.creds     the default place of the minted file (0600)
+
+A root written by an earlier version keeps minting into its ``auth/creds/space.<hex>/`` folder:
+the files there were handed to agents by that path and each record holds it, so that folder is
+never renamed (the space folders are: state/space_folders.py).
 
 A record holds no secret (public keys, times, the file's path); the seed lives only in the
 ``.creds`` file. Writes are atomic (:func:`cotal_trio.state.files.atomic_write`). Blocking file
@@ -28,6 +32,7 @@ from cotal_trio.core.identity import is_actor
 from .files import TEMP_SUFFIX, atomic_write, corrupt, ensure_dir, render_json
 from .layout import RootPaths, SpacePaths, space_dir_name
 from .lock import lock_file
+from .space_folders import legacy_dir_name
 
 __all__ = [
     "creds_dir",
@@ -56,12 +61,15 @@ def record_path(sp: SpacePaths, label: str) -> Path:
 
 
 def creds_dir(paths: RootPaths, space: str) -> Path:
-    """``<root>/auth/creds/space.<hex>``: where minted files go without ``--out``."""
-    return paths.root / "auth" / "creds" / space_dir_name(space)
+    """``<root>/auth/creds/<space>``: where minted files go without ``--out`` (an earlier
+    version's ``auth/creds/space.<hex>`` when it exists: module docstring)."""
+    top = paths.root / "auth" / "creds"
+    earlier = top / legacy_dir_name(space)
+    return earlier if earlier.is_dir() else top / space_dir_name(space)
 
 
 def default_creds_path(paths: RootPaths, space: str, label: str) -> Path:
-    """``<root>/auth/creds/space.<hex>/<label>.creds``."""
+    """``<creds_dir>/<label>.creds``."""
     return creds_dir(paths, space) / f"{label}.creds"
 
 

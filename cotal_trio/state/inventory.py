@@ -3,7 +3,7 @@
 Spec "Auth service integration", section "Offline secret inventory" (issue 5 item 8): the
 inventory "returns keys only and performs no deletion or secret read", and a key outside the
 selected space's secret segment cannot take part in a local reset. Here the segment is the space
-folder ``<root>/spaces/space.<hex>/``; root-level keys (operator, system account, development
+folder ``<root>/spaces/<space>/``; root-level keys (operator, system account, development
 IdP) serve every space, so they are listed apart as *shared*, never as the space's.
 
 The space's secret keys (DESIGN.md sections 2 and 4: what a lane holds for its space):
@@ -42,6 +42,7 @@ from cotal_trio.core.nkeys import Prefix
 from .files import read_fields
 from .layout import RootPaths, SpacePaths
 from .material import public_key_field
+from .space_folders import require_space
 
 __all__ = [
     "SecretInventory",
@@ -169,19 +170,16 @@ def deprovision_secret_keys(paths: RootPaths, space: str) -> SecretInventory:
         A :class:`SecretInventory` (``to_json()`` gives ``{space, segment, keys, shared}``).
 
     Raises:
-        ConfigError: ``space`` is not a space name; the space has no folder in the root (an
-            unknown space: the message names ``cotal space list``); or ``accounts.json`` is
+        ConfigError: ``space`` is not a space name; the root does not hold the space
+            (:func:`cotal_trio.state.space_folders.require_space`: names ``cotal space list``); or ``accounts.json`` is
             corrupt or written for another space.
         OSError: a file cannot be stat-ed for a reason other than not existing.
     """
     if not is_space(space):
         raise ConfigError(f"{space!r} is not a space name - use 1 to 64 letters, digits, _ and -")
     sp = paths.space(space)
-    if not sp.dir.is_dir():
-        raise ConfigError(
-            f"space {space!r} has no folder in {paths.spaces_dir} - run `cotal space list` "
-            "to see the root's spaces, or pass the right --root"
-        )
+    if not sp.dir.is_dir():  # a partly provisioned space (a folder, no callout.json) is listed
+        require_space(paths, space)  # raises: no root, an earlier folder name, or not in the root
     public = _public_keys(sp)
     return SecretInventory(
         space=space, segment=sp.dir,

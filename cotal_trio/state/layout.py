@@ -7,7 +7,7 @@
   devidp.json        the development IdP's state
   spaces.json        the manifest
   broker/            server.conf, resolver/, jetstream/, nats-server.log, nats-server.pid
-  spaces/space.<hex(utf8 name)>/
+  spaces/<space>/                     the folder is the space's name, as the operator typed it
     accounts.json    provisioning record: account pubs and current account JWTs
     callout.json     what a lane holds (DESIGN.md section 4, last paragraph)
     issuer.json      bearer issuer keys
@@ -19,8 +19,12 @@
     managed-actors/  managed ledger rows
 ```
 
-The space folder name is ``space.`` plus the hex of the UTF-8 name (upstream-notes 1.3), so any
-name maps to one safe segment; the name itself is validated where spaces are created.
+The space folder is the space's own name: a space name is 1 to 64 of ``[A-Za-z0-9_-]``
+(core/identity.py), so it is one safe path segment (no ``/``, no ``.`` or ``..``), and an error
+message or an ``ls`` of the root reads as the operator typed it. :meth:`RootPaths.space` refuses
+any other string (ConfigError; callers validate names first). Roots written before named the folder
+``space.<hex of the UTF-8 name>``; :mod:`cotal_trio.state.space_folders` renames those at the next
+start and says what to do when a space is not in the root.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from cotal_trio.core.errors import ConfigError
+from cotal_trio.core.identity import is_space
 
 __all__ = ["ROOT_ENV", "DEFAULT_ROOT", "RootPaths", "SpacePaths", "resolve_root", "space_dir_name"]
 
@@ -46,8 +53,15 @@ def resolve_root(flag: str | None, environ: Mapping[str, str]) -> Path:
 
 
 def space_dir_name(space: str) -> str:
-    """The folder segment of a space: ``space.<hex of its UTF-8 bytes>``."""
-    return "space." + space.encode("utf-8").hex()
+    """The folder segment of a space: its name.
+
+    Raises:
+        ConfigError: ``space`` is not a space name (it would not be one safe path segment; a
+            name read from a hand-edited file gets the sentence, never a traceback).
+    """
+    if not is_space(space):
+        raise ConfigError(f"{space!r} is not a space name - use 1 to 64 letters, digits, _ and -")
+    return space
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,5 +162,5 @@ class RootPaths:
         return self.root / "spaces"
 
     def space(self, name: str) -> SpacePaths:
-        """The paths of space ``name`` (not validated here; no I/O)."""
+        """The paths of space ``name`` (no I/O; ConfigError when ``name`` is not a space name)."""
         return SpacePaths(name, self.spaces_dir / space_dir_name(name))

@@ -143,6 +143,33 @@ class LedgerReader:
             self._last[principal] = rows
         return rows
 
+    def unchanged(self, owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None] | None:
+        """What a call would return, when that needs no read: each row file is gone, or unchanged
+        since it was parsed (the ``stat`` check of a call). None when a file must be read (new
+        or changed: a call reads it). Blocking only for the two ``stat`` calls, never a read, so
+        the callout runs it on its own thread and reads in a worker thread only when it says
+        None (issue 14 item 4); a FIFO or a file being replaced is never opened here.
+        """
+        rows = []
+        for kind in (LedgerKind.INTERACTIVE, LedgerKind.MANAGED):
+            path = row_path(self._space_paths, kind, owner, actor)
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                rows.append(None)
+                continue
+            except OSError:
+                return None  # a call raises the CodecError naming it
+            cached = self._rows.get(path)
+            if cached is None or cached[0] != (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size):
+                return None
+            rows.append(cached[1])
+        found = (rows[0], rows[1])
+        with self._lock:
+            if (owner, actor) in self._last:
+                self._last[(owner, actor)] = found
+        return found
+
     def recall(self, owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None] | None:
         """Sync, no I/O: what the last call for ``(owner, actor)`` returned, or None if there was
         none (or it was forgotten: at most ``capacity`` principals are remembered).

@@ -69,14 +69,25 @@ class BlockingCalls:
 def read_in_threads(read: ReadRows, *, max_threads: int) -> ReadLedger:
     """The awaited ledger port over a blocking reader (a :class:`~cotal_trio.state.LedgerReader`).
 
-    Each read runs in a worker thread of one :class:`BlockingCalls`, at most ``max_threads`` at
-    once for this port, so a read that stalls holds its own request and never the lane's trio
-    thread: its deadline cancels the wait and the other requests go on (issue 4, "a ledger
-    that stalls 1.3 s for one actor"; issue 15 item 7).
+    A reader with an ``unchanged(owner, actor)`` method (the LedgerReader's ``stat`` check,
+    never a read) is asked that first, on the caller's thread: rows whose files are gone or
+    unchanged since they were parsed come back with no thread hop (the callout's re-check after
+    the issuance row, on every mint: issue 14 item 4). Only a file that must be read (new,
+    changed, or a FIFO standing in for a hung disk) is read in a worker thread of one
+    :class:`BlockingCalls`, at most ``max_threads`` at once for this port, so a read that stalls
+    holds its own request and never the lane's trio thread: its deadline cancels the wait and
+    the other requests go on (issue 4, "a ledger that stalls 1.3 s for one actor"; issue 15
+    item 7).
     """
     calls = BlockingCalls(max_threads=max_threads)
+    unchanged = getattr(read, "unchanged", None)
 
     async def read_ledger(owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
+        if unchanged is not None:
+            rows = unchanged(owner, actor)
+            if rows is not None:
+                await trio.lowlevel.checkpoint_if_cancelled()  # no scheduler trip on the mint path
+                return rows
         return await calls.run(read, owner, actor)
 
     return read_ledger

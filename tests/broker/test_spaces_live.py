@@ -134,8 +134,8 @@ async def test_cli_add_list_remove(operator_broker, provisioned, capsys):
 
 ARG_ERRORS = [
     (["space", "add", "a.b"], "cotal: 'a.b' is not a space name"),
-    (["space", "remove", "nope"], "cotal: space nope is not in the root"),
-    (["space", "add", "x", "--server", ""], "cotal: --server is empty"),
+    (["space", "remove", "nope"], "cotal: there is no root at"),  # the root is the typo here
+    (["space", "add", "x", "--server", "", "--new-root"], "cotal: --server is empty"),
     (["space", "add", "x", "--root", ""], "cotal: --root is empty"),
 ]
 
@@ -163,7 +163,7 @@ def test_add_pins_a_new_space_to_the_development_idp_before_hosting_it(tmp_path,
     """A fresh user found `cotal auth-service --spaces` retrying a space added without `cotal up`
     forever (`idp.json is missing`): `space add` now pins it before listing it in spaces.json."""
     root = tmp_path / "root"
-    assert main(["space", "add", "beta", "--root", str(root)]) == 0
+    assert main(["space", "add", "beta", "--root", str(root), "--new-root"]) == 0
     paths = RootPaths(root)
     dev = json.loads(paths.devidp_json.read_text())
     pin = json.loads(paths.space("beta").idp_json.read_text())
@@ -178,7 +178,7 @@ def test_add_pins_a_new_space_to_the_development_idp_before_hosting_it(tmp_path,
 
 def test_add_refuses_to_change_a_pin_before_writing_anything(tmp_path, capsys):
     root = tmp_path / "root"
-    assert main(["space", "add", "beta", "--root", str(root)]) == 0
+    assert main(["space", "add", "beta", "--root", str(root), "--new-root"]) == 0
     manifest = (root / "spaces.json").read_bytes()
     capsys.readouterr()
     assert main(["space", "add", "beta", "--idp", "https://idp.example", "--root", str(root)]) == 1
@@ -200,7 +200,7 @@ def test_adding_a_space_again_never_changes_its_mode(tmp_path, capsys, first, ag
     space (hosted, its minted files still connecting, mint then refused). A re-add keeps the
     mode or is refused, naming both ways on."""
     root = str(tmp_path / "root")
-    assert main(["space", "add", "lab", *first, "--root", root]) == 0
+    assert main(["space", "add", "lab", *first, "--root", root, "--new-root"]) == 0
     mode = (tmp_path / "root" / "spaces").glob("*/mode.json")
     before = {p: p.read_bytes() for p in mode}
     manifest = (tmp_path / "root" / "spaces.json").read_bytes() if (tmp_path / "root" / "spaces.json").exists() else None

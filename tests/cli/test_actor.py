@@ -107,9 +107,9 @@ def test_bad_grants_exit_1_with_one_sentence_and_write_nothing(root, capsys, arg
     assert _files_under(root.space.actors_dir) == [] and _files_under(root.space.managed_dir) == []
 
 
-def test_grant_into_an_unprovisioned_space_names_cotal_up(root, capsys):
+def test_grant_into_a_space_the_root_does_not_hold_names_it(root, capsys):
     code, _, err = root.run(capsys, "actor", "grant", "cli", "--sub", SUB, "--space", "nowhere")
-    assert code == 1 and "callout.json is missing - run `cotal up`" in _one_sentence(err)
+    assert code == 1 and _one_sentence(err) == f"space nowhere is not in the root {root.paths.root} - see `cotal space list`"
 
 
 def test_grant_by_sub_needs_the_idp_pin(root, capsys):
@@ -263,3 +263,28 @@ def test_a_principal_in_both_folders_is_reported_as_a_broken_ledger(root, capsys
     managed.unlink()
     code, _, err = root.run(capsys, "actor", "list")
     assert code == 1 and "has both an interactive and a managed row" in err
+
+
+# --- input that is not text -------------------------------------------------------------------
+
+# What Python makes of the argv bytes b"al\xe9x" (Latin-1, not UTF-8): a lone surrogate per bad byte.
+NOT_UTF8 = os.fsdecode(b"al\xe9x")
+NOT_UTF8_SENTENCE = (
+    "--sub holds bytes that are not UTF-8 (the shell's locale is not UTF-8?) - pass the subject as UTF-8 text,"
+    " exactly as the IdP's token carries it"
+)
+
+
+@pytest.mark.parametrize("command", ["grant", "revoke"])
+def test_a_sub_from_non_utf8_argv_is_refused_not_derived(root, capsys, command):
+    """Issue 17 review item 5: ``--sub`` from non-UTF-8 argv bytes reaches Python as ``\\udcXX``
+    surrogates and derived an owner no IdP will ever send; it is refused in one sentence."""
+    assert NOT_UTF8 == "al\udce9x"
+    code, out, err = root.run(capsys, "actor", command, "cli", "--sub", NOT_UTF8)
+    assert (code, out) == (1, "") and _one_sentence(err) == NOT_UTF8_SENTENCE
+    assert _files_under(root.space.actors_dir) == []
+
+
+def test_a_dev_idp_token_for_a_non_utf8_sub_is_refused(root, capsys):
+    code, out, err = root.run(capsys, "dev-idp", "token", "--sub", NOT_UTF8)
+    assert (code, out) == (1, "") and _one_sentence(err) == NOT_UTF8_SENTENCE

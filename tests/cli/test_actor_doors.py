@@ -26,7 +26,7 @@ from quart_trio import QuartTrio
 
 from cotal_trio.cli import main
 from cotal_trio.core.bearer import space_issuer
-from cotal_trio.core.errors import RefusalCode, Refused
+from cotal_trio.core.errors import RefusalCode, Refused, Unavailable
 from cotal_trio.core.issuance import IssuanceRow, render_row
 from cotal_trio.core.ledger import LedgerKind, ReadRows
 from cotal_trio.core.ledger import render_row as render_ledger_row
@@ -37,7 +37,7 @@ from cotal_trio.http.errors import UNAVAILABLE, install_edge
 from cotal_trio.http.faces import check_transport, read_json_body
 from cotal_trio.http.lifecycle_doors import LifecycleDoors, routes
 from cotal_trio.http.serve import serve_app
-from cotal_trio.lanes.issuance import issuance_store
+from cotal_trio.lanes.issuance import KvRowStore, issuance_store
 from cotal_trio.lanes.records import RecordsStore, ensure_records_stores, records_bucket
 from cotal_trio.natsio import Connection, delete_bucket, ensure_bucket, kv_get, open_connection, open_loop
 from cotal_trio.state import load_space, read_principal, row_path, write_json
@@ -206,6 +206,38 @@ async def test_a_failure_after_the_barrier_is_an_unknown_outcome_naming_actor_li
         " holds that lifecycle, then run this command again"
     )
     assert _interactive(root) == old  # the barrier failed before anything else ran
+
+
+async def _cannot_delete(self, key: str, *, last_revision: int, ttl_s: int) -> int:
+    raise Unavailable("the auth bucket did not answer")
+
+
+async def test_a_partial_retirement_says_the_actor_is_revoked_and_how_many_rows_expire(root, plain_broker, capsys, monkeypatch):
+    """Issue 17 review item 3: the row is removed but the withdrawal fails. The door answers 202
+    ``"withdrawn": "partial"``; the revoke says the actor is revoked and how many issuance rows
+    end on their TTL (it used to print an unknown outcome, and a retry answered 404)."""
+    root.run(capsys, "actor", "grant", "cli", "--sub", SUB, "--full")
+    old = _interactive(root)
+    with trio.fail_after(CEILING_S):
+        async with serving(root, plain_broker) as service:
+            await service.minted(old.owner, old.lifecycle_uid, 4)
+            await service.minted(old.owner, old.lifecycle_uid, 5)
+            monkeypatch.setattr(KvRowStore, "delete", _cannot_delete)
+            code, out, err = await _cotal(root, capsys, "actor", "revoke", "cli", "--sub", SUB)
+            root.run(capsys, "actor", "grant", "cli", "--sub", SUB, "--full")  # a fresh grant, then again
+            new = _interactive(root)
+            await service.minted(new.owner, new.lifecycle_uid, 6)
+            code_json, out_json, _ = await _cotal(root, capsys, "actor", "revoke", "cli", "--sub", SUB, "--json")
+    assert (code, code_json) == (0, 0) and "cotal:" not in err
+    assert out == (
+        f"revoked cli of owner {old.owner} (the running auth service retired lifecycle {old.lifecycle_uid} and"
+        " withdrew 0 issuance rows; 2 more were not withdrawn and expire within their TTL, at most 905 s)\n"
+    )
+    assert json.loads(out_json) == {
+        "owner": old.owner, "actor": "cli", "removed": True, "retiredLifecycle": new.lifecycle_uid,
+        "withdrawn": "partial", "withdrawnRows": 0, "rowsLeft": 1, "rowsExpireWithinS": 905,
+    }  # fmt: skip
+    assert read_principal(root.space, old.owner, "cli") == (None, None)
 
 
 async def test_a_service_without_the_door_is_an_unknown_outcome(root, plain_broker, capsys):

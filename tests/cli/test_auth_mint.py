@@ -119,6 +119,7 @@ def test_text_receipt_and_no_expiry(static, capsys):
         "  expires   never (--no-expiry: `cotal doctor auth` warns about it)",
         f"  file      {record.path}",
         f"  inbox     _INBOX_{record.inbox_nonce} (the client's inbox prefix)",
+        "  server    nats://127.0.0.1:4333",
     ]
     claims, _ = decoded(record.path)
     assert "exp" not in claims and record.expires_at is None

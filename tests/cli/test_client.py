@@ -206,6 +206,7 @@ def test_connect_info_json_has_absolute_paths(root, capsys, monkeypatch):
     assert (code, err) == (0, "")
     assert json.loads(out) == {
         "space": SPACE,
+        "mode": "user-auth",
         "server": f"nats://127.0.0.1:{BROKER_PORT}",
         "servers": [f"nats://127.0.0.1:{BROKER_PORT}"],
         "sentinelCreds": str(root.space.sentinel_creds),
@@ -220,16 +221,17 @@ def test_connect_info_plain_is_one_line_per_key(root, capsys):
     assert code == 0
     assert out.splitlines() == [
         f"space: {SPACE}",
+        "mode: user-auth",
         f"server: nats://127.0.0.1:{BROKER_PORT}",
         f"sentinelCreds: {root.space.sentinel_creds}",
         f"authService: {root.space.auth_service_json}",
         "idp.kind: dev",
         f"idp.issuer: {root.idp.issuer}",
         f"idp.audience: {root.idp.audience}",
-        "idp.jwksUri: none - the development IdP's keys are in the root (cotal up serves them; its banner names the URL)",
+        "idp.jwksUri: none served now - `cotal up` serves the development IdP's keys while it runs",
     ]
 
 
-def test_connect_info_of_an_unknown_space_names_cotal_up(root, capsys):
+def test_connect_info_of_an_unknown_space_names_it(root, capsys):
     code, _, err = root.run(capsys, "connect-info", "--space", "other")
-    assert code == 1 and "is missing - run `cotal up`" in err and len(err.splitlines()) == 1
+    assert (code, err) == (1, f"cotal: space other is not in the root {root.paths.root} - see `cotal space list`\n")

@@ -70,7 +70,8 @@ async def test_connect_info_takes_server_and_prints_every_seed(cluster_root, cap
     code, out, err = await cotal(capsys, "connect-info", "--json", "--server", f"{url}, {dead}", *where)
     assert (code, err) == (0, "")
     details = json.loads(out)
-    assert (details["server"], details["servers"]) == (f"{url},{dead}", [url, dead])
+    # `server` is one URL (nats-py would read a comma-joined string as a single URL); `servers` has them all
+    assert (details["server"], details["servers"]) == (url, [url, dead])
     assert details["sentinelCreds"] == str(paths.space(SPACE).sentinel_creds)
     code, out, _ = await cotal(capsys, "connect-info", "--server", url, *where)
     assert code == 0 and f"server: {url}" in out.splitlines()
@@ -106,15 +107,23 @@ async def test_check_without_server_or_policy_names_both(cluster_root, capsys):
     assert (code, out, err) == (1, "", missing_server(paths))
 
 
-async def test_status_takes_server_and_prints_it(cluster_root, capsys):
+async def test_status_takes_server_and_checks_each_seed(cluster_root, capsys):
+    """``status --server`` contacts each seed (a bounded TCP connect and the broker's INFO line)
+    and says per seed whether it is reachable; it used to print the list back unchecked."""
     paths, url = cluster_root
-    code, out, err = await cotal(capsys, "status", "--server", url, "--root", str(paths.root))
+    dead = f"nats://127.0.0.1:{free_port()}"
+    code, out, err = await cotal(capsys, "status", "--server", f"{url},{dead}", "--root", str(paths.root))
     assert (code, err) == (0, ""), err
     lines = out.splitlines()
-    assert lines[0] == f"servers: {url}"
-    assert lines[1].startswith(f"{SPACE}  serving  pid ")
-    code, out, _ = await cotal(capsys, "status", "--json", "--server", url, "--root", str(paths.root))
-    assert code == 0 and json.loads(out)["servers"] == [url]
+    assert lines[:2] == [f"server {url}  reachable  cotal", f"server {dead}  unreachable  (connection refused)"]
+    assert lines[2].startswith(f"{SPACE}  serving  pid ")
+    code, out, _ = await cotal(capsys, "status", "--json", "--server", f"{url},{dead}", "--root", str(paths.root))
+    assert code == 0 and json.loads(out)["servers"] == [
+        {"url": url, "reachable": True, "serverName": "cotal", "reason": None},
+        {"url": dead, "reachable": False, "serverName": None, "reason": "connection refused"},
+    ]
+    code, out, err = await cotal(capsys, "status", "--server", dead, "--root", str(paths.root))
+    assert code == 1 and err == f"cotal status: no seed of --server is reachable ({dead}) - check the nodes and the URLs\n"
     code, out, err = await cotal(capsys, "status", "--root", str(paths.root))  # status never needed policy.json
     assert (code, err) == (0, "") and out.startswith(f"{SPACE}  serving  pid ")
 

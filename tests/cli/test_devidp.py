@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from cotal_trio.core.idp import IdpPin as CorePin
@@ -28,6 +29,16 @@ def test_ttl_sets_the_lifetime(root, capsys):
     code, out, _ = root.run(capsys, "dev-idp", "token", "--sub", "alice", "--ttl", "60")
     identity = _identity(root, out.strip())
     assert code == 0 and identity.exp - identity.iat == 60
+
+
+def test_json_prints_the_token_and_what_it_says(root, capsys):
+    """Issue 18 item 7: a script reads the token and its expiry without decoding the JWT."""
+    code, out, err = root.run(capsys, "dev-idp", "token", "--sub", "alice", "--ttl", "60", "--json")
+    assert (code, err) == (0, "")
+    printed = json.loads(out)
+    identity = _identity(root, printed.pop("token"))
+    assert printed == {"sub": "alice", "issuer": root.idp.issuer, "audience": root.idp.audience, "exp": identity.exp}
+    assert identity.sub == "alice" and identity.exp - identity.iat == 60
 
 
 def test_a_space_that_pins_the_dev_idp_is_accepted(root, capsys):

@@ -176,7 +176,7 @@ def test_an_unknown_space_or_root_is_one_sentence(static, capsys, tmp_path):
     assert code == 1 and err == f"cotal: space nope is not in the root {static.paths.root} - see `cotal space list`\n"
     capsys.readouterr()
     assert main(["doctor", "auth", "--root", str(tmp_path / "none")]) == 1
-    assert capsys.readouterr().err.startswith(f"cotal: {tmp_path / 'none'} is not a root")
+    assert capsys.readouterr().err == f"cotal: there is no root at {tmp_path / 'none'} - pass the --root of one (`cotal up` makes one)\n"
 
 
 def test_a_broker_that_does_not_answer_is_a_note_and_the_verdict_still_comes(static, capsys):
@@ -186,3 +186,30 @@ def test_a_broker_that_does_not_answer_is_a_note_and_the_verdict_still_comes(sta
     code, lines = doctor(static, capsys, "--space", STATIC, "--server", dead)
     assert lines[-1] == "healthy" and code == 0
     assert any(line.startswith(f"note: the broker at {dead} did not answer (connect {dead}:") for line in lines), lines
+
+
+def test_a_corrupt_dev_idp_that_cotal_up_refuses_is_one_finding(static, capsys):
+    """Issue 18 item 9: the doctor called this root healthy while `cotal up` refused to start on it.
+    It loads devidp.json as a lane pinned to it does; two spaces pinning it give one finding."""
+    assert main(["space", "add", "second", "--root", str(static.paths.root)]) == 0  # pinned to the same dev IdP
+    static.paths.devidp_json.write_text('{"ver": 1, "devOnly": true, "privateJwk": {}}')
+    os.chmod(static.paths.devidp_json, 0o600)
+    code, report = doctor_json(static, capsys)
+    problem = "devidp.json is not a development IdP document (privateJwk is not a consistent Ed25519 key)"
+    fix = ("restore it from a backup; to start over instead, remove it and every space's idp.json pinned to it, run "
+           "`cotal up`, and grant the actors again (a new development IdP gives every user a new owner)")
+    assert code == 1 and report["next"] == fix
+    assert [(f["subject"], f["problem"], f["next"]) for f in report["findings"]] == [
+        (str(static.paths.devidp_json), problem, fix),
+    ]
+    code, lines = doctor(static, capsys)
+    assert [line for line in lines if fix in line] == [f"finding: {static.paths.devidp_json}: {problem} - {fix}", f"next: {fix}"]
+
+
+def test_a_missing_dev_idp_a_space_pins_is_a_finding(static, capsys):
+    static.paths.devidp_json.unlink()
+    code, report = doctor_json(static, capsys)
+    assert code == 1
+    assert [(f["subject"], f["problem"]) for f in report["findings"]] == [
+        (str(static.paths.devidp_json), f"{static.paths.devidp_json} is missing"),
+    ]

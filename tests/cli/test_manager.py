@@ -84,5 +84,4 @@ def test_flag_refusals(root, capsys, argv, sentence):
 
 def test_an_unprovisioned_space_is_refused(root, capsys):
     sentence = refused(root, capsys, "list", "--space", "nothere")
-    callout_json = root.paths.space("nothere").callout_json
-    assert sentence == f"{callout_json} is missing - run `cotal up` (or add the space again) to provision the root"
+    assert sentence == f"space nothere is not in the root {root.paths.root} - see `cotal space list`"

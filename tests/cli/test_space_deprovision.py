@@ -14,7 +14,7 @@ from cotal_trio.state import load_space
 
 from .conftest import SPACE, Root
 
-SEGMENT = "spaces/space.64656661756c74"  # hex of "default"
+SEGMENT = "spaces/default"  # the space folder is its name
 REFUSAL = (
     "cotal: deprovisioning a space is not built yet - run `cotal space deprovision default --dry-run`"
     " to list its secret keys\n"
@@ -129,10 +129,7 @@ def test_refusal_comes_before_any_root_check(tmp_path, capsys):
 def test_unknown_space(root: Root, capsys):
     code, out, err = root.run(capsys, "space", "deprovision", "gamma", "--dry-run")
     assert (code, out) == (1, "")
-    assert err == (
-        f"cotal: space 'gamma' has no folder in {root.paths.spaces_dir} - run `cotal space list` to see "
-        "the root's spaces, or pass the right --root\n"
-    )
+    assert err == f"cotal: space gamma is not in the root {root.paths.root} - see `cotal space list`\n"
 
 
 def test_invalid_space_name(root: Root, capsys):

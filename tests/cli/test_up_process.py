@@ -76,7 +76,7 @@ def _wait_gone(pid: int, ceiling_s: float = 10) -> bool:
 
 
 def _space_dir(root: Path) -> Path:
-    return root / "spaces" / ("space." + b"default".hex())
+    return root / "spaces" / "default"
 
 
 def test_up_serves_and_stops_its_broker_on_sigterm(tmp_path):

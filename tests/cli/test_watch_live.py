@@ -217,5 +217,5 @@ def test_a_root_that_does_not_exist_is_refused_at_once(tmp_path, capsys):
 
     assert main(["watch", "--root", str(tmp_path / "nowhere")]) == 1
     assert capsys.readouterr().err == (
-        f"cotal: there is no root at {tmp_path / 'nowhere'} - pass --root of a root (`cotal up` makes one)\n"
+        f"cotal: there is no root at {tmp_path / 'nowhere'} - pass the --root of one (`cotal up` makes one)\n"
     )

@@ -5,9 +5,12 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cotal_trio.core.bearer import ValidatedBearer
 from cotal_trio.core.connect_authority import (
+    AuthorityMemo,
     accepted_token,
     authority_rows,
     ceiling_of,
@@ -20,7 +23,8 @@ from cotal_trio.core.connect_authority import (
 from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.issued import Evidence, IssuedRef, new_generation
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
-from cotal_trio.core.profiles import agent_permissions
+from cotal_trio.core.errors import CodecError
+from cotal_trio.core.profiles import Permissions, agent_permissions
 from cotal_trio.core.views import SessionBinding
 
 NOW = 1_800_000_000
@@ -183,3 +187,51 @@ def test_widen_appends_only_new_rows():
     assert full.pub_allow == (*_agent().pub_allow, *extra.pub_allow)
     assert full.sub_allow == (*_agent().sub_allow, *extra.sub_allow)
     assert widen(full, extra) == full
+
+
+# -- the memo (issue 14 item 4) -------------------------------------------------------------------
+
+
+@given(
+    # a nonce may also occur elsewhere in the grant's subjects (the owner's own characters)
+    nonces=st.lists(st.from_regex(r"[a-z0-9_-]{8,14}", fullmatch=True) | st.just(OWNER[:8]) | st.just("registry"), min_size=1, max_size=4),
+    generations=st.lists(st.binary(min_size=12, max_size=12), min_size=1, max_size=3),
+    publish=st.sampled_from([(), ("team.news",), ("team.>", "ops.a")]),
+    view=st.sampled_from([None, "manager-caller"]),
+)
+def test_the_memo_gives_exactly_the_rows_and_ceiling_built_afresh(nonces, generations, publish, view):
+    """Built once per principal and grant, reused while unchanged: byte for byte what
+    authority_rows and ceiling_of(widen(...)) give, for every nonce and generation."""
+    memo = AuthorityMemo(capacity=2)
+    for nonce in nonces * 2:  # each grant again, once it is memoized
+        permissions = agent_permissions(
+            space=SPACE, owner=OWNER, actor="cli", allow_publish=publish, allow_subscribe=("team.>",), inbox_nonce=nonce
+        )
+        plan = plan_connect_authority(space=SPACE, bearer=_bearer(view=view, scope=("run",)), row=_row(scope=("run",)), inbox_nonce=nonce)
+        assert plan is not None
+        for random12 in generations:
+            generation = new_generation(EXP, random12)
+            rows = memo.rows(plan, generation)
+            assert rows == authority_rows(plan, generation)
+            got = memo.ceiling(permissions, rows, nonce=nonce)
+            assert got.canonical() == ceiling_of(widen(permissions, rows)).canonical()
+            assert got == ceiling_of(widen(permissions, rows))
+
+
+def test_the_memo_refuses_a_malformed_subject_as_ceiling_of_does():
+    permissions = _agent()
+    memo = AuthorityMemo()
+    plan = plan_connect_authority(space=SPACE, bearer=_bearer(), row=_row(), inbox_nonce=NONCE)
+    assert plan is not None
+    with pytest.raises(CodecError):
+        memo.ceiling(permissions, _raw(pub_allow=("a.>.b",)), nonce=NONCE)
+    with pytest.raises(CodecError):
+        ceiling_of(widen(permissions, _raw(pub_allow=("a.>.b",))))
+
+
+def _raw(*, pub_allow: tuple[str, ...]) -> Permissions:
+    """Permissions whose subjects were never checked (as a bug elsewhere could hand over)."""
+    made = object.__new__(Permissions)
+    for name, value in (("pub_allow", pub_allow), ("pub_deny", ()), ("sub_allow", ()), ("sub_deny", ())):
+        object.__setattr__(made, name, value)
+    return made

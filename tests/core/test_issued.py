@@ -27,7 +27,9 @@ from cotal_trio.core.issued import (
     accepted_key,
     attempt_key,
     bysource_key,
+    _emit,
     canonical_json,
+    digest_of,
     ceiling_from_native,
     check_live,
     connection_accepted_token,
@@ -234,6 +236,24 @@ def test_canonical_json_is_json_and_a_fixed_point(value):
     data = canonical_json(value)
     assert json.loads(data) == value
     assert canonical_json(json.loads(data)) == data
+
+
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53 - 1), 2**53 - 1) | st.text(st.characters(exclude_categories=("Cs",))),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+))
+def test_canonical_json_renders_as_the_exact_rfc_8785_walk(value):
+    """Issue 14 item 4: the C-encoder rendering is byte for byte the member-by-member walk."""
+    parts: list[str] = []
+    _emit(value, parts)
+    assert canonical_json(value) == "".join(parts).encode()
+
+
+def test_evidence_is_rendered_once_for_its_write_and_its_digest():
+    rendered = render_evidence(EVIDENCE)
+    assert rendered == canonical_json(EVIDENCE.to_json())  # the rows' own renderer is canonical_json
+    assert digest_of(rendered) == evidence_digest(EVIDENCE) == "sha256:" + hashlib.sha256(rendered).hexdigest()
 
 
 # -- rows ---------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.http.errors import UNAVAILABLE, install_edge
 from cotal_trio.http.faces import check_transport, read_json_body
 from cotal_trio.http.lifecycle_doors import LifecycleDoors, routes
+from cotal_trio.lanes import lifecycle as lifecycle_lane
 from cotal_trio.lanes.issuance import MARKER_TTL_S
 from cotal_trio.natsio import KeyExists, KvEntry, WrongRevision
 from cotal_trio.state import SpacePaths, read_principal, row_path, write_row
@@ -316,11 +319,13 @@ async def test_a_store_failing_at_the_barrier_is_503_without_an_outcome(doors):
 
 
 @ceiling
-@pytest.mark.parametrize("fail", ["listing", "delete"])
-async def test_a_failed_withdrawal_still_removes_the_row_so_the_lifecycle_is_refused(doors, fail):
+@pytest.mark.parametrize(("fail", "left"), [("listing", None), ("delete", 2)])
+async def test_a_failed_withdrawal_still_removes_the_row_so_the_lifecycle_is_refused(doors, fail, left):
     """Issue 15 item 1: the withdrawal used to come before the removal, so a withdrawal that
     failed (or ran out of the bound) left the row granting: the revoked actor kept connecting
-    and the exchange kept minting. The row goes first; a failed withdrawal is still a 503."""
+    and the exchange kept minting. The row goes first. A failed withdrawal is then a partial
+    retirement, answered 202 with the rows known left (None: the listing did not answer),
+    not the generic 503 (issue 17 review item 3)."""
     doors.rows.fail = Unavailable("auth bucket down")
     if fail == "delete":  # the listing answers, the deletes do not
         real_entries = doors.rows.entries
@@ -333,13 +338,74 @@ async def test_a_failed_withdrawal_still_removes_the_row_so_the_lifecycle_is_ref
                 doors.rows.fail = Unavailable("auth bucket down")
 
         doors.rows.entries = entries
-    status, body, _ = await doors.post(RETIRE, BODY)
-    assert (status, body) == (503, {"error": UNAVAILABLE})
+    status, body, headers = await doors.post(RETIRE, BODY)
+    assert (status, headers["Cache-Control"]) == (202, "no-store")
+    assert body == {
+        **BODY, "outcome": "retired", "withdrawn": "partial", "withdrawnRows": 0, "rowsLeft": left,
+        "rowsExpireWithinS": 905,
+    }  # fmt: skip
     assert doors.record()[0].state is LifecycleState.RETIRED
     assert read_principal(doors.paths, OWNER, "cli") == (None, None)  # the next exchange and connect refuse
     assert sorted(doors.rows.rows) == sorted([*OURS, *LEFT])  # left to end on their TTL
     status, body, _ = await doors.post(RETIRE, BODY)
     assert (status, body["outcome"]) == (404, "not-executed")  # nothing left to retire
+
+
+@ceiling
+async def test_a_hung_row_removal_answers_at_its_bound_and_frees_the_doors(doors, monkeypatch):
+    """Issue 17 review item 2: the removal ran in a thread that could not be abandoned, inside
+    the shielded section, so a hung mount held the door (and the doors' lock) forever. Now it
+    is abandoned at ``ROW_REMOVE_S``: a 503 without an outcome (unknown: the rename may still
+    land), and the next door call is answered."""
+    release = threading.Event()
+    real = lifecycle_lane.remove_row_if_holds
+
+    def hangs(*args: object) -> bool:
+        release.wait(30)  # a hung disk, bounded so the thread ends even if the test fails
+        return real(*args)
+
+    monkeypatch.setattr(lifecycle_lane, "remove_row_if_holds", hangs)
+    monkeypatch.setattr(lifecycle_lane, "ROW_REMOVE_S", 0.2, raising=False)
+    monkeypatch.setattr(lifecycle_lane, "RETIRE_S", 1.0)
+    try:
+        status, body, _ = await doors.post(RETIRE, BODY)
+        activate = await doors.post("/managed-lifecycle/activate", {**BODY, "accountPublicKey": DATA_ACCOUNT})
+    finally:
+        release.set()
+    assert (status, body) == (503, {"error": UNAVAILABLE})
+    assert doors.record()[0].state is LifecycleState.RETIRED  # the barrier had run
+    assert activate[0] == 404  # the lock is free: no managed row, refused at once
+
+
+def _left_aside(doors: Doors, uid: str) -> Path:
+    """The row file renamed aside by a removal for ``uid`` that never finished (abandoned, or
+    the process stopped): ``.<row>.<uid>.retiring.tmp``, which ledger reads skip."""
+    path = row_path(doors.paths, LedgerKind.INTERACTIVE, OWNER, "cli")
+    held = path.with_name(f".{path.name}.{uid}.retiring.tmp")
+    os.rename(path, held)
+    return held
+
+
+@ceiling
+async def test_a_retry_finishes_a_removal_left_aside_then_withdraws(doors):
+    """The abandoned removal of this lifecycle's row got as far as the rename: the retry removes
+    the held file and completes the retirement (its withdrawal had never run)."""
+    held = _left_aside(doors, UID)
+    status, body, _ = await doors.post(RETIRE, BODY)
+    assert (status, body) == (200, {**BODY, "outcome": "retired", "withdrawn": 2})
+    assert not held.exists() and read_principal(doors.paths, OWNER, "cli") == (None, None)
+    assert sorted(doors.rows.rows) == LEFT
+
+
+@ceiling
+async def test_a_retry_puts_back_a_regranted_row_left_aside(doors):
+    """The row held aside was a re-grant (another lifecycle): it goes back, and the retirement
+    of the old lifecycle is refused 409, not-executed, with the grant intact."""
+    write_row(doors.paths, _ledger_row(LedgerKind.INTERACTIVE, OTHER_UID))
+    held = _left_aside(doors, UID)
+    status, body, _ = await doors.post(RETIRE, BODY)
+    assert (status, body["outcome"]) == (409, "not-executed")
+    assert not held.exists() and read_principal(doors.paths, OWNER, "cli")[0].lifecycle_uid == OTHER_UID
 
 
 @ceiling

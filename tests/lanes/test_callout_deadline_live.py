@@ -85,4 +85,4 @@ async def test_a_request_read_after_the_brokers_timeout_is_not_minted_and_leaves
     first, late = lines
     assert first["outcome"] == "minted"
     assert (late["outcome"], late.get("at"), late["owner"], late["ledger_ms"]) == ("timeout", "queue", "-", 0)
-    assert keys == [f"natkey.{first['req']}"]  # the late request left no row
+    assert keys == [f"natkey.{first['owner']}.{first['actor']}.{first['req']}"]  # the late request left no row

@@ -53,10 +53,18 @@ class CountingConnection:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self.requests: list[str] = []
+        self.round_trips = 0  # a request_many batch is one
 
     async def request(self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None) -> Message:
-        self.requests.append(subject)
-        return await self._conn.request(subject, payload, headers)
+        return (await self.request_many(((subject, payload, headers),)))[0]  # type: ignore[return-value]
+
+    async def request_many(self, requests):  # type: ignore[no-untyped-def]
+        self.requests.extend(subject for subject, _, _ in requests)
+        self.round_trips += 1
+        answers = await self._conn.request_many(requests)
+        if len(requests) == 1 and isinstance(answers[0], Exception):
+            raise answers[0]
+        return answers
 
 
 class NoStore:
@@ -64,6 +72,9 @@ class NoStore:
 
     async def request(self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None) -> Message:
         raise AssertionError(f"the store was asked {subject}")
+
+    async def request_many(self, requests):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"the store was asked {[subject for subject, _, _ in requests]}")
 
 
 @pytest.fixture

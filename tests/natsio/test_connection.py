@@ -524,3 +524,37 @@ async def test_fifty_lane_cancellations_leave_no_fd_and_no_warning(
         assert [w for w in caught if issubclass(w.category, (ResourceWarning, RuntimeWarning))] == []
         assert [r.getMessage() for r in caplog.records if r.name.startswith(("asyncio", "cotal"))] == []
         assert fd_count() == before
+
+
+class _Writes:
+    """Counts the socket writes nats-py's flusher makes (``writelines`` on its transport)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.calls = 0
+        transport = conn._nc._transport
+        real = transport.writelines
+
+        def counted(payload):
+            self.calls += 1
+            return real(payload)
+
+        transport.writelines = counted
+
+
+async def test_pipelined_requests_leave_in_one_socket_write_and_are_answered_together(plain_broker: str) -> None:
+    """Issue 14 item 3: a burst of requests is one ``writelines`` (one syscall), not one per
+    message, and their replies come back in the order the requests were made."""
+    with trio.fail_after(CEILING_S):
+        async with open_loop(), open_connection(plain_broker) as responder, open_connection(plain_broker) as conn:
+            await responder.subscribe("echo.*", on_message=echo_responder(responder))
+            await responder.flush()
+            await conn.request("echo.warm", b"")  # the reply subscription is made
+            writes = _Writes(conn)
+            answers = await conn.request_many([(f"echo.{i}", str(i).encode(), None) for i in range(5)])
+            assert writes.calls == 1
+            assert [a.data for a in answers] == [f"re:{i}".encode() for i in range(5)]  # type: ignore[union-attr]
+            missing = await conn.request_many([("echo.0", b"a", None), ("nobody.here", b"b", None)])
+            assert missing[0].data == b"re:a" and isinstance(missing[1], NoResponders)  # type: ignore[union-attr]
+            with trio.move_on_after(0):  # a deadline already passed: nothing leaves
+                await conn.request_many([("echo.late", b"", None)])
+            assert writes.calls == 2

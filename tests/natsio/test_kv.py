@@ -196,7 +196,7 @@ async def test_closed_connection_is_unavailable(plain_broker: str) -> None:
             with pytest.raises(Unavailable, match="closed"):
                 await ensure_bucket(conn, "rows")
         # and once the lane's loop is gone too
-        with pytest.raises(Unavailable, match="loop is closed"):
+        with pytest.raises(Unavailable, match="closed"):  # the connection or its loop
             await kv_put(conn, "rows", "k", b"v")
 
 

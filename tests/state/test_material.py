@@ -68,8 +68,11 @@ def test_layout_paths(tmp_path):
     assert paths.server_conf.parent == paths.broker_dir == tmp_path / "broker"
     assert paths.resolver_dir.parent == paths.jetstream_dir.parent == paths.broker_dir
     assert paths.spaces_manifest == tmp_path / "spaces.json"
-    space = paths.space("démo")
-    assert space.dir == tmp_path / "spaces" / ("space." + "démo".encode().hex())
+    space = paths.space("demo-1")
+    assert space.dir == tmp_path / "spaces" / "demo-1"  # the name itself (issue 18 item 3)
+    for bad in ("démo", "../x", "a.b", "", "x" * 65):
+        with pytest.raises(ConfigError, match="is not a space name - use 1 to 64 letters"):
+            paths.space(bad)
     assert space.actors_dir == space.dir / "actors"
     assert space.managed_dir == space.dir / "managed-actors"
     assert space.sentinel_creds.name == "sentinel.creds"

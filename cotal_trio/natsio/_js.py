@@ -1,0 +1,301 @@
+"""The one request-based JetStream client of natsio: API requests, publishes, typed errors.
+
+Every JetStream call of natsio (:mod:`._kv`, :mod:`._kv_keys`, :mod:`._streams`, :mod:`._jsapi`)
+goes through here, as plain requests on a :class:`~cotal_trio.natsio.Connection` (JSON bodies,
+no nats-py ``JetStreamContext``), so a connection's permissions decide what it reaches and one
+connection's requests leave in the order they were made.
+
+* :func:`js_api`: one ``$JS.API`` request, its JSON answer.
+* :func:`js_msg_get`: one stored message by ``$JS.API.STREAM.MSG.GET`` (so it works whatever
+  ``allow_direct`` is), or None when there is none (err_code 10037).
+* :func:`js_publish` / :func:`js_publish_many`: JetStream publishes, acknowledged in JetStream's
+  JSON (``{"seq": n}``); ``js_publish_many`` sends a batch in one socket write and awaits the
+  acks together (:meth:`~cotal_trio.natsio.Connection.request_many`), one round trip for the lot.
+
+Errors (issue 14 item 3): the broker's answers are mapped to typed errors in ONE table,
+:data:`ERRORS`, keyed by JetStream's ``err_code`` (nats-server errors.json); callers catch the
+type and never read ``exc.__cause__.err_code``. Every one is an
+:class:`~cotal_trio.core.errors.Unavailable` except :class:`WrongLastSequence` (the caller's
+compare-and-set lost, which is not the broker's fault), carries ``err_code`` (None when the
+broker sent none), and is chained ``from`` nats-py's typed ``APIError`` for the log:
+
+* :class:`StreamNotFound` (10059), and its :class:`BucketMissing` for a publish no stream took
+  (the broker's 503 "no responders" to a ``$KV.`` or stream subject);
+* :class:`WrongLastSequence` (10071, 10164: the subject's last sequence is not the expected
+  one);
+* :class:`SubjectFull` (10077: the subject already holds the messages a
+  ``discard_new_per_subject`` stream allows, whatever the publish expected);
+* :class:`JetStreamError` for any other ``err_code`` (the server's text);
+* plain :class:`~cotal_trio.core.errors.Unavailable`: no answer, or an answer that is not JSON.
+
+nats-py internals relied on (nats-py 2.16): ``nats.js.errors.APIError.from_error(error)`` raises
+the typed error of a JetStream error object (it only builds the exception, for the chain).
+
+Every async function here is trio-flavoured and a checkpoint, bounded by the caller's deadline
+(or natsio's 10 s cap).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import nats.js.errors
+
+from cotal_trio.core.errors import AuthServiceError, Unavailable
+
+from ._conn import Connection, Message, NoResponders
+
+__all__ = [
+    "ERRORS",
+    "BucketMissing",
+    "JetStreamError",
+    "StreamMessage",
+    "StreamNotFound",
+    "SubjectFull",
+    "WrongLastSequence",
+    "js_api",
+    "js_msg_get",
+    "js_publish",
+    "js_publish_many",
+    "js_publishes_sent",
+]
+
+Publish = tuple[str, bytes, Mapping[str, str] | None]
+"""One JetStream publish of :func:`js_publish_many`: ``(subject, data, headers or None)``."""
+
+
+class JetStreamError(Unavailable):
+    """JetStream refused a request; ``err_code`` is the server's (nats-server errors.json)."""
+
+    def __init__(self, message: str, err_code: int | None = None) -> None:
+        super().__init__(message)
+        self.err_code = err_code
+
+
+class StreamNotFound(JetStreamError):
+    """The stream the request names does not exist (err_code 10059)."""
+
+
+class BucketMissing(StreamNotFound):
+    """No stream takes the subject a publish was sent on: the KV bucket (or stream) is missing."""
+
+
+class SubjectFull(JetStreamError):
+    """The subject already holds all the messages its ``discard_new_per_subject`` stream allows
+    (err_code 10077): a write-once row that is written."""
+
+
+class WrongLastSequence(AuthServiceError):
+    """A publish's expectation failed: the subject's last message is not the expected one
+    (err_code 10071/10164).
+
+    Attributes:
+        subject: the subject published on (None for an API request).
+        err_code: the server's code.
+    """
+
+    def __init__(self, message: str, err_code: int | None = None, subject: str | None = None) -> None:
+        super().__init__(message)
+        self.err_code = err_code
+        self.subject = subject
+
+
+# The one table from JetStream's err_code to our error type; other codes are JetStreamError.
+ERRORS: Mapping[int, type[JetStreamError] | type[WrongLastSequence]] = {
+    10059: StreamNotFound,
+    10071: WrongLastSequence,
+    10164: WrongLastSequence,
+    10077: SubjectFull,
+}
+
+
+# "no message found" (a STREAM.MSG.GET with nothing to give), read by js_msg_get.
+_NO_MESSAGE_FOUND = 10037
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamMessage:
+    """One stored message read back.
+
+    Attributes:
+        seq: its stream sequence (>= 1).
+        subject: the subject it was published to.
+        headers: its headers (names as stored), empty when it had none.
+        data: its payload.
+        time: the broker's RFC 3339 timestamp of the store.
+    """
+
+    seq: int
+    subject: str
+    headers: dict[str, str]
+    data: bytes
+    time: str
+
+
+def _api_text(exc: nats.js.errors.APIError) -> str:
+    if exc.description:
+        return f"{exc.description} (err_code {exc.err_code})"
+    if isinstance(exc, nats.js.errors.ServiceUnavailableError):
+        return "no JetStream responder (JetStream off for this account?)"
+    return str(exc)
+
+
+def _refusal(what: str, error: Any, subject: str | None = None) -> Exception:
+    """The typed error for JetStream's ``{"error": {...}}`` object, chained from nats-py's."""
+    try:
+        nats.js.errors.APIError.from_error(error)  # raises the matching subclass
+    except nats.js.errors.APIError as api_error:
+        cause = api_error
+    except (KeyError, TypeError, AttributeError):  # not the error object JetStream sends
+        cause = nats.js.errors.APIError(description=str(error)[:200])
+    code = cause.err_code if isinstance(cause.err_code, int) else None
+    kind = ERRORS.get(code, JetStreamError) if code is not None else JetStreamError
+    text = f"{what}: {_api_text(cause)}"
+    exc = kind(text, code, subject) if kind is WrongLastSequence else kind(text, code)  # type: ignore[call-arg]
+    exc.__cause__ = cause
+    return exc
+
+
+def _json(what: str, reply: Message) -> dict[str, Any]:
+    try:
+        answer = json.loads(reply.data)
+    except ValueError:
+        raise Unavailable(f"{what}: JetStream answered something that is not JSON: {reply.data[:200]!r}") from None
+    if not isinstance(answer, dict):
+        raise Unavailable(f"{what}: JetStream answered something that is not an object")
+    return answer
+
+
+async def js_api(conn: Connection, subject: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Trio: one JetStream API request (``$JS.API.…``); its JSON answer (an object).
+
+    Raises:
+        StreamNotFound, JetStreamError, WrongLastSequence: JetStream refused it (:data:`ERRORS`).
+        Unavailable: no answer (no JetStream responder included), or one that is not JSON.
+    """
+    what = f"request {subject}"
+    payload = b"" if body is None else json.dumps(body).encode()
+    try:
+        reply = await conn.request(subject, payload)
+    except NoResponders as exc:
+        raise Unavailable(f"{what}: no JetStream responder (JetStream off for this account?)") from exc
+    answer = _json(what, reply)
+    if answer.get("error"):
+        raise _refusal(what, answer["error"])
+    return answer
+
+
+def _ack(subject: str, reply: Message | Unavailable) -> int | Exception:
+    """A publish's stored sequence, or the typed error its answer means."""
+    what = f"publish {subject}"
+    if isinstance(reply, NoResponders):
+        no_stream = nats.js.errors.NoStreamResponseError()
+        missing = BucketMissing(f"{what}: {no_stream} (no stream takes the subject)")
+        missing.__cause__ = no_stream
+        return missing
+    if isinstance(reply, Exception):
+        return reply
+    try:
+        ack = _json(what, reply)
+        if "error" in ack:
+            return _refusal(what, ack["error"], subject)
+        return int(ack["seq"])
+    except Unavailable as exc:
+        return exc
+    except (KeyError, TypeError, ValueError):
+        return Unavailable(f"{what}: JetStream answered something that is not an ack: {reply.data[:200]!r}")
+
+
+async def js_publish(conn: Connection, subject: str, data: bytes, headers: Mapping[str, str] | None = None) -> int:
+    """Trio: one JetStream publish; its stream sequence.
+
+    Sent with :meth:`Connection.request`: it leaves at once, in call order, and a caller's
+    deadline cancels only the wait for the ack, with nothing left to settle on the asyncio side.
+
+    Raises:
+        WrongLastSequence: an expectation header failed (``Nats-Expected-Last-Subject-Sequence``).
+        BucketMissing: no stream takes ``subject``.
+        JetStreamError, Unavailable: any other refusal, or no answer.
+    """
+    try:
+        reply: Message | Unavailable = await conn.request(subject, data, headers)
+    except NoResponders as exc:
+        reply = exc
+    outcome = _ack(subject, reply)
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+async def js_publish_many(conn: Connection, publishes: Sequence[Publish]) -> list[int | Exception]:
+    """Trio: JetStream publishes sent together (one socket write) and acknowledged together.
+
+    The publishes leave in order; publishes on one stream are stored in that order. Each entry of
+    the result is that publish's sequence, or the error :func:`js_publish` would have raised for
+    it (nothing is raised for one publish's refusal: the caller decides what the lot means).
+
+    Raises:
+        Unavailable: the connection is closed before anything was sent.
+        ValueError: a malformed subject or header.
+    """
+    replies = await conn.request_many(publishes)
+    return [_ack(subject, reply) for (subject, _, _), reply in zip(publishes, replies, strict=True)]
+
+
+@asynccontextmanager
+async def js_publishes_sent(
+    conn: Connection, publishes: Sequence[Publish]
+) -> AsyncIterator[Callable[[], Awaitable[list[int | Exception]]]]:
+    """Trio: :func:`js_publish_many` in two halves (:meth:`Connection.requests_sent`): the
+    publishes are handed over on entry, and ``await acks()`` inside the block gives their
+    outcomes as :func:`js_publish_many` does. Writes on another connection inside the block
+    leave in the same scheduler pass: one round trip for both.
+
+    Raises:
+        As :func:`js_publish_many`, on entry.
+    """
+    async with conn.requests_sent(publishes) as replies:
+
+        async def acks() -> list[int | Exception]:
+            answered = await replies()
+            return [_ack(subject, reply) for (subject, _, _), reply in zip(publishes, answered, strict=True)]
+
+        yield acks
+
+
+def _headers(hdrs: str | None) -> dict[str, str]:
+    """The headers of a ``STREAM.MSG.GET`` answer (base64 of ``NATS/1.0\\r\\nName: value...``)."""
+    if not hdrs:
+        return {}
+    lines = base64.b64decode(hdrs).decode("utf-8", "replace").split("\r\n")[1:]
+    pairs = (line.split(":", 1) for line in lines if ":" in line)
+    return {name.strip(): value.strip() for name, value in pairs}
+
+
+async def js_msg_get(conn: Connection, stream: str, body: Mapping[str, Any]) -> StreamMessage | None:
+    """Trio: one ``$JS.API.STREAM.MSG.GET.<stream>`` (``body``: ``{"last_by_subj": s}``,
+    ``{"seq": n, "next_by_subj": s}``, ...); the message, or None when there is none.
+
+    Raises:
+        StreamNotFound: the stream does not exist.
+        JetStreamError, Unavailable: another refusal, no answer, or an answer without a message.
+    """
+    try:
+        answer = await js_api(conn, f"$JS.API.STREAM.MSG.GET.{stream}", body)
+    except JetStreamError as exc:
+        if exc.err_code == _NO_MESSAGE_FOUND:
+            return None
+        raise
+    msg = answer.get("message") or {}
+    try:
+        return StreamMessage(
+            seq=int(msg["seq"]), subject=str(msg["subject"]), headers=_headers(msg.get("hdrs")),
+            data=base64.b64decode(msg.get("data") or ""), time=str(msg.get("time", "")),
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError) as exc:
+        raise Unavailable(f"get from {stream}: JetStream answered a message without seq or subject") from exc

@@ -1,0 +1,118 @@
+"""Scripts can tell outcomes apart (issue 18 item 7): exit statuses and closed pipes.
+
+A usage error exits :data:`ExitCode.USAGE` (64), never the "retry later" 2 of spec "Connect
+limits"; docs/cli.md's exit-status table is rendered from :data:`EXIT_TABLE`; a reader that goes
+away (``cotal ... | head -1``) ends every command quietly with :data:`ExitCode.CLOSED_PIPE`.
+The pipe tests run the venv's real ``cotal`` with a stdout whose reader is already closed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cotal_trio.cli import app, main
+from cotal_trio.cli.exits import EXIT_TABLE, ExitCode
+from cotal_trio.cli.reference import render
+
+from tests.test_docs import _commands
+
+from .conftest import Root
+
+COTAL = str(Path(sys.executable).parent / "cotal")
+
+
+def exit_of(argv: list[str]) -> int:
+    """``main(argv)``'s status, also when something inside calls ``sys.exit``."""
+    try:
+        return main(argv)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["exchange", "--bogus"],
+    ["nosuch"],
+    ["exchange", "--actor", "cli", "--idp-token", "x", "--ttl", "abc"],
+    ["dev-idp", "token"],
+])
+def test_a_usage_error_exits_64_not_the_retry_later_2(argv, capsys):
+    assert exit_of(argv) == ExitCode.USAGE == 64
+    assert capsys.readouterr().err  # cyclopts' panel names what is wrong
+
+
+def test_a_refusal_still_exits_1(root: Root, capsys):
+    code, out, err = root.run(capsys, "exchange", "--actor", "cli", "--idp-token", "x")
+    assert (code, out) == (ExitCode.FAILED, "") and err.startswith("cotal: ")
+
+
+def test_the_exit_table_lists_every_code_once_with_its_commands():
+    assert sorted(row.code for row in EXIT_TABLE) == sorted(ExitCode)
+    text = render()
+    table = text[text.index("## Exit status"):]
+    for row in EXIT_TABLE:
+        who = ", ".join(f"`{c}`" for c in row.commands) or "every command"
+        assert f"| {int(row.code)} | `{row.code.name}` | {who} |" in table
+    assert "| 2 | `DEPENDENCY_UNAVAILABLE` | `cotal exchange`, `cotal agent-bearer` |" in table
+    assert "| 64 | `USAGE` | every command |" in table
+
+
+def test_the_commands_the_table_names_are_commands_of_the_app():
+    named = {command for row in EXIT_TABLE for command in row.commands}
+    assert named and named <= {" ".join(path) for path in _commands(app)}
+
+
+def run_into_closed_pipe(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The venv's ``cotal argv`` with a stdout whose reader is gone (``| head -0``, at once)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([COTAL, *argv], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("argv", [
+    ("dev-idp", "token", "--sub", "alice"),
+    ("dev-idp", "token", "--sub", "alice", "--json"),
+    ("connect-info",),
+    ("connect-info", "--json"),
+    ("space", "list"),
+    ("doctor", "auth"),
+])
+def test_a_closed_pipe_ends_every_command_quietly(root: Root, argv):
+    done = run_into_closed_pipe(*argv, "--root", str(root.paths.root))
+    assert (done.returncode, done.stderr) == (ExitCode.CLOSED_PIPE, "")
+
+
+def test_a_closed_pipe_ends_help_quietly():
+    done = run_into_closed_pipe("--help")
+    assert (done.returncode, done.stderr) == (ExitCode.CLOSED_PIPE, "")
+
+
+def test_an_open_pipe_is_unchanged(root: Root):
+    done = subprocess.run([COTAL, "dev-idp", "token", "--sub", "alice", "--json", "--root", str(root.paths.root)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    assert set(json.loads(done.stdout)) == {"token", "sub", "issuer", "audience", "exp"}
+
+
+def test_a_broken_socket_is_not_a_closed_pipe(root: Root, capsys, monkeypatch):
+    """A BrokenPipeError from the auth service's socket is a failure with its sentence, not 141."""
+    def broken(*_args, **_kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("cotal_trio.cli.client.run_exchange", broken)
+    read_end, write_end = os.pipe()  # stdout is a pipe whose reader is still there
+    with os.fdopen(read_end) as reader, os.fdopen(write_end, "w") as stdout:
+        monkeypatch.setattr(sys, "stdout", stdout)
+        code = main(["exchange", "--actor", "cli", "--idp-token", "x", "--root", str(root.paths.root)])
+        monkeypatch.undo()
+        stdout.close()
+        assert reader.read() == ""
+    assert (code, capsys.readouterr().err) == (ExitCode.FAILED, "cotal: [Errno 32] Broken pipe\n")
