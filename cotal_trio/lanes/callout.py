@@ -328,8 +328,18 @@ class CalloutResponder:
             self._stats.in_flight += 1
             try:
                 await self._serve(pending)
+            except Exception:  # our bug: this request's drop, never the worker's end (STYLE.md 10)
+                self._failed(pending)
             finally:
                 self._stats.in_flight -= 1
+
+    def _failed(self, pending: _Pending | None) -> None:
+        """A request whose handling raised: logged with its traceback, dropped with its line, and
+        marked answered so nothing else answers it (the lane never dies of one request)."""
+        log.exception("auth callout: space=%s failed on one request; it is dropped", self._keys.space)
+        if pending is not None:
+            pending.answered = True
+        self._drop("the auth callout failed on this request - see the auth service log")
 
     async def _keep_deadlines(self) -> None:
         """Answer each request nothing answered by its deadline, at its deadline.
@@ -390,7 +400,14 @@ class CalloutResponder:
 
     def _expire(self, pending: _Pending) -> None:
         """The deadline has come (less the keeper's lead) with no answer: send the timeout
-        denial now and stop the request's worker, if it has one (sync)."""
+        denial now and stop the request's worker, if it has one (sync). A failure is this
+        request's drop (:meth:`_failed`), never the keeper's end."""
+        try:
+            self._expire_one(pending)
+        except Exception:
+            self._failed(pending)
+
+    def _expire_one(self, pending: _Pending) -> None:
         pending.answered = True
         if pending.started:  # its worker stops at its next step and sends nothing
             if pending.scope is not None:
@@ -679,6 +696,14 @@ class CalloutResponder:
         return encode_response(request, keys=self._keys, now=int(now), error=reason)
 
     def _shed(self, msg: Message) -> None:
+        """Answer a request with the timeout denial at once, in the subscription callback; a
+        failure is this request's drop (:meth:`_failed`), never an exception into nats-py."""
+        try:
+            self._shed_one(msg)
+        except Exception:
+            self._failed(None)
+
+    def _shed_one(self, msg: Message) -> None:
         start, now = trio.current_time(), self._clock()
         request = self._open(msg, now)
         if request is None:
