@@ -465,8 +465,7 @@ class CalloutResponder:
         :func:`~cotal_trio.core.admission.request_deadline`); learns the clock skew from the
         request's age on arrival and names a large one, once."""
         skew_s = self._skew.observe(now - (opened - received) - request.iat, at=opened)
-        if self._skew.large and not self._skew.warned:
-            self._skew.warned = True
+        if self._skew.newly_large():
             log.warning(
                 "auth callout: space=%s requests arrive stamped %.1fs %s this host's clock - the broker's "
                 "clock and this host's differ; deadlines allow for at most %.1fs of it, so synchronise the "

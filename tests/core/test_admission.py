@@ -8,6 +8,8 @@ import pytest
 
 from cotal_trio.core.admission import (
     MAX_CLOCK_SKEW_S,
+    SKEW_RANK,
+    SKEW_WINDOW,
     CalloutLimits,
     ClockSkew,
     DrainEstimate,
@@ -60,38 +62,41 @@ def test_the_broker_has_surely_given_up_a_second_after_exp():
     assert not broker_gave_up(now=WALL + 3.0, exp=WALL + 2, skew_s=0.25)
 
 
-def test_ages_the_stamp_resolution_explains_are_no_skew():
+def test_the_skew_is_0_until_requests_in_skew_rank_seconds_showed_one():
     skew = ClockSkew()
-    for at, age in enumerate([0.0, 0.99, 0.5, 0.25]):
-        assert skew.observe(age, at=float(at)) == 0.0
-    assert (skew.measured_s, skew.large) == (0.0, False)
+    for at in range(SKEW_RANK - 1):
+        assert skew.observe(1.75, at=float(at)) == 0.0
+    assert skew.observe(1.75, at=float(SKEW_RANK)) == 1.75  # the 4th second with requests
+    assert skew.large
 
 
-def test_a_broker_clock_ahead_counts_at_once_and_is_bounded():
+def test_ages_the_stamp_resolution_explains_are_small_and_not_large():
     skew = ClockSkew()
-    assert skew.observe(-0.25, at=0.0) == -0.25
-    assert not skew.large
-    assert skew.observe(-3.0, at=0.125) == -MAX_CLOCK_SKEW_S
-    assert (skew.measured_s, skew.large) == (-3.0, True)
+    for at, age in enumerate([0.0, 0.99, 0.5, 0.25, 0.125]):
+        skew.observe(age, at=float(at))
+    assert (skew.measured_s, skew.large) == (0.5, False)  # the 4th smallest least age
 
 
-def test_a_clock_ahead_of_the_broker_is_learned_slowly_and_a_late_burst_teaches_little():
-    """Every request 3 s old: the estimate rises 0.01 s per second of traffic, from 0."""
+def test_a_broker_clock_ahead_is_learned_and_bounded():
     skew = ClockSkew()
-    for at in range(100):
-        skew.observe(3.0, at=float(at))
-    assert (skew.measured_s, skew.large) == (0.0, False)  # 99 s * 0.01: still within the stamp's second
-    for at in range(100, 150):
-        skew.observe(3.0, at=float(at))
-    assert (skew.measured_s, skew.large, skew.skew_s) == (pytest.approx(1.49), True, MAX_CLOCK_SKEW_S)
-    for at in range(150, 401):
-        skew.observe(3.0, at=float(at))
-    assert (skew.measured_s, skew.skew_s) == (3.0, MAX_CLOCK_SKEW_S)  # learned, and bounded
-    paused = ClockSkew()
-    paused.observe(0.5, at=0.0)
-    for i in range(1000):  # a paused process's backlog, 10 s late, read in 1 ms
-        paused.observe(10.0, at=3600.0 + i / 1000)
-    assert paused.measured_s == 0.0  # an idle hour and the burst together rose it by 0.02 s
+    for at in range(8):
+        skew.observe(-3.0, at=float(at))
+    assert (skew.measured_s, skew.skew_s) == (-3.0, -MAX_CLOCK_SKEW_S)
+    for at in range(8, 24):
+        skew.observe(-1.75, at=float(at))
+    assert (skew.measured_s, skew.skew_s, skew.large) == (-1.75, -1.75, True)
+    for at in range(16, 40):
+        skew.observe(4.0, at=float(at))
+    assert (skew.measured_s, skew.skew_s) == (4.0, MAX_CLOCK_SKEW_S)  # learned, and bounded
+
+
+def test_a_paused_process_burst_in_a_few_seconds_teaches_nothing():
+    skew = ClockSkew()
+    for at in range(SKEW_WINDOW):
+        skew.observe(0.25, at=float(at))
+    for i in range(3000):  # a paused process's backlog, 10 s late, read over 3 s
+        skew.observe(10.0, at=SKEW_WINDOW + i / 1000)
+    assert skew.measured_s == 0.25
 
 
 def test_the_drain_estimate_counts_only_busy_intervals():
