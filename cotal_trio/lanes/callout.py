@@ -90,6 +90,9 @@ KEEPER_BATCH = 256
 # go is left to its own TTL, with a warning.
 MAX_WITHDRAWALS = 1024
 
+# Distinct broker timeouts named in a lane's life at most (each once).
+MAX_TIMEOUTS_WARNED = 16
+
 # How often a draining responder looks whether its last request has been answered (seconds).
 DRAIN_POLL_S = 0.01
 
@@ -247,7 +250,7 @@ class CalloutResponder:
         self._withdrawals: trio.Nursery | None = None
         self._withdrawing = 0
         self._stats = _Statistics()
-        self._timeout_warned = False
+        self._timeouts_warned: set[int] = set()  # broker timeouts (exp - iat) already named
         self._skew = ClockSkew()  # our wall clock against the broker's stamps
         self._drain = DrainEstimate()  # seconds per answer while busy: the predictive shed
         self._shortened: list[_Pending] = []  # started, deadline moved before receipt order's
@@ -444,7 +447,7 @@ class CalloutResponder:
         callback, and one request must not stop any of them (issue 15 item 2).
         """
         try:
-            request = open_request(msg.data, msg.headers, keys=self._keys, now=now)
+            request = open_request(msg.data, msg.headers, keys=self._keys, now=now, skew_s=self._skew.skew_s)
         except Dropped as exc:
             self._drop(str(exc))
             return None
@@ -486,9 +489,12 @@ class CalloutResponder:
         return True
 
     def _check_broker_timeout(self, request: AuthorizationRequest) -> None:
+        """Name a broker timeout (``exp - iat``) unlike ours, once per distinct value (at most
+        ``MAX_TIMEOUTS_WARNED`` of them): one request's odd stamp must not hide a real one."""
         broker_s = request.exp - request.iat
-        if not self._timeout_warned and abs(broker_s - self._limits.auth_timeout_s) > 1:
-            self._timeout_warned = True
+        warned = self._timeouts_warned
+        if abs(broker_s - self._limits.auth_timeout_s) > 1 and broker_s not in warned and len(warned) < MAX_TIMEOUTS_WARNED:
+            warned.add(broker_s)
             log.warning(
                 "auth callout: space=%s the broker's authorization timeout is %ss but this auth "
                 "service uses %ss - start it with --auth-timeout %s",

@@ -590,6 +590,21 @@ async def test_a_broker_timeout_unlike_ours_is_warned_about_once(nursery, autoju
     assert [line["outcome"] for line in _lines(caplog)] == ["minted", "minted"]
 
 
+async def test_each_distinct_broker_timeout_is_warned_about_so_a_hostile_one_hides_no_real_one(
+    nursery, autojump_clock, caplog
+):
+    """One request stamped with a 10 s timeout, then the broker's real 4 s: both are named, once
+    each (a single flag was used up by the first)."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        await nursery.start(lane.responder.run)
+        for cid, timeout_s in ((1, 10), (2, 4), (3, 4), (4, 10)):
+            lane.responder.on_message(_message(cid, broker_timeout_s=timeout_s))
+        await lane.wait_published(4)
+    warnings = [r.getMessage() for r in caplog.records if "authorization timeout is" in r.getMessage()]
+    assert [w.split(" is ")[1].split("s ")[0] for w in warnings] == ["10", "4"]
+
+
 # -- issuance rows (issue 4 items 1 and 6) ------------------------------------------------------
 
 BEARER_EXP = VERIFIER.validate(BEARER, space=SPACE, now=NOW).exp
