@@ -29,7 +29,8 @@ DEADLINE_MARGIN_S = 0.25
 # The broker's stamps are whole seconds, truncated, so a fresh request reads as 0 to 1 s old,
 # plus the skew (how far our wall clock runs ahead of the broker's). The skew estimate
 # (:class:`ClockSkew`) is a low order statistic of the recent ages: the SKEW_RANK-th smallest of
-# the least ages of the last SKEW_WINDOW seconds that had requests, so requests in fewer than
+# the least ages of the last SKEW_WINDOW seconds that had requests (0 until there are that many),
+# so requests in fewer than
 # SKEW_RANK distinct seconds (a handful of hostile stamps, a paused process's burst) cannot move
 # it. The correction applied is bounded to MAX_CLOCK_SKEW_S either way (beyond it the clocks are broken, not
 # skewed); a skew the stamp's resolution cannot explain by more than CLOCK_SKEW_TOLERANCE_S is
@@ -141,12 +142,14 @@ class ClockSkew:
     second the broker's truncated stamp dropped (0 to 1 s) plus the skew ``s``, so a fresh
     request's age lies in ``[s, s + 1)`` plus transit. The least age of each second of trio time
     that had requests is kept, for the last ``SKEW_WINDOW`` such seconds; the estimate
-    (:attr:`measured_s`) is the ``SKEW_RANK``-th smallest of them, and 0 until there are that
-    many. So requests in at most ``SKEW_RANK - 1`` distinct seconds among the window, whatever
+    (:attr:`measured_s`) is the ``SKEW_RANK``-th smallest of them, and 0 (the clocks agree) until
+    the window is full: with fewer, the rank would sit near their largest, biased a second high
+    (a later mint than the broker allows). So requests in at most ``SKEW_RANK - 1`` distinct seconds among the window, whatever
     their stamps, cannot lower it below the least honest age (no honest fresh request is made
     "proven late"), nor raise it above an honest one (no truly late one is made fresh); a real
-    skew is learned once ``SKEW_WINDOW - SKEW_RANK + 1`` seconds with requests showed it (fewer
-    when the clocks move apart than when they come together). No age is ignored, however far
+    skew is learned in the first ``SKEW_WINDOW`` seconds with requests after the lane starts, and
+    a change later once ``SKEW_WINDOW - SKEW_RANK + 1`` such seconds showed it (fewer when the
+    clocks move apart than when they come together). No age is ignored, however far
     in the future it is stamped: the rank is the protection, and a broker clock far ahead is
     still measured and named. Bounding each age to +-``MAX_CLOCK_SKEW_S`` before taking the
     order statistic or the statistic after is the same; :attr:`skew_s` is bounded,
@@ -162,7 +165,7 @@ class ClockSkew:
         self._minima: deque[float] = deque(maxlen=SKEW_WINDOW - 1)  # closed seconds' least ages
         self._second: int | None = None  # the open second (trio time, floored) and its least age
         self._least = math.inf
-        self.measured_s = 0.0  # the skew the stamps show, unbounded (0 until SKEW_RANK seconds)
+        self.measured_s = 0.0  # the skew the stamps show, unbounded (0 until SKEW_WINDOW seconds)
         self._warned = False
 
     def observe(self, age_s: float, *, at: float) -> float:
@@ -175,7 +178,7 @@ class ClockSkew:
             self._second, self._least = second, age_s
         else:
             self._least = min(self._least, age_s)
-        if len(self._minima) + 1 >= SKEW_RANK:
+        if len(self._minima) + 1 >= SKEW_WINDOW:
             self.measured_s = sorted([*self._minima, self._least])[SKEW_RANK - 1]
         return self.skew_s
 

@@ -62,30 +62,32 @@ def test_the_broker_has_surely_given_up_a_second_after_exp():
     assert not broker_gave_up(now=WALL + 3.0, exp=WALL + 2, skew_s=0.25)
 
 
-def test_the_skew_is_0_until_requests_in_skew_rank_seconds_showed_one():
+def test_the_skew_is_0_until_requests_in_skew_window_seconds_showed_one():
     skew = ClockSkew()
-    for at in range(SKEW_RANK - 1):
+    for at in range(SKEW_WINDOW - 1):
         assert skew.observe(1.75, at=float(at)) == 0.0
-    assert skew.observe(1.75, at=float(SKEW_RANK)) == 1.75  # the 4th second with requests
+    assert skew.observe(1.75, at=float(SKEW_WINDOW)) == 1.75  # the 16th second with requests
     assert skew.large
 
 
 def test_ages_the_stamp_resolution_explains_are_small_and_not_large():
     skew = ClockSkew()
-    for at, age in enumerate([0.0, 0.99, 0.5, 0.25, 0.125]):
+    for at, age in enumerate([0.0, 0.99, 0.5, 0.25, 0.125] + [0.75] * (SKEW_WINDOW - 5)):
         skew.observe(age, at=float(at))
     assert (skew.measured_s, skew.large) == (0.5, False)  # the 4th smallest least age
 
 
 def test_a_broker_clock_ahead_is_learned_and_bounded():
     skew = ClockSkew()
-    for at in range(8):
+    for at in range(SKEW_WINDOW):
         skew.observe(-3.0, at=float(at))
-    assert (skew.measured_s, skew.skew_s) == (-3.0, -MAX_CLOCK_SKEW_S)
-    for at in range(8, 24):
+    assert (skew.measured_s, skew.skew_s, skew.large) == (-3.0, -MAX_CLOCK_SKEW_S, True)
+    for at in range(SKEW_WINDOW, 2 * SKEW_WINDOW - SKEW_RANK):  # 12 seconds: 4 of -3 left
         skew.observe(-1.75, at=float(at))
+    assert skew.measured_s == -3.0
+    skew.observe(-1.75, at=float(2 * SKEW_WINDOW))
     assert (skew.measured_s, skew.skew_s, skew.large) == (-1.75, -1.75, True)
-    for at in range(16, 40):
+    for at in range(2 * SKEW_WINDOW + 1, 4 * SKEW_WINDOW):
         skew.observe(4.0, at=float(at))
     assert (skew.measured_s, skew.skew_s) == (4.0, MAX_CLOCK_SKEW_S)  # learned, and bounded
 
