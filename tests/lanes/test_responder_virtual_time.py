@@ -417,6 +417,36 @@ async def test_a_backlog_of_past_deadlines_teaches_the_keeper_no_lead(nursery, a
     ]
 
 
+async def test_the_keeper_wakes_early_by_the_pass_it_will_run(nursery, autojump_clock, caplog):
+    """Each timeout denial costs 1 ms here (the publish moves the clock). 50 requests queued at 0
+    behind a stuck worker are all due at 1.0: that pass runs 1.0 to 1.051 and teaches the cost.
+    50 more at 2.0, due at 3.0: the keeper starts their pass 50 ms early, so every denial leaves
+    by its deadline (before: 3.0 to 3.05, the last 49 after it)."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, waits=[(5.0, True)])
+        publish = lane.responder._publish
+
+        def costly(reply: str, payload: bytes) -> None:
+            publish(reply, payload)
+            autojump_clock.jump(0.001)
+
+        lane.responder._publish = costly
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))  # holds the one worker until 5.0, deaf to cancellation
+        await trio.sleep(0)
+        for cid in range(2, 51):
+            lane.responder.on_message(_message(cid))
+        await lane.wait_published(50)
+        await trio.sleep_until(2.0)
+        for cid in range(51, 101):
+            lane.responder.on_message(_message(cid))
+        await lane.wait_published(100)
+    second = [at for reply, answer, at in lane.answers()[50:]]
+    assert {answer for _, answer, _ in lane.answers()} == {TIMEOUT_REASON}
+    assert max(second) <= 3.0
+    assert min(second) >= 3.0 - 0.1  # early by the pass, no more than KEEPER_MAX_LEAD_S
+
+
 async def test_a_row_withdrawal_does_not_hold_the_worker(nursery, autojump_clock, caplog):
     """One worker. A's issuance row is created at 0 and lands at 1.5, past A's 1.0 deadline, and
     every delete takes 0.75 s, so withdrawing A's row ends at 2.5. B, queued at 0.75 without a
