@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 
 __all__ = [
-    "CLOCK_SKEW_TOLERANCE_S", "CalloutLimits", "ClockSkew", "DEADLINE_MARGIN_S", "DrainEstimate", "MAX_CLOCK_SKEW_S",
+    "CLOCK_SKEW_TOLERANCE_S", "CalloutLimits", "DRAIN_IDLE_S", "ClockSkew", "DEADLINE_MARGIN_S", "DrainEstimate", "MAX_CLOCK_SKEW_S",
     "PROVEN_LATE_S", "SKEW_RANK", "SKEW_WINDOW",
     "broker_gave_up", "proven_late", "request_deadline", "should_shed",
 ]
@@ -42,8 +42,11 @@ SKEW_RANK = 4
 # A request older than this on arrival (by the broker's stamp, skew corrected) was delayed
 # before it reached the lane: the stamp's second plus the transit it tolerates.
 PROVEN_LATE_S = 1.0 + CLOCK_SKEW_TOLERANCE_S
-# The drain estimate: the smoothing weight of each new interval between answers.
+# The drain estimate: the smoothing weight of each new interval between answers, and the gap
+# without answers after which it is forgotten (a slow phase's rate says nothing about a burst
+# after an idle spell).
 DRAIN_WEIGHT = 0.1
+DRAIN_IDLE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -208,8 +211,11 @@ class ClockSkew:
 class DrainEstimate:
     """Seconds per answer while the callout is busy: how fast its queue drains.
 
-    Only the interval between two answers with work still waiting at the first counts (an idle
-    gap measures arrivals, not service). Smoothed with weight ``DRAIN_WEIGHT``. Mutable; one per
+    Every request that leaves the queue or a slot counts, whatever its outcome (a mint, a
+    denial, a timeout, a drop, an expiry while queued): each shortens a newcomer's wait. Only
+    the interval between two answers with work still waiting at the first counts (an idle
+    gap measures arrivals, not service), and the estimate is forgotten after ``DRAIN_IDLE_S``
+    without answers. Smoothed with weight ``DRAIN_WEIGHT``. Mutable; one per
     lane; trio seconds.
     """
 
@@ -221,21 +227,28 @@ class DrainEstimate:
         self.seconds_per_answer: float | None = None  # None until two busy answers were seen
 
     def answered(self, *, at: float, backlog: bool) -> None:
-        """One request was answered at ``at``; ``backlog``: others were queued at that moment."""
+        """One request left at ``at`` (answered by its worker whatever the outcome, dropped, or
+        expired while queued); ``backlog``: others were queued at that moment. After
+        ``DRAIN_IDLE_S`` without one the estimate is forgotten."""
+        if self._last is not None and at - self._last > DRAIN_IDLE_S:
+            self.seconds_per_answer, self._busy = None, False
         if self._busy and self._last is not None:
             interval = at - self._last
             previous = self.seconds_per_answer
             self.seconds_per_answer = interval if previous is None else previous + DRAIN_WEIGHT * (interval - previous)
         self._last, self._busy = at, backlog
 
-    def overfull(self, *, queued: int, in_flight: int, limits: CalloutLimits) -> bool:
+    def overfull(self, *, queued: int, in_flight: int, limits: CalloutLimits, at: float) -> bool:
         """True when a new request would wait more than half the budget for a slot at the
         observed rate: past what the spec's shed rule allows, so it is shed now rather than
         queued to time out.
 
         It gets a slot after ``queued + in_flight + 1 - max_in_flight`` answers (none while a
-        slot is free).
+        slot is free). Never while the estimate is stale: no answer for ``DRAIN_IDLE_S`` before
+        trio time ``at`` (a stalled queue is shed by the oldest-waiter rule instead).
         """
+        if self._last is None or at - self._last > DRAIN_IDLE_S:
+            return False
         per = self.seconds_per_answer
         answers = queued + in_flight + 1 - limits.max_in_flight
         return per is not None and answers > 0 and answers * per > limits.budget_s / 2

@@ -272,7 +272,7 @@ class CalloutResponder:
         if (
             queued >= QUEUE_CAPACITY
             or should_shed(self._oldest_waited(received), self._limits)
-            or self._drain.overfull(queued=queued, in_flight=self._stats.in_flight, limits=self._limits)
+            or self._drain.overfull(queued=queued, in_flight=self._stats.in_flight, limits=self._limits, at=received)
         ):
             self._shed(msg)
             return
@@ -336,6 +336,7 @@ class CalloutResponder:
                 self._failed(pending)
             finally:
                 self._stats.in_flight -= 1
+                self._drain.answered(at=trio.current_time(), backlog=bool(self._queue))  # a slot is free
 
     def _failed(self, pending: _Pending | None) -> None:
         """A request whose handling raised: logged with its traceback, dropped with its line, and
@@ -454,6 +455,7 @@ class CalloutResponder:
                 self._queue.popleft()
             else:
                 self._queue.remove(pending)
+            self._drain.answered(at=trio.current_time(), backlog=bool(self._queue))  # one fewer ahead
             opened, now = trio.current_time(), self._clock()
             request = self._open(pending.msg, now)
             if request is not None:
@@ -589,7 +591,6 @@ class CalloutResponder:
                 issuance.keep()
             pending.answered = True
             self._publish(pending.msg.reply, payload)
-            self._drain.answered(at=trio.current_time(), backlog=bool(self._queue))
             self._finish(record)
         finally:
             if issuance.unsettled:  # a row sent but not answered with a mint (issue 4 item 1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cotal_trio.core.admission import (
+    DRAIN_IDLE_S,
     MAX_CLOCK_SKEW_S,
     SKEW_RANK,
     SKEW_WINDOW,
@@ -106,7 +107,7 @@ def test_the_drain_estimate_counts_only_busy_intervals():
     drain.answered(at=0.0, backlog=False)
     drain.answered(at=5.0, backlog=True)  # after an idle gap: arrivals, not service
     assert drain.seconds_per_answer is None
-    assert not drain.overfull(queued=1000, in_flight=32, limits=LIMITS)
+    assert not drain.overfull(queued=1000, in_flight=32, limits=LIMITS, at=5.0)
     drain.answered(at=5.125, backlog=True)
     assert drain.seconds_per_answer == 0.125
     drain.answered(at=5.375, backlog=False)
@@ -115,15 +116,28 @@ def test_the_drain_estimate_counts_only_busy_intervals():
     assert drain.seconds_per_answer == pytest.approx(0.1375)
 
 
+def test_the_drain_estimate_is_forgotten_after_an_idle_gap():
+    """A slow phase's rate must not shed a burst that comes after the lane sat idle."""
+    drain = DrainEstimate()
+    drain.answered(at=0.0, backlog=True)
+    drain.answered(at=0.5, backlog=True)
+    assert drain.overfull(queued=64, in_flight=32, limits=LIMITS, at=0.5)
+    assert not drain.overfull(queued=64, in_flight=32, limits=LIMITS, at=0.5 + DRAIN_IDLE_S + 0.125)
+    drain.answered(at=0.5 + DRAIN_IDLE_S + 0.125, backlog=True)  # after the gap: forgotten, no interval
+    assert drain.seconds_per_answer is None
+    drain.answered(at=0.75 + DRAIN_IDLE_S, backlog=False)
+    assert drain.seconds_per_answer == 0.125
+
+
 def test_a_new_request_is_shed_when_it_would_wait_more_than_half_the_budget_for_a_slot():
     drain = DrainEstimate()
     drain.answered(at=0.0, backlog=True)
     drain.answered(at=0.125, backlog=True)
     slots = LIMITS.max_in_flight
     # every slot taken: it waits for queued + 1 answers; 8 * 0.125 = 1.0 s is half the 2.0 s budget
-    assert not drain.overfull(queued=7, in_flight=slots, limits=LIMITS)
-    assert drain.overfull(queued=8, in_flight=slots, limits=LIMITS)
+    assert not drain.overfull(queued=7, in_flight=slots, limits=LIMITS, at=0.125)
+    assert drain.overfull(queued=8, in_flight=slots, limits=LIMITS, at=0.125)
     # a slot free (the workers not yet scheduled): the queue ahead of it takes the free ones first
-    assert not drain.overfull(queued=8, in_flight=slots - 1, limits=LIMITS)
-    assert drain.overfull(queued=9, in_flight=slots - 1, limits=LIMITS)
-    assert not drain.overfull(queued=0, in_flight=0, limits=LIMITS)
+    assert not drain.overfull(queued=8, in_flight=slots - 1, limits=LIMITS, at=0.125)
+    assert drain.overfull(queued=9, in_flight=slots - 1, limits=LIMITS, at=0.125)
+    assert not drain.overfull(queued=0, in_flight=0, limits=LIMITS, at=0.125)

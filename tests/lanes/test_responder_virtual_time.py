@@ -447,6 +447,20 @@ async def test_the_keeper_wakes_early_by_the_pass_it_will_run(nursery, autojump_
     assert min(second) >= 3.0 - 0.1  # early by the pass, no more than KEEPER_MAX_LEAD_S
 
 
+async def test_the_drain_estimate_learns_from_every_request_that_leaves(nursery, autojump_clock, caplog):
+    """Requests answered at the queue (spent: read past their deadline) free the worker as a mint
+    does: each is one answer the drain estimate counts (it counted only full worker answers)."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, ledger_s=0.125)
+        lane.responder.on_message(_message(1))
+        lane.responder.on_message(_message(2))
+        await trio.sleep_until(1.125)  # both past their deadline before any worker runs
+        await nursery.start(lane.responder.run)
+        await lane.wait_published(2)
+    assert [answer for _, answer, _ in lane.answers()] == [TIMEOUT_REASON, TIMEOUT_REASON]
+    assert lane.responder._drain.seconds_per_answer == 0.0
+
+
 async def test_a_row_withdrawal_does_not_hold_the_worker(nursery, autojump_clock, caplog):
     """One worker. A's issuance row is created at 0 and lands at 1.5, past A's 1.0 deadline, and
     every delete takes 0.75 s, so withdrawing A's row ends at 2.5. B, queued at 0.75 without a
