@@ -10,8 +10,10 @@ deadlines"). One more task keeps the deadlines: at a request's deadline, if noth
 answered it yet (still queued behind busy workers, or its worker is waiting on I/O), it sends
 the timeout denial then and there and cancels the worker's scope, whatever the request was
 waiting for. On a saturated thread that task itself runs late; it learns by how much and wakes
-that much early (at most ``KEEPER_MAX_LEAD_S``), so the denial may leave a little before the
-deadline rather than after it. Connect limits are charged right after the bearer check, before any
+that much early (at most ``KEEPER_MAX_LEAD_S``), and earlier still by the measured cost of the
+pass it is about to run, so the denial may leave a little before the deadline rather than after
+it. A request whose handling raises is dropped with its line, in the workers, the keeper and
+the shed path alike: the lane never dies of one request (issue 15 item 2). Connect limits are charged right after the bearer check, before any
 ledger read or store write, on trio time (:func:`~cotal_trio.core.limits.check_connect`; spec
 "Connect limits"). The wall clock is read once per request. Replies go out through
 ``publish_nowait`` (no await across the bridge per message).
