@@ -48,7 +48,6 @@ from ..state import (
     list_rows,
     load_idp_pin,
     load_owner_secret,
-    missing,
     read_principal,
     remove_quietly,
     remove_row,

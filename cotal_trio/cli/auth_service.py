@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
+import trio
 from cyclopts import Parameter
 
 from ..core.admission import CalloutLimits

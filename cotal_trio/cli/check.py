@@ -11,7 +11,7 @@ from cyclopts import Parameter
 
 from ..core.errors import ConfigError, Unavailable
 from ..lanes.selfcheck import CheckFailed, run_check
-from ._servers import Server, resolve_servers
+from ._servers import Server, parse_servers, resolve_servers
 from .common import Where
 from .exits import ExitCode
 
@@ -35,6 +35,8 @@ async def check(
     only {"space", "passed", "steps": [the steps that passed], "failed": null or {"step",
     "reason"}} (step "" when the check could not start, for example no auth service runs).
     """
+    if server is not None:  # the flags first: a bad --server is named before the root is looked at
+        parse_servers(server)
     space_paths = where.provisioned()
     servers = resolve_servers(where.paths(), server)
     # The check provokes a permissions violation on purpose; nats-py reports it as an error.

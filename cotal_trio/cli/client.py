@@ -29,7 +29,7 @@ from ..core.identity import check_actor, check_owner
 from ..http.client import ExchangeRefused, post_exchange, read_service
 from ..state import SpacePaths, load_idp_pin, missing, read_json
 from ..state.credentials import list_records
-from ._servers import Server, resolve_servers
+from ._servers import Server, parse_servers, resolve_servers
 from .common import Where
 from .exits import ExitCode
 
@@ -313,6 +313,8 @@ def connect_details(where: Where, server: str | None = None) -> dict[str, Any]:
             ``mode.json``; the user-auth space's IdP pin or its sentinel is missing or corrupt
             (the sentence names the fix).
     """
+    if server is not None:  # the flags first: a bad --server is named before the root is looked at
+        parse_servers(server)
     space_paths = where.provisioned()
     servers = resolve_servers(where.paths(), server)
     reach = {"server": servers[0], "servers": list(servers)}  # `servers` is the list to use (docstring)

@@ -23,7 +23,6 @@ bucket's configuration, whose ``as_dict`` converts ``max_age``, ``duplicate_wind
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nats.js import api

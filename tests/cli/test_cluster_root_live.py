@@ -41,7 +41,7 @@ async def cluster_root(nursery, tmp_path, capsys, nats_server_bin) -> tuple[Root
     """A root served by `cotal auth-service --server URL`, with no policy.json; (paths, URL)."""
     paths = RootPaths(tmp_path / "root")
     with trio.fail_after(CEILING_S):
-        code, _, err = await cotal(capsys, "space", "add", SPACE, "--root", str(paths.root))
+        code, _, err = await cotal(capsys, "space", "add", SPACE, "--root", str(paths.root), "--new-root")
         assert (code, err) == (0, ""), err
         port = free_port()
         conf = write_config(paths, load_broker(paths.broker_json), port=port, auth_timeout_s=None)

@@ -181,7 +181,7 @@ def test_two_quick_sigints_on_a_serving_up_leave_no_broker(tmp_path):
     )
     try:
         deadline = time.monotonic() + 60
-        while not (line := _read_line(proc)).startswith("✓ auth service up") and time.monotonic() < deadline:
+        while not _read_line(proc).startswith("✓ auth service up") and time.monotonic() < deadline:
             assert proc.poll() is None, proc.stderr.read()
         broker = int((root / "broker" / "nats-server.pid").read_text())
         proc.send_signal(signal.SIGINT)

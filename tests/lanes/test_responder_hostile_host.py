@@ -22,7 +22,7 @@ from cotal_trio.lanes.callout import CALLOUT_SUBJECT
 from cotal_trio.natsio import Message
 from tests.core.test_callout import KEYS, NOW, SERVER, SERVER_X, _claims
 from tests.core.test_natsjwt_bounds import signed_with
-from tests.lanes.test_responder_virtual_time import CEILING_S, Lane, _answer, _message, _user
+from tests.lanes.test_responder_virtual_time import CEILING_S, Lane, _message, _user
 
 HOST_LIMITED = ConnectLimits(host_per_minute=1)
 

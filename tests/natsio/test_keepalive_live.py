@@ -8,7 +8,6 @@ is resumed in a ``finally``).
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import socket
