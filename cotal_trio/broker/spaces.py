@@ -14,7 +14,8 @@ account is harmless (same claims, newer ``iat``; its users stay connected).
 Removing a space (:func:`remove_space`)::
 
     <root>/spaces.json -= {space}      first, so a running host stops the lane
-    (wait for <spaces.json>.applied)   optional: until the lane has fully stopped
+    (wait for <spaces.json>.applied)   optional: until the lane has fully stopped (not when
+                                       the host that wrote it is gone: state/applied.py)
     delete the KV_cotal_* streams      as a short-lived data-account service user (pitfall P8:
                                        an account delete keeps its JetStream data)
     $SYS.REQ.CLAIMS.DELETE [auth, data] signed by the operator signing key
@@ -75,6 +76,7 @@ from cotal_trio.state import (
     render_json,
     save_idp_pin,
 )
+from cotal_trio.state.applied import applied_path, read_applied
 from cotal_trio.state.space_folders import require_space
 
 __all__ = [
@@ -139,9 +141,12 @@ class RemovedSpace:
         space: the space name.
         server_url: the broker the accounts were deleted on, or None (no broker reached).
         was_hosted: the space was listed in ``spaces.json`` (now it is not).
-        lane_stopped: ``.applied`` showed the lane gone (None: not waited for).
+        lane_stopped: ``.applied`` showed the lane gone (None: not waited for, no ``.applied``,
+            or its host is gone).
         streams_deleted: names of the JetStream streams deleted.
         accounts_deleted: the broker held the accounts and deleted them.
+        host_gone: ``"no host running (the last host, pid N, is gone)"`` when the host that
+            wrote ``.applied`` no longer runs, so there was no lane to wait for; else None.
     """
 
     space: str
@@ -150,6 +155,7 @@ class RemovedSpace:
     lane_stopped: bool | None
     streams_deleted: tuple[str, ...]
     accounts_deleted: bool
+    host_gone: str | None = None
 
 
 # -- files (blocking; called through trio.to_thread) -------------------------------------------
@@ -341,29 +347,39 @@ async def add_space(
 # -- remove ----------------------------------------------------------------------------------------
 
 
-def _applied_lists(paths: RootPaths, space: str) -> bool | None:
-    """Whether ``<spaces.json>.applied`` still lists ``space`` (None: no readable file)."""
-    path = paths.spaces_manifest.with_name(paths.spaces_manifest.name + ".applied")
+def _lane_listed(paths: RootPaths, space: str) -> tuple[bool | None, str | None]:
+    """Whether ``<spaces.json>.applied`` still lists ``space``, and the sentence saying its host
+    is gone when the host that wrote it no longer runs (issue 15 item 11).
+
+    Returns:
+        ``(listed, None)`` while its writer runs (or names none); ``(None, None)`` when there is
+        no readable ``.applied`` file; ``(None, "no host running (...)")`` when its writer is
+        gone: nothing will drop the space from that file, so there is nothing to wait for.
+    """
     try:
-        obj = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    spaces = obj.get("spaces") if isinstance(obj, dict) else None
-    return isinstance(spaces, dict) and space in spaces
+        applied = read_applied(applied_path(paths.spaces_manifest))
+    except ConfigError:  # unreadable or not an `.applied` file: nothing to wait on
+        return None, None
+    if applied is None:
+        return None, None
+    if applied.gone is not None:
+        return None, applied.gone
+    return space in applied.report.spaces, None
 
 
-async def _wait_lane_stopped(paths: RootPaths, space: str, wait_s: float) -> bool | None:
-    """Poll ``.applied`` until it no longer lists ``space``; None when there is no such file,
-    False when ``wait_s`` ran out first."""
+async def _wait_lane_stopped(paths: RootPaths, space: str, wait_s: float) -> tuple[bool | None, str | None]:
+    """Poll ``.applied`` until it no longer lists ``space``: ``(True, None)``; ``(False, None)``
+    when ``wait_s`` ran out first; ``(None, gone)`` when there is no such file or its writer is
+    gone (``gone``: the sentence saying so, or None)."""
     with trio.move_on_after(wait_s):
         while True:
-            listed = await trio.to_thread.run_sync(_applied_lists, paths, space)
+            listed, gone = await trio.to_thread.run_sync(_lane_listed, paths, space)
             if listed is None:
-                return None
+                return None, gone
             if not listed:
-                return True
+                return True, None
             await trio.sleep(APPLIED_POLL_S)
-    return False
+    return False, None
 
 
 async def _stream_names(conn: natsio.Connection) -> list[str]:
@@ -453,7 +469,7 @@ async def remove_space(
     material = await trio.to_thread.run_sync(load_space, sp.callout_json, space)
     url = await resolve_server_url(paths, server_url)
     was_hosted = await trio.to_thread.run_sync(set_hosted, paths, space, False)
-    stopped = await _wait_lane_stopped(paths, space, lane_wait_s) if lane_wait_s > 0 else None
+    stopped, gone = await _wait_lane_stopped(paths, space, lane_wait_s) if lane_wait_s > 0 else (None, None)
     streams: tuple[str, ...] = ()
     deleted = False
     if url is not None:
@@ -467,7 +483,7 @@ async def remove_space(
                 deleted = True
     return RemovedSpace(
         space=space, server_url=url, was_hosted=was_hosted, lane_stopped=stopped,
-        streams_deleted=streams, accounts_deleted=deleted,
+        streams_deleted=streams, accounts_deleted=deleted, host_gone=gone,
     )
 
 

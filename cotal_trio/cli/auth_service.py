@@ -20,33 +20,22 @@ space (spec "Callout replicas"; :mod:`cotal_trio.lanes.service_endpoints`).
 from __future__ import annotations
 
 import functools
-import logging
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-import trio
 from cyclopts import Parameter
 
-from ..broker.accounts import lookup_subject, open_system_connection
-from ..core import natsjwt
 from ..core.admission import CalloutLimits
-from ..core.errors import CodecError, ConfigError, Unavailable, leaves
+from ..core.errors import ConfigError
 from ..lanes.hosting import ServiceConfig, ServiceInfo, run_service
 from ..lanes.runtime import tune_for_serving
-from ..natsio import open_loop
-from ..state import SpaceMaterial, load_broker, load_space
 from ..state.space_folders import migrate_space_folders
 from .common import Where, check_auth_timeout, serve_until_signal
 
 __all__ = ["auth_service"]
 
-log = logging.getLogger("cotal.auth-service")
-
 _SCHEMES = ("nats", "tls")
-# The broker's text for a refused connect, and how long reading the auth account back may take.
-_AUTH_VIOLATION = "Authorization Violation"
-_DIAGNOSE_S = 5.0
 
 
 async def auth_service(
@@ -89,60 +78,9 @@ async def auth_service(
         Where(root=root, space=space).provisioned()
     async with serve_until_signal("cotal auth-service") as nursery:  # Ctrl-C works during start-up too
         tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
-        try:
-            info = await nursery.start(functools.partial(run_service, config))
-        except* Unavailable as refused:
-            raise await _named_refusal(config, refused) from None
-        _banner(info, config)
+        # A callout user missing from auth_users is named by the lane itself (lanes/refusals.py).
+        _banner(await nursery.start(functools.partial(run_service, config)), config)
     return 0
-
-
-async def _named_refusal(config: ServiceConfig, group: BaseExceptionGroup[Unavailable]) -> Exception:
-    """The error to report for a start the broker refused (issue 15 item 10).
-
-    A broker whose auth account does not list the space's callout user in ``auth_users`` sends
-    the service's own callout connection through the auth callout and refuses it with a bare
-    ``Authorization Violation``. When that is the failure of a ``--space`` start, the auth
-    account JWT the broker holds is read (LOOKUP, as the root's system user) and, if it lacks
-    the callout user, that is named with the command that re-pushes the space. Anything else,
-    or a broker that cannot be asked within ``_DIAGNOSE_S``, keeps the original error.
-    """
-    original = leaves(group)[0]
-    if config.space is None or _AUTH_VIOLATION not in str(original):
-        return original
-    with trio.move_on_after(_DIAGNOSE_S):
-        try:
-            auth_users, material = await _auth_users_on_broker(config, config.space)
-        except (ConfigError, Unavailable, CodecError) as exc:
-            log.debug("auth-service: the auth account could not be read back: %s", exc)
-            return original
-        if material.callout_user not in auth_users:
-            fix = f"cotal space add {config.space} --root {config.root.root} --server {config.server_url}"
-            return ConfigError(
-                f"space {config.space}: the broker's auth account {material.auth_account} does not list the "
-                f"space's callout user {material.callout_user} in its auth_users, so the broker refused the auth "
-                f"service's own callout connection - re-push the space's accounts with `{fix}` (it re-signs "
-                "them from the root)"
-            )
-    return original
-
-
-async def _auth_users_on_broker(config: ServiceConfig, space: str) -> tuple[list[object], SpaceMaterial]:
-    """The ``auth_users`` of the space's auth account JWT the broker holds, and the space's material.
-
-    Raises:
-        ConfigError: the root has no readable broker or space material, or the broker refused.
-        Unavailable: the broker did not answer, or holds no JWT for the account.
-        CodecError: the broker's answer is not a JWT.
-    """
-    paths = config.root
-    broker = await trio.to_thread.run_sync(load_broker, paths.broker_json)
-    material = await trio.to_thread.run_sync(load_space, paths.space(space).callout_json, space)
-    async with open_loop(), open_system_connection(config.server_url, broker) as system:
-        reply = await system.request(lookup_subject(material.auth_account), b"")
-    authorization = natsjwt.decode(reply.data.strip()).claims.get("nats", {}).get("authorization")
-    users = authorization.get("auth_users") if isinstance(authorization, dict) else None
-    return (users if isinstance(users, list) else []), material
 
 
 def _check_server(server: str) -> str:

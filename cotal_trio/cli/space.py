@@ -125,6 +125,8 @@ async def remove(name: str, /, *, root: Root = None, server: Server = None) -> N
     else:
         where = f"{done.server_url} did not hold its accounts"
     print(f"removed space {done.space} ({where})")
+    if done.host_gone is not None:
+        print(f"  lane: {done.host_gone}")
 
 
 @space_app.command(name="list")

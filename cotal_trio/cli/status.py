@@ -11,9 +11,12 @@ Read-only. Sources, in order:
 
 A space whose readiness file names a live process and whose ``/health`` answers is ``serving``,
 with its callout counts and in-flight read from ``/metrics``; one whose face does not answer is
-``unreachable``. Otherwise the ``.applied`` state stands while the root's ``cotal up`` (the pid
-in ``<root>/up.lock``), the only writer of ``<root>/spaces.json.applied``, is alive, and the
-space is ``stopped`` when it is not: ``.applied`` outlives the host that wrote it. Replicas have no face and are not
+``unreachable``. Otherwise the ``.applied`` state stands while the host that wrote it (the pid
+the file names, checked to have started before the file was written: :mod:`cotal_trio.state.applied`)
+is alive, and the space is ``stopped`` when it is not, with the reason ``no host running (the
+last host, pid N, is gone)``: ``.applied`` outlives the host that wrote it (issue 15 item 11). A
+file that names no writer (an older host's) stands while the root's ``cotal up`` (the pid in
+``<root>/up.lock``) is alive. Replicas have no face and are not
 reported; a host started with ``cotal auth-service --spaces`` reports through readiness files
 only (its ``.applied`` lies beside its own manifest).
 
@@ -43,9 +46,11 @@ from cyclopts import Parameter
 
 from ..broker.spaces import list_spaces
 from ..core.errors import ConfigError
+from ..core.manifest import LaneStatus
 from ..http.client import ServiceRecord, check_url, no_redirect_opener, pid_alive, read_service
 from ..lanes.metrics import MetricsSummary, read_summary
-from ..state import RootPaths, read_json
+from ..state import RootPaths
+from ..state.applied import applied_path, read_applied
 from ..state.lock import LOCK_NAME
 from ._servers import parse_servers
 from .common import Where
@@ -211,31 +216,20 @@ def read_status(paths: RootPaths) -> tuple[bool, list[SpaceStatus]]:
         ConfigError: ``spaces.json``, ``spaces.json.applied`` or a space's ``mode.json`` is
             corrupt.
     """
-    applied = _read_applied(paths)
+    applied = read_applied(applied_path(paths.spaces_manifest))
     records = {row["space"]: _service(paths, row["space"]) for row in list_spaces(paths)}
     served = {space: record for space, record in records.items() if record is not None}
     up_alive = _up_alive(paths)
-    running = bool(served) or up_alive
-    names = sorted(applied.keys() | served.keys())
-    # `.applied` beside spaces.json is written by `cotal up`'s host alone: once that process is
-    # gone it is stale, whatever other process serves a space of the root.
-    return running, [_space_status(name, served.get(name), applied.get(name), up_alive) for name in names]
-
-
-def _read_applied(paths: RootPaths) -> dict[str, tuple[str, str | None]]:
-    """``{space: (state, reason)}`` from ``<root>/spaces.json.applied``; empty when absent.
-
-    Raises:
-        ConfigError: the file is not the ``.applied`` shape (names the file).
-    """
-    path = paths.spaces_manifest.with_name(paths.spaces_manifest.name + ".applied")
-    if not path.exists():
-        return {}
-    spaces = read_json(path).get("spaces")
-    try:
-        return {name: (lane["state"], lane.get("reason")) for name, lane in spaces.items()}
-    except (AttributeError, KeyError, TypeError):
-        raise ConfigError(f"{path} is not a lane host's .applied file - delete it; the host rewrites it") from None
+    # `.applied` outlives the host that wrote it: it stands only while that host runs (the pid
+    # it names; a file naming none, while the root's `cotal up` runs).
+    host_alive = up_alive if applied is None or applied.alive is None else applied.alive
+    running = bool(served) or up_alive or host_alive
+    lanes = {} if applied is None else applied.report.spaces
+    gone = None if applied is None else applied.gone
+    names = sorted(lanes.keys() | served.keys())
+    return running, [
+        _space_status(name, served.get(name), lanes.get(name), host_alive=host_alive, gone=gone) for name in names
+    ]
 
 
 def _service(paths: RootPaths, space: str) -> ServiceRecord | None:
@@ -257,13 +251,13 @@ def _up_alive(paths: RootPaths) -> bool:
 
 
 def _space_status(
-    space: str, service: ServiceRecord | None, applied: tuple[str, str | None] | None, up_alive: bool
+    space: str, service: ServiceRecord | None, lane: LaneStatus | None, *, host_alive: bool, gone: str | None
 ) -> SpaceStatus:
     if service is not None:
         return _probe(space, service)
-    if applied is not None and up_alive:
-        return SpaceStatus(space=space, state=applied[0], reason=applied[1])
-    return SpaceStatus(space=space, state="stopped", reason="no auth service serves it")
+    if lane is not None and host_alive:
+        return SpaceStatus(space=space, state=lane.state, reason=lane.reason)
+    return SpaceStatus(space=space, state="stopped", reason=gone if lane is not None and gone else "no auth service serves it")
 
 
 def _probe(space: str, service: ServiceRecord) -> SpaceStatus:

@@ -18,9 +18,14 @@ A manifest with any problem is refused whole (:class:`ManifestRefused` lists eve
 sentence each) and the host keeps its current lanes. After each reconcile the host writes
 ``<manifest>.applied`` (:func:`render_applied`)::
 
-    {"version": 1, "manifestSha256": "...", "appliedAt": "2026-11-29T10:00:00Z",
+    {"version": 1, "manifestSha256": "...", "appliedAt": "2026-11-29T10:00:00Z", "pid": 4242,
      "spaces": {"a": {"state": "serving"}, "b": {"state": "retrying", "reason": "..."}},
      "refused": null}
+
+``pid`` is the host process that wrote it (issue 15 item 11): the file outlives a killed host,
+so a reader checks that pid is alive and started before the file was written (its mtime) and
+otherwise reads the file as "no host running" (:func:`parse_applied`, :func:`host_gone`). A
+file written before ``pid`` was recorded has none (``AppliedReport.pid`` is ``None``).
 
 Pure and synchronous: the caller reads the file and passes its bytes; time comes in as an
 argument (:func:`format_utc` only formats it).
@@ -44,6 +49,7 @@ from cotal_trio.core.identity import is_space
 
 __all__ = [
     "APPLIED_VERSION",
+    "AppliedReport",
     "LANE_STATES",
     "MANIFEST_VERSION",
     "LaneStatus",
@@ -53,6 +59,8 @@ __all__ = [
     "SpaceEntry",
     "diff",
     "format_utc",
+    "host_gone",
+    "parse_applied",
     "parse_manifest",
     "public_face_problems",
     "render_applied",
@@ -568,7 +576,11 @@ def format_utc(unix_seconds: float) -> str:
         raise ConfigError(f"format_utc needs finite unix seconds, not {_show(unix_seconds)}") from None
 
 
-def _check_applied_inputs(sha: str | None, applied_at: str, spaces: Mapping[str, LaneStatus], refused: str | None) -> None:
+def _check_applied_inputs(
+    sha: str | None, applied_at: str, spaces: Mapping[str, LaneStatus], refused: str | None, pid: int
+) -> None:
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        raise ConfigError("pid is the writing host's process id, a positive integer")
     if sha is not None and not (isinstance(sha, str) and _SHA256_HEX.fullmatch(sha)):
         raise ConfigError("manifestSha256 is 64 lowercase hex characters or None")
     try:
@@ -584,11 +596,13 @@ def _check_applied_inputs(sha: str | None, applied_at: str, spaces: Mapping[str,
 
 
 def render_applied(
-    *, manifest_sha256: str | None, applied_at: str, spaces: Mapping[str, LaneStatus], refused: str | None
+    *, manifest_sha256: str | None, applied_at: str, spaces: Mapping[str, LaneStatus], refused: str | None,
+    pid: int,
 ) -> bytes:
     """The ``<manifest>.applied`` bytes (DESIGN.md 9): canonical JSON, trailing newline.
 
     Args:
+        pid: the writing host's process id (the caller's ``os.getpid()``; module docstring).
         manifest_sha256: hex SHA-256 of the manifest the lanes follow, ``None`` before any
             manifest was applied.
         applied_at: the reconcile's time, ``YYYY-MM-DDTHH:MM:SSZ`` (:func:`format_utc`).
@@ -596,21 +610,75 @@ def render_applied(
         refused: the last refusal's sentence (``str(ManifestRefused)``), or ``None``.
 
     Returns:
-        ``{"appliedAt", "manifestSha256", "refused", "spaces": {<space>: {"state"[,
+        ``{"appliedAt", "manifestSha256", "pid", "refused", "spaces": {<space>: {"state"[,
         "reason"]}}, "version": 1}`` with sorted keys and 2-space indent.
 
     Raises:
         ConfigError: an argument breaks its shape (a caller bug).
     """
-    _check_applied_inputs(manifest_sha256, applied_at, spaces, refused)
+    _check_applied_inputs(manifest_sha256, applied_at, spaces, refused, pid)
     lanes = {
         space: {"state": s.state} | ({"reason": s.reason} if s.reason is not None else {})
         for space, s in spaces.items()
     }
     return _canonical({
         "version": APPLIED_VERSION, "manifestSha256": manifest_sha256, "appliedAt": applied_at,
-        "spaces": lanes, "refused": refused,
+        "pid": pid, "spaces": lanes, "refused": refused,
     })
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppliedReport:
+    """A ``.applied`` file as read back (:func:`parse_applied`).
+
+    Attributes:
+        spaces: every lane the file lists, by space.
+        refused: the last refusal's sentence, or None.
+        pid: the host process that wrote it; None in a file written before hosts recorded it.
+    """
+
+    spaces: Mapping[str, LaneStatus]
+    refused: str | None
+    pid: int | None
+
+
+def parse_applied(data: bytes, *, path: str) -> AppliedReport:
+    """Read ``.applied`` bytes (:func:`render_applied`'s shape) back.
+
+    Only what a reader needs is checked: ``spaces`` maps names to ``{"state"[, "reason"]}``,
+    ``pid`` (when present) is a positive integer, ``refused`` a sentence or null; other keys
+    are ignored, so a newer writer's additions do not break an older reader.
+
+    Args:
+        path: the file's path, for the sentence of the error.
+
+    Raises:
+        ConfigError: not that shape: one sentence naming ``path`` and the fix.
+    """
+    bad = ConfigError(f"{path} is not a lane host's .applied file - delete it; the host rewrites it")
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise bad from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("spaces"), dict):
+        raise bad
+    pid, refused = obj.get("pid"), obj.get("refused")
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0):
+        raise bad
+    if refused is not None and not isinstance(refused, str):
+        raise bad
+    try:
+        spaces = {
+            name: LaneStatus(state=lane["state"], reason=lane.get("reason")) for name, lane in obj["spaces"].items()
+        }
+    except (AttributeError, KeyError, TypeError, ConfigError):
+        raise bad from None
+    return AppliedReport(spaces=MappingProxyType(spaces), refused=refused or None, pid=pid)
+
+
+def host_gone(pid: int) -> str:
+    """The sentence for a ``.applied`` whose writer ``pid`` is no longer running."""
+    return f"no host running (the last host, pid {pid}, is gone)"
 
 
 def _canonical(obj: object) -> bytes:

@@ -12,7 +12,6 @@ settings. Blocking: call it from synchronous code or through ``trio.to_thread.ru
 from __future__ import annotations
 
 import json
-import os
 import re
 import urllib.error
 import urllib.request
@@ -23,6 +22,7 @@ from urllib.parse import urlsplit
 
 from cotal_trio.core.errors import AuthServiceError, ConfigError, Unavailable
 from cotal_trio.state import Fields, SpacePaths, read_fields
+from cotal_trio.state.liveness import pid_alive  # re-exported: its readers import it from here
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -78,42 +78,6 @@ def _not_running(space: str) -> ConfigError:
         f"the auth service for space {space} is not running - start `cotal up`, or host the space"
         f" in a running one with `cotal space add {space}`"
     )
-
-
-def pid_alive(pid: int, *, since: float | None = None) -> bool:
-    """True when a process ``pid`` exists (signal 0; another user's process counts as alive).
-
-    With ``since`` (unix seconds: when the record naming ``pid`` was written, its mtime), a
-    process that started after it is not the one that wrote it: after a SIGKILL the record stays
-    and its pid may be reused (a reboot, pid 1 in a container; issue 15 item 11). The start time
-    is read from ``/proc`` to the second; where it cannot be read, only existence counts.
-    """
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    if since is None:
-        return True
-    started = _process_start(pid)
-    return started is None or started <= since + _START_SLACK_S
-
-
-# /proc gives the boot time to the second and a start time in clock ticks: allow for both.
-_START_SLACK_S = 2.0
-
-
-def _process_start(pid: int) -> float | None:
-    """When process ``pid`` started, unix seconds, from Linux's /proc; None where unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()  # the name may hold spaces and ")"
-        with open("/proc/stat", "rb") as boot:
-            btime = next(int(line.split()[1]) for line in boot if line.startswith(b"btime "))
-        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
 
 
 def _record(fields: Fields) -> ServiceRecord:

@@ -20,7 +20,9 @@ table of transitions) and ``stopping`` when the manifest drops or changes it, or
 is cancelled (SIGTERM); a cancelled host's last ``.applied`` lists no lane (issue 15 item 11). A lane whose start
 or run raises any ``Exception`` is named in the log and in ``.applied`` and retried every
 ``retry_s``; the other lanes and the host carry on (DESIGN.md 5, STYLE.md practice 10).
-``<manifest>.applied`` is rewritten atomically after every reconcile and every state change.
+``<manifest>.applied`` is rewritten atomically after every reconcile and every state change,
+naming the host's pid so that its readers can tell a killed host's last file from a live one's
+(:mod:`cotal_trio.state.applied`).
 
 With an event bus (``HostConfig.events``; issue 7 item 1) the host publishes, synchronously at
 the moment it happens: a ``lane`` event on every state change (``starting`` when a lane is
@@ -85,7 +87,9 @@ APPLIED_MODE = 0o644
 # not hold the process's exit.
 FINAL_WRITE_S = 5.0
 _MAX_HOPS = 40  # symlink hops followed when locating the manifest's file
-_REASON_CHARS = 300
+# A reason's cap in `.applied`: room for a sentence that names its remedy with the root's path
+# and the broker's URL (a missing auth_users entry, lanes/refusals.py) before it is cut.
+_REASON_CHARS = 600
 
 # (state, event) -> next state; the only place lane states change (STYLE.md practice 3).
 _NEXT = {
@@ -419,6 +423,7 @@ class Host:
                 applied_at=format_utc(self._config.clock()),
                 spaces=self.current_states(),
                 refused=self._refused,
+                pid=os.getpid(),  # so a reader can tell this file from a killed host's (issue 15 item 11)
             )
             write = functools.partial(atomic_write, self._applied_path, data, mode=APPLIED_MODE)
             try:

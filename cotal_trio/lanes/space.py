@@ -99,6 +99,7 @@ from .issued import IssuedStores, IssuedStoresMissing
 from .metrics import LaneMetrics
 from .plane import DEFAULT_LEASE, hold_plane, holder_id
 from .records import RecordsStore, ensure_records_stores
+from .refusals import name_callout_refusal
 from .service_endpoints import open_admission, refuse_if_admitted
 from .service_users import (
     ISSUER_LIFETIME_S,
@@ -308,9 +309,9 @@ async def run_lane(
     exchange = None if config.callout_only else _exchange_context(config, issuer, metrics, limiter)
     name = f"cotal:auth-service:{config.space}"
     ledger, row_expiries = LedgerReader(config.paths), RowExpiries()
-    connect = open_connection(config.server_url, creds=creds, name=name, reconnect=config.reconnect)
     async with (
-        graceful_stop() as stop, open_loop(), connect as conn, _open_store(config, material) as store_conn,
+        graceful_stop() as stop, open_loop(), _open_callout(config, material, creds, name) as conn,
+        _open_store(config, material) as store_conn,
         _open_issuer(config, material) as issued,
     ):
         records = RecordsStore(store_conn, config.space)
@@ -468,6 +469,29 @@ def _door_tables(
         return manager_routes(dataclasses.replace(managers, admit_refusal=admit), guard=guard)
 
     return lifecycle_doors, manager_doors
+
+
+@contextlib.asynccontextmanager
+async def _open_callout(config: LaneConfig, material: SpaceMaterial, creds: str, name: str) -> AsyncIterator[Connection]:
+    """The lane's callout connection; a refused connect is named where it is refused (issue 15
+    item 10: :func:`~cotal_trio.lanes.refusals.name_callout_refusal`), so every host shows the
+    missing ``auth_users`` entry and its remedy, not the bare ``Authorization Violation``.
+
+    Raises:
+        ConfigError: the broker's auth account does not list the space's callout user.
+        Unavailable: any other refusal or failure of the connect (as ``open_connection``).
+    """
+    connected = False
+    try:
+        async with open_connection(config.server_url, creds=creds, name=name, reconnect=config.reconnect) as conn:
+            connected = True
+            yield conn
+    except Unavailable as refused:
+        if connected:  # the lane's own failure later on, not the connect's
+            raise
+        raise await name_callout_refusal(
+            refused, space_paths=config.paths, material=material, server_url=config.server_url,
+        ) from None
 
 
 def _open_store(config: LaneConfig, material: SpaceMaterial) -> contextlib.AbstractAsyncContextManager[Connection]:

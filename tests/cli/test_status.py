@@ -13,6 +13,8 @@ import functools
 import json
 import os
 import secrets
+import subprocess
+import time
 
 import pytest
 import trio
@@ -43,9 +45,19 @@ async def _status(root: Root, capsys, *flags: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def _applied(root: Root, **states: LaneStatus) -> None:
-    data = render_applied(manifest_sha256="0" * 64, applied_at="2026-11-29T10:00:00Z", spaces=states, refused=None)
+def _applied(root: Root, *, pid: int, **states: LaneStatus) -> None:
+    """``.applied`` as a host of pid ``pid`` writes it."""
+    data = render_applied(
+        manifest_sha256="0" * 64, applied_at="2026-11-29T10:00:00Z", spaces=states, refused=None, pid=pid,
+    )
     atomic_write(root.paths.spaces_manifest.with_name("spaces.json.applied"), data, mode=0o644)
+
+
+def _gone_pid() -> int:
+    """The pid of a process that has exited (a child of ours, reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
 
 
 def _readiness(root: Root, url: str) -> None:
@@ -72,18 +84,46 @@ async def test_no_running_service_is_said_and_exits_1(root, capsys):
 
 
 async def test_a_stale_applied_file_reads_stopped(root, capsys):
-    _applied(root, default=LaneStatus(state="serving"))  # the host that wrote it is gone
+    pid = _gone_pid()
+    _applied(root, pid=pid, default=LaneStatus(state="serving"))  # the host that wrote it is gone
     code, out, err = await _status(root, capsys, "--json")
     assert code == 1 and err == NOT_RUNNING.format(root=root.paths.root)
     assert json.loads(out) == {
         "root": str(root.paths.root), "running": False,
-        "spaces": [{"space": SPACE, "state": "stopped", "reason": "no auth service serves it", "pid": None,
-                    "url": None, "callouts": None, "inFlight": None, "queueDepth": None}],
+        "spaces": [{"space": SPACE, "state": "stopped", "reason": f"no host running (the last host, pid {pid}, is gone)",
+                    "pid": None, "url": None, "callouts": None, "inFlight": None, "queueDepth": None}],
     }  # fmt: skip
 
 
+async def test_applied_naming_a_pid_reused_since_reads_stopped(root, capsys):
+    """Issue 15 item 11: the pid ``.applied`` names is alive (ours) but started after the file
+    was written, so it is not the host that wrote it (a reboot, pid 1 in a container)."""
+    (root.paths.root / "up.lock").write_text(f"{os.getpid()}\n")  # even while cotal up runs
+    _applied(root, pid=os.getpid(), default=LaneStatus(state="serving"))
+    path = root.paths.spaces_manifest.with_name("spaces.json.applied")
+    os.utime(path, (time.time() - 3600 * 24 * 365 * 30,) * 2)  # written long before we started
+    code, out, _ = await _status(root, capsys, "--json")
+    assert code == 1
+    assert [(s["state"], s["reason"]) for s in json.loads(out)["spaces"]] == [
+        ("stopped", f"no host running (the last host, pid {os.getpid()}, is gone)"),
+    ]
+
+
+async def test_applied_that_names_no_writer_stands_while_cotal_up_runs(root, capsys):
+    """A file an older host wrote (no ``pid``) is judged by ``up.lock``, as before."""
+    path = root.paths.spaces_manifest.with_name("spaces.json.applied")
+    doc = {"version": 1, "manifestSha256": None, "appliedAt": "2026-11-29T10:00:00Z", "refused": None,
+           "spaces": {SPACE: {"state": "retrying", "reason": RETRY_REASON}}}  # fmt: skip
+    path.write_text(json.dumps(doc))
+    code, out, _ = await _status(root, capsys, "--json")
+    assert [(s["state"], s["reason"]) for s in json.loads(out)["spaces"]] == [("stopped", "no auth service serves it")]
+    (root.paths.root / "up.lock").write_text(f"{os.getpid()}\n")
+    code, out, _ = await _status(root, capsys, "--json")
+    assert [(s["state"], s["reason"]) for s in json.loads(out)["spaces"]] == [("retrying", RETRY_REASON)]
+
+
 async def test_a_serving_space_prints_its_counts_and_exits_0(root, face, capsys):
-    _applied(root, default=LaneStatus(state="serving"))
+    _applied(root, pid=os.getpid(), default=LaneStatus(state="serving"))
     code, out, err = await _status(root, capsys)
     assert (code, err) == (0, "")
     assert out == f"{SPACE}  serving  pid {os.getpid()}  {face}  minted 2 denied 0 timeout 0 shed 1  in-flight 1  queued 0\n"
@@ -96,7 +136,7 @@ async def test_a_serving_space_prints_its_counts_and_exits_0(root, face, capsys)
 
 async def test_a_retrying_space_beside_a_serving_one_exits_1_with_its_reason(root, face, capsys):
     (root.paths.root / "up.lock").write_text(f"{os.getpid()}\n")  # cotal up, which wrote .applied, runs
-    _applied(root, default=LaneStatus(state="serving"), beta=LaneStatus(state="retrying", reason=RETRY_REASON))
+    _applied(root, pid=os.getpid(), default=LaneStatus(state="serving"), beta=LaneStatus(state="retrying", reason=RETRY_REASON))
     code, out, err = await _status(root, capsys)
     assert (code, err) == (1, "")
     assert out.splitlines()[0] == f"beta  retrying  ({RETRY_REASON})"
@@ -106,16 +146,17 @@ async def test_a_retrying_space_beside_a_serving_one_exits_1_with_its_reason(roo
 async def test_applied_left_by_a_gone_cotal_up_is_stale_even_while_another_host_serves(root, face, capsys):
     """A bug found by a fresh user: with `cotal up` gone and another process serving one space,
     the spaces only `.applied` named were reported `serving` (exit 0) though nothing served them."""
-    _applied(root, default=LaneStatus(state="serving"), beta=LaneStatus(state="serving"))  # no up.lock
+    pid = _gone_pid()
+    _applied(root, pid=pid, default=LaneStatus(state="serving"), beta=LaneStatus(state="serving"))  # no up.lock
     code, out, err = await _status(root, capsys, "--json")
     assert (code, err) == (1, "")
     spaces = {s["space"]: (s["state"], s["reason"]) for s in json.loads(out)["spaces"]}
-    assert spaces == {"beta": ("stopped", "no auth service serves it"), SPACE: ("serving", None)}
+    assert spaces == {"beta": ("stopped", f"no host running (the last host, pid {pid}, is gone)"), SPACE: ("serving", None)}
 
 
 async def test_a_running_up_with_its_only_lane_retrying(root, capsys):
     (root.paths.root / "up.lock").write_text(f"{os.getpid()}\n")  # cotal up holds the root
-    _applied(root, default=LaneStatus(state="retrying", reason=RETRY_REASON))
+    _applied(root, pid=os.getpid(), default=LaneStatus(state="retrying", reason=RETRY_REASON))
     code, out, err = await _status(root, capsys, "--json")
     assert (code, err) == (1, "")
     assert json.loads(out)["running"] is True

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.core.manifest import (
     LANE_STATES,
+    AppliedReport,
     LaneStatus,
     Manifest,
     ManifestDiff,
@@ -19,6 +20,8 @@ from cotal_trio.core.manifest import (
     SpaceEntry,
     diff,
     format_utc,
+    host_gone,
+    parse_applied,
     parse_manifest,
     render_applied,
     render_manifest,
@@ -403,11 +406,12 @@ def test_render_applied_golden():
         manifest_sha256=sha, applied_at="2026-11-29T10:00:00Z",
         spaces={"b": LaneStatus(state="retrying", reason="the broker refused the callout user"),
                 "a": LaneStatus(state="serving")},
-        refused=None,
+        refused=None, pid=4242,
     )
     assert out == (
         b'{\n  "appliedAt": "2026-11-29T10:00:00Z",\n'
         b'  "manifestSha256": "' + sha.encode() + b'",\n'
+        b'  "pid": 4242,\n'
         b'  "refused": null,\n'
         b'  "spaces": {\n'
         b'    "a": {\n      "state": "serving"\n    },\n'
@@ -417,23 +421,31 @@ def test_render_applied_golden():
     )
     assert json.loads(out) == {
         "version": 1, "manifestSha256": sha, "appliedAt": "2026-11-29T10:00:00Z",
+        "pid": 4242,
         "spaces": {"a": {"state": "serving"}, "b": {"state": "retrying", "reason": "the broker refused the callout user"}},
         "refused": None,
     }
+    back = parse_applied(out, path="x.applied")
+    assert back == AppliedReport(
+        spaces={"a": LaneStatus(state="serving"), "b": LaneStatus(state="retrying", reason="the broker refused the callout user")},
+        refused=None, pid=4242,
+    )
 
 
 def test_render_applied_of_a_first_manifest_that_was_refused():
     with pytest.raises(ManifestRefused) as caught:
         parse_manifest(b"")
-    out = render_applied(manifest_sha256=None, applied_at="2026-11-29T10:00:00Z", spaces={}, refused=str(caught.value))
+    out = render_applied(
+        manifest_sha256=None, applied_at="2026-11-29T10:00:00Z", spaces={}, refused=str(caught.value), pid=1,
+    )
     assert out == (
-        b'{\n  "appliedAt": "2026-11-29T10:00:00Z",\n  "manifestSha256": null,\n'
+        b'{\n  "appliedAt": "2026-11-29T10:00:00Z",\n  "manifestSha256": null,\n  "pid": 1,\n'
         b'  "refused": "the manifest is empty - write {\\"version\\": 2, \\"spaces\\": []} to serve nothing",\n'
         b'  "spaces": {},\n  "version": 1\n}\n'
     )
 
 
-GOOD_APPLIED = {"manifest_sha256": SHA_A, "applied_at": "2026-11-29T10:00:00Z", "spaces": {}, "refused": None}
+GOOD_APPLIED = {"manifest_sha256": SHA_A, "applied_at": "2026-11-29T10:00:00Z", "spaces": {}, "refused": None, "pid": 7}
 
 
 @pytest.mark.parametrize(("override", "match"), [
@@ -445,10 +457,33 @@ GOOD_APPLIED = {"manifest_sha256": SHA_A, "applied_at": "2026-11-29T10:00:00Z", 
     ({"spaces": {"a.b": LaneStatus(state="serving")}}, "LaneStatus"),
     ({"spaces": {"a": {"state": "serving"}}}, "LaneStatus"),
     ({"refused": ""}, "refused"),
+    ({"pid": 0}, "pid"),
+    ({"pid": True}, "pid"),
+    ({"pid": "7"}, "pid"),
 ])
 def test_render_applied_refuses_a_malformed_argument(override, match):
     with pytest.raises(ConfigError, match=match):
         render_applied(**(GOOD_APPLIED | override))
+
+
+def test_parse_applied_of_a_file_that_names_no_writer():
+    """An older host's file has no ``pid``: the writer is unknown, not gone."""
+    back = parse_applied(b'{"version": 1, "spaces": {"a": {"state": "serving"}}, "refused": null}', path="x")
+    assert back == AppliedReport(spaces={"a": LaneStatus(state="serving")}, refused=None, pid=None)
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"[]", b'{"spaces": ["a"]}', b'{"spaces": {"a": {}}}', b'{"spaces": {"a": {"state": "odd"}}}',
+    b'{"spaces": {}, "pid": -1}', b'{"spaces": {}, "pid": true}', b'{"spaces": {}, "refused": 3}',
+    b"\xff", b"[" * 100_000,
+])
+def test_parse_applied_refuses_what_no_host_writes(data):
+    with pytest.raises(ConfigError, match=r"^x\.applied is not a lane host's \.applied file - delete it; the host rewrites it$"):
+        parse_applied(data, path="x.applied")
+
+
+def test_host_gone_names_the_pid():
+    assert host_gone(31337) == "no host running (the last host, pid 31337, is gone)"
 
 
 @pytest.mark.parametrize(("seconds", "text"), [

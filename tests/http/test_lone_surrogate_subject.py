@@ -25,12 +25,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cotal_trio.core.identity import derive_owner
-from cotal_trio.core.jose import b64url_encode
 from cotal_trio.core.ledger import LedgerKind
 from cotal_trio.http import build_loopback_app, serve_app
 from cotal_trio.http.loopback import PROOF_PATH
 from tests.http.test_loopback import CAP, CEILING_S, DEV_IDP, HEADERS, NOW, OWNER_SECRET, _context, _http, _row
 from tests.http.test_public import JSON_ONLY, _app
+from tests.support.idp_tokens import sign_ascii_escaped
 
 SUB = "\ud800x"
 
@@ -47,10 +47,8 @@ OWNER = _expected_owner(DEV_IDP.issuer)
 
 def _signed(**claims: object) -> str:
     """A compact JWS by the pinned IdP key, its JSON ASCII-escaped (so ``\\ud800`` travels as text)."""
-    header = {"alg": "EdDSA", "kid": DEV_IDP.key.kid, "typ": "JWT"}
     body = {"iss": DEV_IDP.issuer, "aud": DEV_IDP.audience, "sub": SUB, "iat": NOW - 10, "exp": NOW + 300, **claims}
-    signing_input = ".".join(b64url_encode(json.dumps(part, separators=(",", ":")).encode()) for part in (header, body))
-    return f"{signing_input}.{b64url_encode(DEV_IDP.key.sign(signing_input.encode('ascii')))}"
+    return sign_ascii_escaped(DEV_IDP, body)
 
 
 def _context_with_row():

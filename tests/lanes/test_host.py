@@ -150,6 +150,7 @@ async def test_three_spaces_serve_and_applied_lists_them(nursery, manifest):
         "version": 1,
         "manifestSha256": hashlib.sha256(manifest.read_bytes()).hexdigest(),
         "appliedAt": "2027-01-15T08:00:00Z",
+        "pid": os.getpid(),  # the writer, so a reader can tell a killed host's file (issue 15 item 11)
         "spaces": {"a": {"state": "serving"}, "b": {"state": "serving"}, "c": {"state": "serving"}},
         "refused": None,
     }
