@@ -35,9 +35,9 @@ from ..lanes.callers import (
     open_minter,
     provision_caller,
 )
-from ..lanes.issued import check_backup_dir, issued_permissions
+from ..lanes.issued import check_backup_dir
 from ..lanes.issued import recreate_issued_stores as lanes_recreate
-from ..lanes.records import merge_permissions
+from ..lanes.service_users import new_inbox_nonce, recreate_permissions
 from ..state import SpacePaths, load_space
 from ..state.credentials import hold_credentials, save_record, write_creds
 from .actor import as_config_error, provisioned
@@ -360,14 +360,15 @@ async def recreate_issued_stores(
     if url is None:
         raise ConfigError(f"no broker answers for the root {paths.root} - start it (`cotal up`), or pass --server "
                           "nats://host:port")  # fmt: skip
-    permissions = merge_permissions({"pub": {"allow": ["$JS.API.>"]}}, issued_permissions(sp.space))
+    nonce = new_inbox_nonce()  # the step's user holds only what it does to the two stores
+    permissions = recreate_permissions(sp.space, nonce)
     now = int(time.time())
     creds = mint_service_user(material, name=f"cotal:recreate-issued:{sp.space}", permissions=permissions, iat=now,
                               exp=now + RECREATE_USER_LIFETIME_S)  # fmt: skip
     try:
         with trio.fail_after(RECREATE_DEADLINE_S), _one_sentence():
             async with natsio.open_loop(), natsio.open_connection(url, creds=creds, name=f"cotal-recreate-issued-{sp.space}",
-                                                                  reconnect=False) as conn:  # fmt: skip
+                                                                  inbox_prefix=f"_INBOX_{nonce}", reconnect=False) as conn:  # fmt: skip
                 counts = await lanes_recreate(conn, sp.space, backup_dir)
     except trio.TooSlowError:
         raise ConfigError(f"recreating space {sp.space}'s issued stores did not finish within {RECREATE_DEADLINE_S} s - "

@@ -15,30 +15,38 @@ for unix seconds, named in each signature).
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from dataclasses import dataclass
 
 __all__ = [
-    "CLOCK_SKEW_TOLERANCE_S", "CalloutLimits", "ClockSkew", "DEADLINE_MARGIN_S", "DrainEstimate", "MAX_CLOCK_SKEW_S",
-    "PROVEN_LATE_S",
-    "broker_gave_up", "request_deadline", "should_shed",
+    "CLOCK_SKEW_TOLERANCE_S", "CalloutLimits", "DRAIN_IDLE_S", "ClockSkew", "DEADLINE_MARGIN_S", "DrainEstimate", "MAX_CLOCK_SKEW_S",
+    "PROVEN_LATE_S", "SKEW_RANK", "SKEW_WINDOW",
+    "broker_gave_up", "proven_late", "request_deadline", "should_shed",
 ]
 
 DEADLINE_MARGIN_S = 0.25
-# The broker's stamps are whole seconds, truncated, so a fresh request reads as 0 to 1 s old.
-# An age the stamp cannot explain is clock skew: a correction up to MAX_CLOCK_SKEW_S is applied
-# (beyond it the clocks are broken, not skewed, and a lane that learned more from a long
-# overload would stop seeing late requests); past CLOCK_SKEW_TOLERANCE_S it is logged once. The
-# skew estimate is the smallest age seen, allowed to rise only SKEW_RISE_PER_S seconds a second
-# (20 times NTP's fastest slew), so a burst of truly late requests (a paused process) barely
-# moves it while a stepped clock is learned in minutes.
-MAX_CLOCK_SKEW_S = 1.0
+# The broker's stamps are whole seconds, truncated, so a fresh request reads as 0 to 1 s old,
+# plus the skew (how far our wall clock runs ahead of the broker's). The skew estimate
+# (:class:`ClockSkew`) is a low order statistic of the recent ages: the SKEW_RANK-th smallest of
+# the least ages of the last SKEW_WINDOW seconds that had requests (0 until there are that many),
+# so requests in fewer than
+# SKEW_RANK distinct seconds (a handful of hostile stamps, a paused process's burst) cannot move
+# it. The correction applied is bounded to MAX_CLOCK_SKEW_S either way (beyond it the clocks are broken, not
+# skewed); a skew the stamp's resolution cannot explain by more than CLOCK_SKEW_TOLERANCE_S is
+# logged once per episode.
+MAX_CLOCK_SKEW_S = 2.0
 CLOCK_SKEW_TOLERANCE_S = 0.5
-SKEW_RISE_PER_S = 0.01
+SKEW_WINDOW = 16
+SKEW_RANK = 4
 # A request older than this on arrival (by the broker's stamp, skew corrected) was delayed
-# before it reached the lane: the stamp's second plus the skew it tolerates.
+# before it reached the lane: the stamp's second plus the transit it tolerates.
 PROVEN_LATE_S = 1.0 + CLOCK_SKEW_TOLERANCE_S
-# The drain estimate: the smoothing weight of each new interval between answers.
+# The drain estimate: the smoothing weight of each new interval between answers, and the gap
+# without answers after which it is forgotten (a slow phase's rate says nothing about a burst
+# after an idle spell).
 DRAIN_WEIGHT = 0.1
+DRAIN_IDLE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,7 +114,7 @@ def request_deadline(
     """
     ours = received + limits.budget_s
     received_wall = now - (opened - received)
-    if received_wall - skew_s - iat < PROVEN_LATE_S:  # by exp + 1 it surely gave up
+    if not proven_late(received_wall - iat, skew_s):  # by exp + 1 it surely gave up
         return min(ours, received + (exp + 1 + skew_s - DEADLINE_MARGIN_S - received_wall))
     return min(ours, received + (exp + skew_s - DEADLINE_MARGIN_S - received_wall))
 
@@ -123,40 +131,59 @@ def broker_gave_up(*, now: float, exp: int, skew_s: float) -> bool:
     return now >= exp + 1 + skew_s
 
 
+def proven_late(age_s: float, skew_s: float) -> bool:
+    """True when a request ``age_s`` old on arrival (by our clock, from the broker's ``iat``) was
+    delayed before it reached us: older than the stamp's second and the transit tolerated,
+    ``PROVEN_LATE_S``, once the skew is taken off."""
+    return age_s - skew_s >= PROVEN_LATE_S
+
+
 class ClockSkew:
     """How far this host's wall clock runs ahead of the broker's, learned from request stamps.
 
     Each request gives its age on arrival, ``received_wall - iat``: transit plus the part of a
-    second the broker's truncated stamp dropped (0 to 1 s) plus the skew. The estimate starts
-    at 0 (the clocks agree) and is the smallest age seen, except that it may rise only
-    ``SKEW_RISE_PER_S`` per second of traffic (at most one second counted per request, so an
-    idle hour teaches nothing): with traffic, the freshest request's age is the skew. Evidence
-    that our clock is behind (an age below 0) counts at once; evidence that it is ahead (every
-    age above 1 s) only slowly, so a burst of truly late requests (a paused process) cannot
-    teach that they were fresh. An estimate inside ``[0, 1]`` is no skew (the stamp's own
-    resolution); outside it the estimate is the skew, bounded to ``MAX_CLOCK_SKEW_S`` either
-    way. Mutable; one per lane.
+    second the broker's truncated stamp dropped (0 to 1 s) plus the skew ``s``, so a fresh
+    request's age lies in ``[s, s + 1)`` plus transit. The least age of each second of trio time
+    that had requests is kept, for the last ``SKEW_WINDOW`` such seconds; the estimate
+    (:attr:`measured_s`) is the ``SKEW_RANK``-th smallest of them, and 0 (the clocks agree) until
+    the window is full: with fewer, the rank would sit near their largest, biased a second high
+    (a later mint than the broker allows). So requests in at most ``SKEW_RANK - 1`` distinct seconds among the window, whatever
+    their stamps, cannot lower it below the least honest age (no honest fresh request is made
+    "proven late"), nor raise it above an honest one (no truly late one is made fresh); a real
+    skew is learned in the first ``SKEW_WINDOW`` seconds with requests after the lane starts, and
+    a change later once ``SKEW_WINDOW - SKEW_RANK + 1`` such seconds showed it (fewer when the
+    clocks move apart than when they come together). No age is ignored, however far
+    in the future it is stamped: the rank is the protection, and a broker clock far ahead is
+    still measured and named. Bounding each age to +-``MAX_CLOCK_SKEW_S`` before taking the
+    order statistic or the statistic after is the same; :attr:`skew_s` is bounded,
+    :attr:`measured_s` is not (it names the skew in the warning).
+    The estimate sits in ``[s, s + 1)``: the stamp's resolution, small under steady traffic
+    (the least of many ages a second), at most a second with one request every few seconds.
+    Costs a sort of 17 floats per request. Mutable; one per lane; trio seconds for ``at``.
     """
 
-    __slots__ = ("_least", "_at", "warned")
+    __slots__ = ("_minima", "_second", "_least", "measured_s", "_warned")
 
     def __init__(self) -> None:
-        self._least = 0.0
-        self._at: float | None = None
-        self.warned = False  # the lane logs a large skew once, then sets this
+        self._minima: deque[float] = deque(maxlen=SKEW_WINDOW - 1)  # closed seconds' least ages
+        self._second: int | None = None  # the open second (trio time, floored) and its least age
+        self._least = math.inf
+        self.measured_s = 0.0  # the skew the stamps show, unbounded (0 until SKEW_WINDOW seconds)
+        self._warned = False
 
     def observe(self, age_s: float, *, at: float) -> float:
         """Note one request's arrival age (seconds, by our clock) at trio time ``at``; returns
         :attr:`skew_s` after it."""
-        elapsed = 0.0 if self._at is None else min(1.0, max(0.0, at - self._at))
-        self._least = min(age_s, self._least + SKEW_RISE_PER_S * elapsed)
-        self._at = at
+        second = math.floor(at)
+        if second != self._second:
+            if self._second is not None:
+                self._minima.append(self._least)
+            self._second, self._least = second, age_s
+        else:
+            self._least = min(self._least, age_s)
+        if len(self._minima) + 1 >= SKEW_WINDOW:
+            self.measured_s = sorted([*self._minima, self._least])[SKEW_RANK - 1]
         return self.skew_s
-
-    @property
-    def measured_s(self) -> float:
-        """The skew the stamps show, unbounded (0 while they fit the stamp's resolution)."""
-        return 0.0 if 0.0 <= self._least <= 1.0 else self._least
 
     @property
     def skew_s(self) -> float:
@@ -165,15 +192,30 @@ class ClockSkew:
 
     @property
     def large(self) -> bool:
-        """True while the measured skew is past ``CLOCK_SKEW_TOLERANCE_S`` (log it, once)."""
-        return abs(self.measured_s) > CLOCK_SKEW_TOLERANCE_S
+        """True while the estimate shows a skew past ``CLOCK_SKEW_TOLERANCE_S`` that the stamp's
+        resolution cannot explain: above ``1 + CLOCK_SKEW_TOLERANCE_S`` or below its negative."""
+        return self.measured_s > 1.0 + CLOCK_SKEW_TOLERANCE_S or self.measured_s < -CLOCK_SKEW_TOLERANCE_S
+
+    def newly_large(self) -> bool:
+        """True once per episode of a :attr:`large` estimate (log it then); an estimate back
+        within the tolerance ends the episode, so the next one is named too."""
+        if not self.large:
+            self._warned = False
+            return False
+        if self._warned:
+            return False
+        self._warned = True
+        return True
 
 
 class DrainEstimate:
     """Seconds per answer while the callout is busy: how fast its queue drains.
 
-    Only the interval between two answers with work still waiting at the first counts (an idle
-    gap measures arrivals, not service). Smoothed with weight ``DRAIN_WEIGHT``. Mutable; one per
+    Every request that leaves the queue or a slot counts, whatever its outcome (a mint, a
+    denial, a timeout, a drop, an expiry while queued): each shortens a newcomer's wait. Only
+    the interval between two answers with work still waiting at the first counts (an idle
+    gap measures arrivals, not service), and the estimate is forgotten after ``DRAIN_IDLE_S``
+    without answers. Smoothed with weight ``DRAIN_WEIGHT``. Mutable; one per
     lane; trio seconds.
     """
 
@@ -185,21 +227,28 @@ class DrainEstimate:
         self.seconds_per_answer: float | None = None  # None until two busy answers were seen
 
     def answered(self, *, at: float, backlog: bool) -> None:
-        """One request was answered at ``at``; ``backlog``: others were queued at that moment."""
+        """One request left at ``at`` (answered by its worker whatever the outcome, dropped, or
+        expired while queued); ``backlog``: others were queued at that moment. After
+        ``DRAIN_IDLE_S`` without one the estimate is forgotten."""
+        if self._last is not None and at - self._last > DRAIN_IDLE_S:
+            self.seconds_per_answer, self._busy = None, False
         if self._busy and self._last is not None:
             interval = at - self._last
             previous = self.seconds_per_answer
             self.seconds_per_answer = interval if previous is None else previous + DRAIN_WEIGHT * (interval - previous)
         self._last, self._busy = at, backlog
 
-    def overfull(self, *, queued: int, in_flight: int, limits: CalloutLimits) -> bool:
+    def overfull(self, *, queued: int, in_flight: int, limits: CalloutLimits, at: float) -> bool:
         """True when a new request would wait more than half the budget for a slot at the
         observed rate: past what the spec's shed rule allows, so it is shed now rather than
         queued to time out.
 
         It gets a slot after ``queued + in_flight + 1 - max_in_flight`` answers (none while a
-        slot is free).
+        slot is free). Never while the estimate is stale: no answer for ``DRAIN_IDLE_S`` before
+        trio time ``at`` (a stalled queue is shed by the oldest-waiter rule instead).
         """
+        if self._last is None or at - self._last > DRAIN_IDLE_S:
+            return False
         per = self.seconds_per_answer
         answers = queued + in_flight + 1 - limits.max_in_flight
         return per is not None and answers > 0 and answers * per > limits.budget_s / 2

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import natsjwt
+from .admission import broker_gave_up
 from .bearer import BearerVerifier, ValidatedBearer
 from .errors import AuthServiceError, CodecError, RefusalCode, Refused
 from .identity import check_inbox_nonce, principal
@@ -94,7 +95,7 @@ class ConnectGrant:
 
 
 def open_request(
-    payload: bytes, headers: Mapping[str, str] | None, *, keys: CalloutKeys, now: float
+    payload: bytes, headers: Mapping[str, str] | None, *, keys: CalloutKeys, now: float, skew_s: float = 0.0
 ) -> natsjwt.AuthorizationRequest:
     """Unseal and verify a ``$SYS.REQ.USER.AUTH`` request (provenance, DESIGN.md 6 step 1).
 
@@ -102,6 +103,9 @@ def open_request(
         payload: the message body as received (``xkv1`` sealed).
         headers: the message headers; ``Nats-Server-Xkey`` must name the broker's xkey.
         now: wall time, unix seconds.
+        skew_s: how far our wall clock runs ahead of the broker's
+            (:class:`~cotal_trio.core.admission.ClockSkew`); a request is expired exactly when
+            :func:`~cotal_trio.core.admission.broker_gave_up` says the broker surely gave up.
 
     Every way the bytes can be wrong is a :class:`Dropped` (issue 15 item 2): the payload is
     bounded (``MAX_REQUEST_BYTES``) before it is unsealed, and the JWT's size, JSON depth and
@@ -127,7 +131,7 @@ def open_request(
         request = natsjwt.decode_authorization_request(claims)
     except CodecError as exc:
         raise Dropped(f"request is not a valid sealed authorization request: {exc}") from None
-    _check_claims(claims, request, header_xkey, keys=keys, now=now)
+    _check_claims(claims, request, header_xkey, keys=keys, now=now, skew_s=skew_s)
     return request
 
 
@@ -138,6 +142,7 @@ def _check_claims(
     *,
     keys: CalloutKeys,
     now: float,
+    skew_s: float,
 ) -> None:
     if claims["iss"] != request.server_id:
         raise Dropped("request issuer is not the server it names")
@@ -145,8 +150,9 @@ def _check_claims(
         raise Dropped("request audience is not nats-authorization-request")
     if request.account != keys.auth_account:
         raise Dropped(f"request is for account {_shown(request.account)}, not this space's auth account")
-    # The broker writes exp in whole seconds, truncated: its real deadline lies in [exp, exp+1).
-    if now >= request.exp + 1:
+    # The broker writes exp in whole seconds, truncated: its real deadline lies in [exp, exp+1)
+    # on its clock, so by exp + 1 + skew on ours it has surely given up.
+    if broker_gave_up(now=now, exp=request.exp, skew_s=skew_s):
         raise Dropped("request expired before it was read")
     if request.server_xkey != header_xkey:
         raise Dropped("header xkey differs from the signed server xkey")

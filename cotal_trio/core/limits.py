@@ -45,7 +45,8 @@ from .bearer import BearerVerifier, ValidatedBearer, check_bearer_claims
 from .callout import NO_TOKEN_REASON
 from .errors import ConfigError, RateLimited, RefusalCode, Refused
 from .identity import is_actor, is_owner, principal
-from .natsjwt import AuthorizationRequest
+from .jose import shown
+from .natsjwt import MAX_CLIENT_HOST_CHARS, AuthorizationRequest, is_plain_host
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -227,8 +228,9 @@ class Limited:
     host: str | None = None
 
     def _who(self) -> str:
-        if self.limit is Limit.HOST:
-            return f"host={self.host or '-'}"
+        if self.limit is Limit.HOST:  # a plain host as it is; anything else JSON-quoted, ASCII
+            host = self.host or "-"
+            return f"host={host if is_plain_host(host) else shown(host)}"
         return f"actor={self.actor} owner={self.owner}"
 
     def _why(self) -> str:
@@ -323,6 +325,7 @@ class ConnectLimiter:
         Returns:
             ``None`` when it passed (one connect taken), else the refusal (nothing taken).
         """
+        host = host[:MAX_CLIENT_HOST_CHARS]  # the key is bounded whoever decoded the request
         return self._draw(((Limit.HOST, host),), now, host=host)
 
     def peek_principal(self, owner: str, actor: str, now: float) -> Limited | None:

@@ -10,8 +10,10 @@ deadlines"). One more task keeps the deadlines: at a request's deadline, if noth
 answered it yet (still queued behind busy workers, or its worker is waiting on I/O), it sends
 the timeout denial then and there and cancels the worker's scope, whatever the request was
 waiting for. On a saturated thread that task itself runs late; it learns by how much and wakes
-that much early (at most ``KEEPER_MAX_LEAD_S``), so the denial may leave a little before the
-deadline rather than after it. Connect limits are charged right after the bearer check, before any
+that much early (at most ``KEEPER_MAX_LEAD_S``), and earlier still by the measured cost of the
+pass it is about to run, so the denial may leave a little before the deadline rather than after
+it. A request whose handling raises is dropped with its line, in the workers, the keeper and
+the shed path alike: the lane never dies of one request (issue 15 item 2). Connect limits are charged right after the bearer check, before any
 ledger read or store write, on trio time (:func:`~cotal_trio.core.limits.check_connect`; spec
 "Connect limits"). The wall clock is read once per request. Replies go out through
 ``publish_nowait`` (no await across the bridge per message).
@@ -95,6 +97,9 @@ KEEPER_BATCH = 256
 # Issuance rows being withdrawn at once (each at most WITHDRAW_S); past this, a row that must
 # go is left to its own TTL, with a warning.
 MAX_WITHDRAWALS = 1024
+
+# Distinct broker timeouts named in a lane's life at most (each once).
+MAX_TIMEOUTS_WARNED = 16
 
 # How often a draining responder looks whether its last request has been answered (seconds).
 DRAIN_POLL_S = 0.01
@@ -229,10 +234,11 @@ class CalloutResponder:
         self._idle_workers = trio.lowlevel.ParkingLot()
         self._arrived: trio.Event | None = None  # set by on_message while the keeper has nothing
         self._lead, self._lead_at = 0.0, 0.0  # seconds the keeper wakes early (its recent lag), since when
+        self._expiry_s, self._passes = 0.0, 0  # one expiry's measured cost (seconds), passes measured
         self._withdrawals: trio.Nursery | None = None
         self._withdrawing = 0
         self._stats = _Statistics()
-        self._timeout_warned = False
+        self._timeouts_warned: set[int] = set()  # broker timeouts (exp - iat) already named
         self._skew = ClockSkew()  # our wall clock against the broker's stamps
         self._drain = DrainEstimate()  # seconds per answer while busy: the predictive shed
         self._shortened: list[_Pending] = []  # started, deadline moved before receipt order's
@@ -253,7 +259,7 @@ class CalloutResponder:
         if (
             queued >= QUEUE_CAPACITY
             or should_shed(self._oldest_waited(received), self._limits)
-            or self._drain.overfull(queued=queued, in_flight=self._stats.in_flight, limits=self._limits)
+            or self._drain.overfull(queued=queued, in_flight=self._stats.in_flight, limits=self._limits, at=received)
         ):
             self._shed(msg)
             return
@@ -313,8 +319,19 @@ class CalloutResponder:
             self._stats.in_flight += 1
             try:
                 await self._serve(pending)
+            except Exception:  # our bug: this request's drop, never the worker's end (STYLE.md 10)
+                self._failed(pending)
             finally:
                 self._stats.in_flight -= 1
+                self._drain.answered(at=trio.current_time(), backlog=bool(self._queue))  # a slot is free
+
+    def _failed(self, pending: _Pending | None) -> None:
+        """A request whose handling raised: logged with its traceback, dropped with its line, and
+        marked answered so nothing else answers it (the lane never dies of one request)."""
+        log.exception("auth callout: space=%s failed on one request; it is dropped", self._keys.space)
+        if pending is not None:
+            pending.answered = True
+        self._drop("the auth callout failed on this request - see the auth service log")
 
     async def _keep_deadlines(self) -> None:
         """Answer each request nothing answered by its deadline, at its deadline.
@@ -328,7 +345,11 @@ class CalloutResponder:
         receipt order (:meth:`_serve`) is watched too, from the short list of those. Every
         request due when it wakes is answered in that one pass (at most ``KEEPER_BATCH``), not
         one per scheduler pass: behind a backlog a pass takes milliseconds, and the owed denials
-        would leave one such pass apart, after their deadlines (issue 14 item 2).
+        would leave one such pass apart, after their deadlines (issue 14 item 2). The pass itself
+        takes time (each expiry about 0.3 ms, measured), so the keeper also wakes early by the
+        pass it will run (:meth:`_pass_s`): its last denial leaves by its deadline, and the first
+        up to that much early (at most ``KEEPER_MAX_LEAD_S`` more). The very first pass of a
+        lane, with no cost measured yet, may still end after the deadlines it serves.
         """
         while True:
             oldest = self._oldest_unanswered()
@@ -337,7 +358,8 @@ class CalloutResponder:
                 await self._arrived.wait()
                 self._arrived = None
                 continue
-            wake = oldest.deadline - self._lead
+            early = self._lead + self._pass_s(oldest)
+            wake = oldest.deadline - early
             if wake > trio.current_time():
                 self._rearm = trio.Event()
                 with trio.move_on_at(wake):
@@ -348,13 +370,38 @@ class CalloutResponder:
                 self._remember_lag(trio.current_time() - wake)  # a wake-up, not a backlog of expiries
             else:
                 await trio.lowlevel.checkpoint()
+            started, expired = trio.current_time(), 0
             if not oldest.answered:
                 self._expire(oldest)
-            for _ in range(KEEPER_BATCH - 1):  # the rest already due
+                expired = 1
+            for _ in range(KEEPER_BATCH - 1):  # the rest already due, or due before this pass ends
                 due = self._oldest_unanswered()
-                if due is None or due.deadline - self._lead > trio.current_time():
+                if due is None or due.deadline - early > trio.current_time():
                     break
                 self._expire(due)
+                expired += 1
+            if expired:
+                self._learn_expiry_cost((trio.current_time() - started) / expired)
+
+    def _pass_s(self, oldest: _Pending) -> float:
+        """Seconds the keeper's pass for ``oldest`` will take: the unanswered requests due with
+        it (deadline within ``KEEPER_MAX_LEAD_S`` after its, at most ``KEEPER_BATCH``) times the
+        measured cost of one expiry, at most ``KEEPER_MAX_LEAD_S``. Waking that much earlier
+        lets the pass's last denial leave by its deadline, not a pass later."""
+        if self._expiry_s == 0.0:
+            return 0.0
+        horizon, due = oldest.deadline + KEEPER_MAX_LEAD_S, 0
+        for pending in self._pending:  # receipt (= deadline) order
+            if due >= KEEPER_BATCH or pending.deadline > horizon:
+                break
+            due += not pending.answered
+        return min(KEEPER_MAX_LEAD_S, due * self._expiry_s)
+
+    def _learn_expiry_cost(self, seconds: float) -> None:
+        """One expiry's cost (trio seconds), smoothed: the first pass's as it is, then weight 0.1."""
+        previous = self._expiry_s
+        self._expiry_s = seconds if self._passes == 0 else previous + 0.1 * (seconds - previous)
+        self._passes += 1
 
     def _oldest_unanswered(self) -> _Pending | None:
         """The unanswered request whose deadline comes first, or None."""
@@ -375,7 +422,14 @@ class CalloutResponder:
 
     def _expire(self, pending: _Pending) -> None:
         """The deadline has come (less the keeper's lead) with no answer: send the timeout
-        denial now and stop the request's worker, if it has one (sync)."""
+        denial now and stop the request's worker, if it has one (sync). A failure is this
+        request's drop (:meth:`_failed`), never the keeper's end."""
+        try:
+            self._expire_one(pending)
+        except Exception:
+            self._failed(pending)
+
+    def _expire_one(self, pending: _Pending) -> None:
         pending.answered = True
         if pending.started:  # its worker stops at its next step and sends nothing
             if pending.scope is not None:
@@ -388,6 +442,7 @@ class CalloutResponder:
                 self._queue.popleft()
             else:
                 self._queue.remove(pending)
+            self._drain.answered(at=trio.current_time(), backlog=bool(self._queue))  # one fewer ahead
             opened, now = trio.current_time(), self._clock()
             request = self._open(pending.msg, now)
             if request is not None:
@@ -412,7 +467,7 @@ class CalloutResponder:
         callback, and one request must not stop any of them (issue 15 item 2).
         """
         try:
-            request = open_request(msg.data, msg.headers, keys=self._keys, now=now)
+            request = open_request(msg.data, msg.headers, keys=self._keys, now=now, skew_s=self._skew.skew_s)
         except Dropped as exc:
             self._drop(str(exc))
             return None
@@ -433,8 +488,7 @@ class CalloutResponder:
         :func:`~cotal_trio.core.admission.request_deadline`); learns the clock skew from the
         request's age on arrival and names a large one, once."""
         skew_s = self._skew.observe(now - (opened - received) - request.iat, at=opened)
-        if self._skew.large and not self._skew.warned:
-            self._skew.warned = True
+        if self._skew.newly_large():
             log.warning(
                 "auth callout: space=%s requests arrive stamped %.1fs %s this host's clock - the broker's "
                 "clock and this host's differ; deadlines allow for at most %.1fs of it, so synchronise the "
@@ -455,9 +509,12 @@ class CalloutResponder:
         return True
 
     def _check_broker_timeout(self, request: AuthorizationRequest) -> None:
+        """Name a broker timeout (``exp - iat``) unlike ours, once per distinct value (at most
+        ``MAX_TIMEOUTS_WARNED`` of them): one request's odd stamp must not hide a real one."""
         broker_s = request.exp - request.iat
-        if not self._timeout_warned and abs(broker_s - self._limits.auth_timeout_s) > 1:
-            self._timeout_warned = True
+        warned = self._timeouts_warned
+        if abs(broker_s - self._limits.auth_timeout_s) > 1 and broker_s not in warned and len(warned) < MAX_TIMEOUTS_WARNED:
+            warned.add(broker_s)
             log.warning(
                 "auth callout: space=%s the broker's authorization timeout is %ss but this auth "
                 "service uses %ss - start it with --auth-timeout %s",
@@ -521,7 +578,6 @@ class CalloutResponder:
                 issuance.keep()
             pending.answered = True
             self._publish(pending.msg.reply, payload)
-            self._drain.answered(at=trio.current_time(), backlog=bool(self._queue))
             self._finish(record)
         finally:
             if issuance.unsettled:  # a row sent but not answered with a mint (issue 4 item 1)
@@ -697,6 +753,14 @@ class CalloutResponder:
         return encode_response(request, keys=self._keys, now=int(now), error=reason)
 
     def _shed(self, msg: Message) -> None:
+        """Answer a request with the timeout denial at once, in the subscription callback; a
+        failure is this request's drop (:meth:`_failed`), never an exception into nats-py."""
+        try:
+            self._shed_one(msg)
+        except Exception:
+            self._failed(None)
+
+    def _shed_one(self, msg: Message) -> None:
         start, now = trio.current_time(), self._clock()
         request = self._open(msg, now)
         if request is None:

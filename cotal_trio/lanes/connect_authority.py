@@ -56,26 +56,17 @@ from ..core.errors import CodecError, Refused, Unavailable
 from ..core.issued import Ceiling, Evidence, IssuedRef
 from ..core.ledger import LedgerRow
 from ..core.profiles import Permissions
-from ..core.wire import accepted_bucket, issued_bucket, js_msg_get, kv_stream
 from ..natsio import Publish
 from .callout import ReadLedger
-from .issued import IssuedStores, issued_permissions
-from .records import merge_permissions
+from .issued import IssuedStores
 
-__all__ = ["ConnectAuthority", "Prepared", "replica_issued_permissions"]
+__all__ = ["ConnectAuthority", "Prepared"]
 
 log = logging.getLogger("cotal.callout")
 
 # Accepted tokens this lane wrote (or tried to), remembered so that the same nonce connecting
 # again reads its row first instead of issuing rows a refused write would leave (about 100 B each).
 SEEN_TOKENS = 65536
-
-
-def replica_issued_permissions(space: str) -> dict[str, dict[str, list[str]]]:
-    """Sync: what a callout replica's store user needs to issue at connect: writes on both
-    issued stores and ``STREAM.MSG.GET`` of each (first and last message reads)."""
-    reads = {"pub": {"allow": [js_msg_get(kv_stream(issued_bucket(space))), js_msg_get(kv_stream(accepted_bucket(space)))]}}
-    return merge_permissions(issued_permissions(space), reads)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -78,11 +78,10 @@ from .events import EventBus
 from .host import Host, HostConfig, run_host
 from .hosting import check_public_flags, given_public_flags, lane_factory, public_fields
 from .idp_keys import fetch_jwks
-from .issued import check_backup_dir, issued_permissions, recreate_issued_stores
+from .issued import check_backup_dir, recreate_issued_stores
 from .pins import dev_pin, ensure_dev_idp, oidc_pin
 from .plane import DEFAULT_LEASE, ClaimRefused
-from .records import merge_permissions
-from .service_endpoints import open_store_user
+from .service_users import open_service_user, recreate_permissions
 from .space import PublicFace
 
 __all__ = ["DEFAULT_PORT", "UpConfig", "UpInfo", "prepare_root", "run_up"]
@@ -443,11 +442,10 @@ async def _recreate_issued(config: UpConfig, server_url: str) -> dict[str, int]:
     assert config.recreate_issued_stores is not None
     space, folder = config.space, config.recreate_issued_stores
     material = await trio.to_thread.run_sync(load_space, config.paths.space(space).callout_json, space)
-    permissions = merge_permissions({"pub": {"allow": ["$JS.API.>"]}}, issued_permissions(space))
-    try:
-        async with open_loop(), open_store_user(
-            material, server_url, name=f"cotal:recreate-issued:{space}", permissions=permissions,
-            iat=int(time.time()), reconnect=False,
+    try:  # the step's user holds only what it does to the two stores (issue 15 item 4)
+        async with open_loop(), open_service_user(
+            material, server_url, name=f"cotal:recreate-issued:{space}",
+            permissions=functools.partial(recreate_permissions, space), iat=int(time.time()), exp=None, reconnect=False,
         ) as conn:
             counts = await recreate_issued_stores(conn, space, folder)
     except* (ConfigError, Unavailable) as group:  # the loop's nursery wraps it: one sentence out

@@ -34,7 +34,8 @@ their own TTL. A sweep lists the keys, then reads only the rows whose expiry it 
 the lane notes each row it writes, and each row a sweep reads, in :class:`RowExpiries`, so a
 busy lane's sweep is one listing, not one read per live row. Unknown rows (a replica's, or from
 before a restart) are read at most ``PRUNE_READS_PER_S`` a second, so a sweep over many rows is
-spread out instead of competing with the callout in one burst. Replicas write rows through :func:`replica_permissions` and create no store, so
+spread out instead of competing with the callout in one burst. Replicas write rows over their store user
+(:func:`~cotal_trio.lanes.service_users.replica_store_permissions`) and create no store, so
 on a space whose full service never ran the write fails with :class:`IssuanceFailed` naming the
 fix.
 """
@@ -77,7 +78,6 @@ from ..natsio import (
     kv_get,
     kv_keys,
 )
-from .service_endpoints import reader_permissions
 
 __all__ = [
     "WITHDRAW_S",
@@ -89,7 +89,6 @@ __all__ = [
     "RowStore",
     "issuance_store",
     "prune_rows",
-    "replica_permissions",
     "run_issuance_sweep",
 ]
 
@@ -222,19 +221,6 @@ def _bucket_errors(bucket: str) -> Iterator[None]:
 def issuance_store(conn: Connection, space: str) -> KvRowStore:
     """The issuance :class:`RowStore` of ``space`` over a store connection: ``cotal_auth_<space>``."""
     return KvRowStore(conn, plane_bucket(space))
-
-
-def replica_permissions(space: str) -> dict[str, dict[str, list[str]]]:
-    """A replica's store permissions: the admission read plus writing issuance rows.
-
-    Creating ``natkey.<owner>.<actor>.<user nkey>`` is a JetStream publish on ``$KV.cotal_auth_<space>.natkey.>``
-    (acknowledged on the connection's ``_INBOX``); a conflict or a withdrawal reads the key back
-    with ``STREAM.MSG.GET``, which the reader permissions already allow. Nothing else: a replica
-    creates no store and touches no other key (spec "Callout replicas").
-    """
-    permissions = reader_permissions(space)
-    permissions["pub"]["allow"].append(f"$KV.{plane_bucket(space)}.{ISSUANCE_KEY_PREFIX}>")
-    return permissions
 
 
 @dataclass(frozen=True, slots=True)

@@ -208,8 +208,9 @@ class IssuedStores:
     """The issued and accepted stores of ``space`` over one data-account connection.
 
     Args:
-        conn: a connection allowed ``$JS.API.>`` and :func:`issued_permissions` (or, for reads
-            only, the ``STREAM.MSG.GET`` of both streams).
+        conn: the lane's issuer session (the ``issuer`` profile,
+            :func:`~cotal_trio.core.profiles.issuer_permissions`) for issuing and checking;
+            :meth:`ensure` rides the full lane's store user (``STREAM.INFO``/``CREATE`` of both).
         space: the space.
         grace_s: how long rows outlive their generation's horizon (seconds; 60, the spec's).
         random_bytes: a CSPRNG (``os.urandom``) for fresh generations.

@@ -12,11 +12,11 @@ by the full lane at start with :func:`ensure_records_stores`; replicas and the C
   (:mod:`cotal_trio.core.sessions`), each written with the TTL ``exp - now + 60``.
 
 A live manager instance is a present row; retiring deletes it with a delete marker that expires
-after ``MARKER_TTL_S``, so the key leaves nothing behind. Permissions for the users that reach
-the stores: :func:`records_permissions` (what a full lane's store user adds beside ``$JS.API.>``),
-:func:`replica_read_permissions` (a callout replica: reads only) and
-:func:`manager_cli_permissions` (``cotal manager``: the manager rows only); combine them with
-:func:`merge_permissions`.
+after ``MARKER_TTL_S``, so the key leaves nothing behind. The lane's store users reach the
+stores with :func:`~cotal_trio.lanes.service_users.store_permissions` (a full lane: create,
+read, write) and :func:`~cotal_trio.lanes.service_users.replica_store_permissions` (a callout
+replica: reads only); ``cotal manager`` with :func:`manager_cli_permissions` (the manager rows
+only). :func:`merge_permissions` combines allow-lists.
 
 Every async function here is trio-flavoured and a checkpoint, bounded by the caller's deadline
 (no timeout parameters). Errors: a missing bucket is :class:`StoresMissing` (an
@@ -69,8 +69,6 @@ __all__ = [
     "manager_cli_permissions",
     "merge_permissions",
     "records_bucket",
-    "records_permissions",
-    "replica_read_permissions",
     "sessions_bucket",
 ]
 
@@ -101,7 +99,8 @@ async def ensure_records_stores(conn: Connection, space: str) -> None:
     Idempotent; a full lane calls it once at start, holding the plane claim.
 
     Args:
-        conn: a data-account connection allowed the JetStream API (the full lane's store user).
+        conn: a data-account connection allowed the buckets' stream info, create and update
+            (the full lane's store user, :func:`~cotal_trio.lanes.service_users.store_permissions`).
 
     Raises:
         ConfigError: a bucket exists with another shape (the sentence names the fix).
@@ -117,32 +116,6 @@ def _kv_publish(bucket: str, prefix: str = "") -> str:
 
 def _msg_get(bucket: str) -> str:
     return f"$JS.API.STREAM.MSG.GET.KV_{bucket}"
-
-
-def records_permissions(space: str) -> Permissions:
-    """Sync: what a full lane's store user needs for both stores beside ``$JS.API.>``.
-
-    Writes are JetStream publishes on ``$KV.<bucket>.>`` acknowledged on the connection's
-    ``_INBOX``; creating the buckets, reads and key listings go through ``$JS.API.>``, which the
-    full lane's user already has. Merge with :func:`merge_permissions`.
-    """
-    return {
-        "pub": {"allow": [_kv_publish(records_bucket(space)), _kv_publish(sessions_bucket(space))]},
-        "sub": {"allow": ["_INBOX.>"]},
-    }
-
-
-def replica_read_permissions(space: str) -> Permissions:
-    """Sync: a callout replica's reads of both stores, and nothing else.
-
-    ``kv_get`` is one ``STREAM.MSG.GET`` request on the bucket's stream; the direct-get subjects
-    (``$JS.API.DIRECT.GET.KV_<bucket>`` and its ``.>`` form) are allowed too, for a direct read.
-    No write, no listing, no bucket creation (spec "Callout replicas").
-    """
-    allow: list[str] = []
-    for bucket in (records_bucket(space), sessions_bucket(space)):
-        allow += [_msg_get(bucket), f"$JS.API.DIRECT.GET.KV_{bucket}", f"$JS.API.DIRECT.GET.KV_{bucket}.>"]
-    return {"pub": {"allow": allow}, "sub": {"allow": ["_INBOX.>"]}}
 
 
 def manager_cli_permissions(space: str) -> Permissions:
@@ -174,8 +147,8 @@ class RecordsStore:
     """The records and sessions stores of ``space`` over one data-account connection.
 
     Args:
-        conn: a connection allowed what the caller does (:func:`records_permissions` on the full
-            lane, :func:`replica_read_permissions` for reads, :func:`manager_cli_permissions`).
+        conn: a connection allowed what the caller does (the lane's store user, module
+            docstring; :func:`manager_cli_permissions` for ``cotal manager``).
         space: the space.
     """
 

@@ -24,14 +24,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from ..broker.provision import mint_service_user
 from ..core.errors import ConfigError, Refused, Unavailable, leaves
 from ..core.identity import check_space
 from ..core.manifest import format_utc
@@ -41,10 +40,10 @@ from ..natsio import (
     KeyExists,
     kv_create,
     kv_get,
-    open_connection,
     open_loop,
 )
 from ..state import RootPaths, SpaceMaterial, load_space, resolve_root
+from .service_users import open_service_user
 
 __all__ = [
     "ADMISSION_KEY",
@@ -112,29 +111,27 @@ def reader_permissions(space: str) -> dict[str, dict[str, list[str]]]:
     }
 
 
-@asynccontextmanager
-async def open_store_user(
+def open_store_user(
     material: SpaceMaterial, server_url: str, *, name: str, permissions: Mapping[str, Any],
     iat: int, reconnect: bool,
-) -> AsyncIterator[Connection]:
-    """Trio-flavoured async context manager: a connection as a fresh data-account service user.
-
-    The user is minted in memory (signed by the space's service signing key), never written to
-    disk, and has no expiry: the broker drops a connection whose user JWT expires, and renewing
-    it is follow-up work. Must be entered inside an ``open_loop()``.
+) -> AbstractAsyncContextManager[Connection]:
+    """Trio-flavoured async context manager: a connection as a fresh data-account service user
+    with exactly ``permissions`` and no expiry, for one-off callers (the CLI's short-lived
+    users); :func:`~cotal_trio.lanes.service_users.open_service_user` with a mapping. Must be
+    entered inside an ``open_loop()``.
 
     Args:
         name: the user's and the connection's name (the broker's monitoring shows it).
-        permissions: ``{"pub": {...}, "sub": {...}}`` as :func:`mint_service_user` takes them.
+        permissions: ``{"pub": {...}, "sub": {...}}`` as :func:`~cotal_trio.broker.provision.mint_service_user` takes them.
         iat: unix seconds.
         reconnect: as :func:`~cotal_trio.natsio.open_connection`.
 
     Raises:
         Unavailable: the broker refused the connect or did not answer.
     """
-    creds = mint_service_user(material, name=name, permissions=permissions, iat=iat, exp=None)
-    async with open_connection(server_url, creds=creds, name=name, reconnect=reconnect) as conn:
-        yield conn
+    return open_service_user(
+        material, server_url, name=name, permissions=permissions, iat=iat, exp=None, reconnect=reconnect
+    )
 
 
 async def read_admission(conn: Connection, space: str) -> Admission | None:

@@ -47,6 +47,7 @@ import logging
 import os
 import secrets
 import time
+import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -103,8 +104,9 @@ from .refusals import name_callout_refusal
 from .service_endpoints import open_admission, refuse_if_admitted
 from .service_users import (
     ISSUER_LIFETIME_S,
+    STORE_LIFETIME_S,
     IssuerSession,
-    open_service_user,
+    RenewedUser,
     replica_store_permissions,
     store_permissions,
 )
@@ -183,6 +185,9 @@ class LaneConfig:
         events: the host process's event bus (issue 7 item 1): the lane publishes each callout
             answer and each exchange answer on it, and its loopback face streams it on
             ``/events``; None: no events, no ``/events``.
+        store_lifetime_s: the lane's store user's credential lifetime (seconds, at least 3;
+            :data:`~cotal_trio.lanes.service_users.STORE_LIFETIME_S`, a day); it is replaced
+            before it expires. Tests shorten it.
         issuer_lifetime_s: the lane's issuer session's credential lifetime (seconds, at least 3;
             :data:`~cotal_trio.lanes.service_users.ISSUER_LIFETIME_S`, five minutes); it is
             replaced before it expires. Tests shorten it.
@@ -216,6 +221,7 @@ class LaneConfig:
     tool_result_consent: bool = False
     events: EventBus | None = None
     issuer_lifetime_s: int = ISSUER_LIFETIME_S
+    store_lifetime_s: int = STORE_LIFETIME_S
     wrap_ledger: Callable[[ReadRows], ReadRows] | None = None
     probe_every_s: float = PROBE_EVERY_S
 
@@ -293,7 +299,7 @@ async def run_lane(
             remedy), for a full lane and a replica alike.
         ClaimRefused: before started: another full service holds the space (a ConfigError).
         Unavailable: the broker refused or dropped the callout or store connection, or refused
-            the first issuer session, or none could be renewed for a whole lifetime; after
+            the first store user or issuer session, or one expired with no renewal let in; after
             ``started`` it means the lane lost the broker and ends (the host decides whether to
             retry). Its subclass LaneUnhealthy: the lane's probe failed, before ``started`` or
             ``PROBE_FAILURES`` times in a row after it (:mod:`cotal_trio.lanes.health`).
@@ -494,8 +500,14 @@ async def _open_callout(config: LaneConfig, material: SpaceMaterial, creds: str,
         ) from None
 
 
-def _open_store(config: LaneConfig, material: SpaceMaterial) -> contextlib.AbstractAsyncContextManager[Connection]:
-    """The lane's data-account store connection, as a fresh service user minted per lane start.
+@contextlib.asynccontextmanager
+async def _open_store(config: LaneConfig, material: SpaceMaterial) -> AsyncIterator[Connection]:
+    """The lane's data-account store connection, as a service user minted in memory for
+    ``config.store_lifetime_s`` (a day) and renewed before it expires by a
+    :class:`~cotal_trio.lanes.service_users.RenewedUser` in a nursery of its own; what it yields
+    repoints itself to each renewed session, so its holders (the claim keeper, the stores) never
+    see a gap. Raises ``Unavailable`` when the first session is refused, or when one expires with
+    no renewal let in (which ends the lane).
 
     Its allow-list is exactly what the lane does with it (issue 15 item 4; docs/wire-layout.md
     "The service's own users"): :func:`~cotal_trio.lanes.service_users.store_permissions` for a
@@ -504,11 +516,14 @@ def _open_store(config: LaneConfig, material: SpaceMaterial) -> contextlib.Abstr
     """
     space = config.space
     permissions = replica_store_permissions if config.callout_only else store_permissions
-    return open_service_user(
-        material, config.server_url, name=f"cotal:auth-store:{space}",
-        permissions=functools.partial(permissions, space), iat=int(config.clock()), exp=None,
-        reconnect=config.reconnect,
-    )
+    user = RenewedUser(
+        material, config.server_url, what="store session", name=f"cotal:auth-store:{space}",
+        permissions=functools.partial(permissions, space), lifetime_s=config.store_lifetime_s, clock=config.clock,
+        reconnect=config.reconnect, watched=True,  # `_until_lost` names a dropped store connection
+    )  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        yield typing.cast(Connection, await nursery.start(user.run))
+        nursery.cancel_scope.cancel()
 
 
 @contextlib.asynccontextmanager
@@ -518,8 +533,8 @@ async def _open_issuer(config: LaneConfig, material: SpaceMaterial) -> AsyncIter
     the issued stores over it, which each renewal rebinds. Must be entered inside ``open_loop()``.
 
     Raises:
-        Unavailable: the first session was refused, or no session could be renewed for a whole
-            lifetime (which ends the lane).
+        Unavailable: the first session was refused, or one expired with no renewal let in, or
+            the broker closed it (which ends the lane).
     """
     session = IssuerSession(
         material, config.server_url, lifetime_s=config.issuer_lifetime_s, clock=config.clock,

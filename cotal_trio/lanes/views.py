@@ -5,7 +5,8 @@ bearer to one chat session (docs/managers-and-sessions.md). The bearer outlives 
 authority: at each connect the callout reads the record again (``mgr.<owner>.<instanceId>`` in
 ``cotal_records_<space>``, ``s.<sessionId>`` in ``cotal_sessions_<space>``) and denies the connect
 once the instance is retired or the session is retired, expired, or belongs to someone else.
-Replicas read the same records (``lanes.records.replica_read_permissions``).
+Replicas read the same records over their store user
+(:func:`~cotal_trio.lanes.service_users.replica_store_permissions`: ``STREAM.MSG.GET`` of both stores).
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 
 from cotal_trio.core.admission import (
+    DRAIN_IDLE_S,
     MAX_CLOCK_SKEW_S,
+    SKEW_RANK,
+    SKEW_WINDOW,
     CalloutLimits,
     ClockSkew,
     DrainEstimate,
@@ -60,38 +63,43 @@ def test_the_broker_has_surely_given_up_a_second_after_exp():
     assert not broker_gave_up(now=WALL + 3.0, exp=WALL + 2, skew_s=0.25)
 
 
-def test_ages_the_stamp_resolution_explains_are_no_skew():
+def test_the_skew_is_0_until_requests_in_skew_window_seconds_showed_one():
     skew = ClockSkew()
-    for at, age in enumerate([0.0, 0.99, 0.5, 0.25]):
-        assert skew.observe(age, at=float(at)) == 0.0
-    assert (skew.measured_s, skew.large) == (0.0, False)
+    for at in range(SKEW_WINDOW - 1):
+        assert skew.observe(1.75, at=float(at)) == 0.0
+    assert skew.observe(1.75, at=float(SKEW_WINDOW)) == 1.75  # the 16th second with requests
+    assert skew.large
 
 
-def test_a_broker_clock_ahead_counts_at_once_and_is_bounded():
+def test_ages_the_stamp_resolution_explains_are_small_and_not_large():
     skew = ClockSkew()
-    assert skew.observe(-0.25, at=0.0) == -0.25
-    assert not skew.large
-    assert skew.observe(-3.0, at=0.125) == -MAX_CLOCK_SKEW_S
-    assert (skew.measured_s, skew.large) == (-3.0, True)
+    for at, age in enumerate([0.0, 0.99, 0.5, 0.25, 0.125] + [0.75] * (SKEW_WINDOW - 5)):
+        skew.observe(age, at=float(at))
+    assert (skew.measured_s, skew.large) == (0.5, False)  # the 4th smallest least age
 
 
-def test_a_clock_ahead_of_the_broker_is_learned_slowly_and_a_late_burst_teaches_little():
-    """Every request 3 s old: the estimate rises 0.01 s per second of traffic, from 0."""
+def test_a_broker_clock_ahead_is_learned_and_bounded():
     skew = ClockSkew()
-    for at in range(100):
-        skew.observe(3.0, at=float(at))
-    assert (skew.measured_s, skew.large) == (0.0, False)  # 99 s * 0.01: still within the stamp's second
-    for at in range(100, 150):
-        skew.observe(3.0, at=float(at))
-    assert (skew.measured_s, skew.large, skew.skew_s) == (pytest.approx(1.49), True, MAX_CLOCK_SKEW_S)
-    for at in range(150, 401):
-        skew.observe(3.0, at=float(at))
-    assert (skew.measured_s, skew.skew_s) == (3.0, MAX_CLOCK_SKEW_S)  # learned, and bounded
-    paused = ClockSkew()
-    paused.observe(0.5, at=0.0)
-    for i in range(1000):  # a paused process's backlog, 10 s late, read in 1 ms
-        paused.observe(10.0, at=3600.0 + i / 1000)
-    assert paused.measured_s == 0.0  # an idle hour and the burst together rose it by 0.02 s
+    for at in range(SKEW_WINDOW):
+        skew.observe(-3.0, at=float(at))
+    assert (skew.measured_s, skew.skew_s, skew.large) == (-3.0, -MAX_CLOCK_SKEW_S, True)
+    for at in range(SKEW_WINDOW, 2 * SKEW_WINDOW - SKEW_RANK):  # 12 seconds: 4 of -3 left
+        skew.observe(-1.75, at=float(at))
+    assert skew.measured_s == -3.0
+    skew.observe(-1.75, at=float(2 * SKEW_WINDOW))
+    assert (skew.measured_s, skew.skew_s, skew.large) == (-1.75, -1.75, True)
+    for at in range(2 * SKEW_WINDOW + 1, 4 * SKEW_WINDOW):
+        skew.observe(4.0, at=float(at))
+    assert (skew.measured_s, skew.skew_s) == (4.0, MAX_CLOCK_SKEW_S)  # learned, and bounded
+
+
+def test_a_paused_process_burst_in_a_few_seconds_teaches_nothing():
+    skew = ClockSkew()
+    for at in range(SKEW_WINDOW):
+        skew.observe(0.25, at=float(at))
+    for i in range(3000):  # a paused process's backlog, 10 s late, read over 3 s
+        skew.observe(10.0, at=SKEW_WINDOW + i / 1000)
+    assert skew.measured_s == 0.25
 
 
 def test_the_drain_estimate_counts_only_busy_intervals():
@@ -99,7 +107,7 @@ def test_the_drain_estimate_counts_only_busy_intervals():
     drain.answered(at=0.0, backlog=False)
     drain.answered(at=5.0, backlog=True)  # after an idle gap: arrivals, not service
     assert drain.seconds_per_answer is None
-    assert not drain.overfull(queued=1000, in_flight=32, limits=LIMITS)
+    assert not drain.overfull(queued=1000, in_flight=32, limits=LIMITS, at=5.0)
     drain.answered(at=5.125, backlog=True)
     assert drain.seconds_per_answer == 0.125
     drain.answered(at=5.375, backlog=False)
@@ -108,15 +116,28 @@ def test_the_drain_estimate_counts_only_busy_intervals():
     assert drain.seconds_per_answer == pytest.approx(0.1375)
 
 
+def test_the_drain_estimate_is_forgotten_after_an_idle_gap():
+    """A slow phase's rate must not shed a burst that comes after the lane sat idle."""
+    drain = DrainEstimate()
+    drain.answered(at=0.0, backlog=True)
+    drain.answered(at=0.5, backlog=True)
+    assert drain.overfull(queued=64, in_flight=32, limits=LIMITS, at=0.5)
+    assert not drain.overfull(queued=64, in_flight=32, limits=LIMITS, at=0.5 + DRAIN_IDLE_S + 0.125)
+    drain.answered(at=0.5 + DRAIN_IDLE_S + 0.125, backlog=True)  # after the gap: forgotten, no interval
+    assert drain.seconds_per_answer is None
+    drain.answered(at=0.75 + DRAIN_IDLE_S, backlog=False)
+    assert drain.seconds_per_answer == 0.125
+
+
 def test_a_new_request_is_shed_when_it_would_wait_more_than_half_the_budget_for_a_slot():
     drain = DrainEstimate()
     drain.answered(at=0.0, backlog=True)
     drain.answered(at=0.125, backlog=True)
     slots = LIMITS.max_in_flight
     # every slot taken: it waits for queued + 1 answers; 8 * 0.125 = 1.0 s is half the 2.0 s budget
-    assert not drain.overfull(queued=7, in_flight=slots, limits=LIMITS)
-    assert drain.overfull(queued=8, in_flight=slots, limits=LIMITS)
+    assert not drain.overfull(queued=7, in_flight=slots, limits=LIMITS, at=0.125)
+    assert drain.overfull(queued=8, in_flight=slots, limits=LIMITS, at=0.125)
     # a slot free (the workers not yet scheduled): the queue ahead of it takes the free ones first
-    assert not drain.overfull(queued=8, in_flight=slots - 1, limits=LIMITS)
-    assert drain.overfull(queued=9, in_flight=slots - 1, limits=LIMITS)
-    assert not drain.overfull(queued=0, in_flight=0, limits=LIMITS)
+    assert not drain.overfull(queued=8, in_flight=slots - 1, limits=LIMITS, at=0.125)
+    assert drain.overfull(queued=9, in_flight=slots - 1, limits=LIMITS, at=0.125)
+    assert not drain.overfull(queued=0, in_flight=0, limits=LIMITS, at=0.125)

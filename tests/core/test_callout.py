@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from cotal_trio.core import natsjwt
+from cotal_trio.core.admission import broker_gave_up
 from cotal_trio.core.bearer import BearerGrant, BearerVerifier, issue_bearer
 from cotal_trio.core.callout import (
     SERVER_XKEY_HEADER,
@@ -108,6 +109,24 @@ def test_request_exp_is_whole_seconds_truncated_by_the_broker():
     assert open_request(payload, headers, keys=KEYS, now=NOW + 0.9).exp == NOW
     with pytest.raises(Dropped, match="expired"):
         open_request(payload, headers, keys=KEYS, now=NOW + 1)
+
+
+def test_request_expiry_allows_for_the_clock_skew_as_the_give_up_rule_does():
+    """``open_request`` drops exactly when :func:`broker_gave_up` says the broker has surely
+    given up: at ``exp + 1 + skew`` on our clock (it ignored the skew, review of issue 14)."""
+    payload, headers = _sealed(_claims(exp=NOW))
+    assert open_request(payload, headers, keys=KEYS, now=NOW + 1.5, skew_s=0.75).exp == NOW  # ours 0.75 ahead
+    with pytest.raises(Dropped, match="expired"):
+        open_request(payload, headers, keys=KEYS, now=NOW + 1.75, skew_s=0.75)
+    with pytest.raises(Dropped, match="expired"):  # ours behind: it gave up earlier on our clock
+        open_request(payload, headers, keys=KEYS, now=NOW + 0.5, skew_s=-0.5)
+    for now, skew_s in ((NOW + 0.5, -0.5), (NOW + 1.5, 0.75), (NOW + 1.75, 0.75), (NOW + 0.25, 0.0)):
+        try:
+            open_request(payload, headers, keys=KEYS, now=now, skew_s=skew_s)
+            dropped = False
+        except Dropped:
+            dropped = True
+        assert dropped == broker_gave_up(now=now, exp=NOW, skew_s=skew_s)
 
 
 def test_signed_xkey_must_equal_the_header_key():

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +82,52 @@ def test_a_deep_header_and_an_oversized_token_are_refused_before_parsing():
         natsjwt.decode(signed("{}", header="[" * 10_000 + "]" * 10_000))
     with pytest.raises(CodecError, match="at most 1048576 characters"):
         natsjwt.decode("a" * (natsjwt.MAX_JWT_CHARS + 1))
+
+
+_DECODE_IN_A_CHILD = """
+import sys
+from cotal_trio.core import natsjwt
+from cotal_trio.core.errors import CodecError
+try:
+    natsjwt.decode(sys.stdin.read())
+except CodecError as exc:
+    print("CodecError:", exc)
+"""
+
+
+def _decode_within(limit_s: float, token: str) -> str:
+    """What ``natsjwt.decode(token)`` raised, run in a child process killed after ``limit_s``.
+
+    A hang guard, not a timing assertion: the bound is far above any linear run. A child, since a
+    regex holds the GIL, so no thread or signal in this process could interrupt it.
+    """
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _DECODE_IN_A_CHILD], input=token, capture_output=True, text=True,
+            timeout=limit_s, check=True,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"natsjwt.decode still ran after {limit_s}s: the depth check is not linear")
+    return done.stdout
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{" * 65 + '"' + '\\"' * 200_000,  # an unterminated string of escaped quotes (was quadratic: 52 s at 80 KB)
+        "{" * 65 + '"' + '\\"' * 200_000 + "\\",  # ... ending in a lone backslash
+        "[" * 65 + '"\\\\' * 100_000,  # many strings, each an escaped backslash, never closed
+    ],
+    ids=["escaped-quotes", "trailing-backslash", "escaped-backslashes"],
+)
+def test_the_depth_check_is_linear_on_unterminated_strings(text):
+    assert _decode_within(30.0, signed(text)).startswith("CodecError: the JWT claims")
+
+
+def test_escaped_backslashes_end_a_string_and_brackets_after_it_count():
+    # '"\\\\"' is a string holding one backslash: the brackets after it are outside any string
+    deep = '{"a":"\\\\",' + '"b":' + "[" * 70 + "]" * 70 + "}"
+    with pytest.raises(CodecError, match="nests deeper than 64"):
+        natsjwt.decode(signed(deep))
+    shallow = '{"a":"\\\\\\"[[[[","b":' + "[" * 62 + "]" * 62 + "}"  # escaped quote keeps "[[[[" inside
+    assert natsjwt.decode(signed(shallow)).claims == json.loads(shallow)

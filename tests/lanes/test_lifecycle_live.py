@@ -39,11 +39,9 @@ from cotal_trio.lanes.lifecycle import retire_lifecycle
 from cotal_trio.lanes.records import (
     RecordsStore,
     ensure_records_stores,
-    merge_permissions,
     records_bucket,
-    records_permissions,
 )
-from cotal_trio.lanes.service_endpoints import open_store_user
+from cotal_trio.lanes.service_users import open_service_user, store_permissions
 from cotal_trio.natsio import Connection, ensure_bucket, kv_get, open_loop
 from cotal_trio.state import load_owner_secret, load_space, read_principal, row_path, write_row
 from tests.lanes.test_auth_service_live import Mesh, start_mesh
@@ -115,15 +113,12 @@ async def _guard() -> object:
 
 @asynccontextmanager
 async def _store(mesh: Mesh) -> AsyncIterator[Connection]:
-    """A full lane's store user for space ``a``: the JetStream API, the auth bucket, the records stores."""
-    permissions = merge_permissions(
-        {"pub": {"allow": ["$JS.API.>", f"$KV.{plane_bucket(SPACE)}.>"]}, "sub": {"allow": ["_INBOX.>"]}},
-        records_permissions(SPACE),
-    )
+    """A full lane's store user for space ``a``, on its real list (:func:`store_permissions`)."""
     material = load_space(mesh.paths.space(SPACE).callout_json, SPACE)
-    async with open_store_user(
-        material, mesh.server_url, name="test:lifecycle-store", permissions=permissions, iat=int(time.time()),
-        reconnect=False,
+    now = int(time.time())
+    async with open_service_user(
+        material, mesh.server_url, name="test:lifecycle-store", iat=now, exp=now + 300, reconnect=False,
+        permissions=functools.partial(store_permissions, SPACE),
     ) as conn:
         yield conn
 
@@ -200,28 +195,19 @@ async def test_a_managed_lifecycle_is_activated_then_retired_and_stays_retired(l
     assert state is LifecycleState.RETIRED
 
 
-async def test_a_retirement_needs_only_the_listing_the_reads_and_the_row_subjects(live: Live):
-    """The store requests a retirement makes (issue 15 item 1) and the subjects they take: a
-    store user holding only these retires a lifecycle among others' rows (a refused request
-    would get no answer and run into the ceiling). The full lane's store user must keep them."""
-    auth = plane_bucket(SPACE)
-    narrow = {
-        "pub": {"allow": [
-            f"$JS.API.STREAM.INFO.KV_{auth}",  # the two subject-filtered listings
-            f"$JS.API.STREAM.MSG.GET.KV_{auth}",  # one read per listed row
-            f"$KV.{auth}.natkey.>",  # the compare-and-set deletes
-            f"$KV.{records_bucket(SPACE)}.lifecycle.>",  # the retired record
-        ]},
-        "sub": {"allow": ["_INBOX.>"]},
-    }  # fmt: skip
+async def test_a_retirement_runs_over_the_full_lanes_own_store_user(live: Live):
+    """The store requests a retirement makes (issue 15 item 1) all ride the full lane's store user
+    (issue 15 item 4): a user minted with exactly :func:`store_permissions` retires a lifecycle
+    among others' rows (a refused request would get no answer and run into the ceiling)."""
     material = load_space(live.paths.callout_json, SPACE)
     with trio.fail_after(CEILING_S):
         row = live.grant("alice", "cli", LedgerKind.INTERACTIVE)
         other = live.grant("bob", "cli", LedgerKind.INTERACTIVE)
         ours, theirs = await live.minted(row, 5), await live.minted(other, 6)
-        async with open_store_user(
-            material, live.mesh.server_url, name="test:lifecycle-narrow", permissions=narrow, iat=int(time.time()),
-            reconnect=False,
+        now = int(time.time())
+        async with open_service_user(
+            material, live.mesh.server_url, name="test:lifecycle-store", iat=now, exp=now + 120, reconnect=False,
+            permissions=functools.partial(store_permissions, SPACE),
         ) as conn:
             withdrawn = await retire_lifecycle(
                 LifecycleTarget(owner=row.owner, actor="cli", lifecycle_uid=row.lifecycle_uid),

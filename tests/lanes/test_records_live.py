@@ -4,6 +4,7 @@ records, the missing-store sentence, and the three permission sets as data-accou
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import time
@@ -24,11 +25,9 @@ from cotal_trio.lanes.records import (
     manager_cli_permissions,
     merge_permissions,
     records_bucket,
-    records_permissions,
-    replica_read_permissions,
     sessions_bucket,
 )
-from cotal_trio.lanes.service_endpoints import open_store_user
+from cotal_trio.lanes.service_users import open_service_user, replica_store_permissions, store_permissions
 from cotal_trio.natsio import Connection, KeyExists, kv_put, open_connection, open_loop
 from cotal_trio.state import load_space
 from tests.lanes.conftest import SPACE, Stack
@@ -214,9 +213,12 @@ def _fields(row: ManagerInstance) -> dict:
 # -- permissions, as data-account users of a running stack -------------------------------------
 
 
-def as_user(stack: Stack, permissions: dict, name: str) -> AbstractAsyncContextManager[Connection]:
+def as_user(stack: Stack, permissions: Callable[[str], dict] | dict, name: str) -> AbstractAsyncContextManager[Connection]:
     material = load_space(stack.space_paths.callout_json, SPACE)
-    return open_store_user(material, stack.info.server_url, name=name, permissions=permissions, iat=int(time.time()), reconnect=False)
+    now = int(time.time())
+    return open_service_user(
+        material, stack.info.server_url, name=name, permissions=permissions, iat=now, exp=now + 120, reconnect=False
+    )
 
 
 async def denied(conn: Connection, call: Callable[[], Awaitable[object]]) -> str:
@@ -230,9 +232,8 @@ async def denied(conn: Connection, call: Callable[[], Awaitable[object]]) -> str
 
 
 async def test_permissions_full_replica_and_cli_users(stack: Stack) -> None:
-    full = merge_permissions(
-        {"pub": {"allow": ["$JS.API.>"]}, "sub": {"allow": ["_INBOX.>"]}}, records_permissions(SPACE),
-    )
+    """The lane's own store users (``service_users``) and ``cotal manager``'s, each on its real list."""
+    full = functools.partial(store_permissions, SPACE)
     row, sess = instance(), session(now=int(time.time()))
     with trio.fail_after(CEILING_S):
         async with open_loop():
@@ -246,7 +247,7 @@ async def test_permissions_full_replica_and_cli_users(stack: Stack) -> None:
                 await cli.register_manager(row)
                 listed = await cli.list_managers(ALICE)
                 cli_put = await denied(conn, lambda: cli.put_record("lifecycle.y", b"r"))  # manager rows only
-            async with as_user(stack, replica_read_permissions(SPACE), "test:records-replica") as conn:
+            async with as_user(stack, functools.partial(replica_store_permissions, SPACE), "test:records-replica") as conn:
                 replica = RecordsStore(conn, SPACE)
                 reads = (await replica.get_manager(ALICE, row.instance_id), await replica.get_session(sess.session_id),
                          await replica.get_record("lifecycle.x"))

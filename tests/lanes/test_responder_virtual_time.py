@@ -40,7 +40,7 @@ import trio
 import trio.testing
 
 from cotal_trio.core import natsjwt
-from cotal_trio.core.admission import CalloutLimits
+from cotal_trio.core.admission import SKEW_WINDOW, CalloutLimits
 from cotal_trio.core.callout import SERVER_XKEY_HEADER, TIMEOUT_REASON
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.issuance import IssuanceRow, exists_reason, render_row, store_missing_reason, write_failed_reason
@@ -417,6 +417,50 @@ async def test_a_backlog_of_past_deadlines_teaches_the_keeper_no_lead(nursery, a
     ]
 
 
+async def test_the_keeper_wakes_early_by_the_pass_it_will_run(nursery, autojump_clock, caplog):
+    """Each timeout denial costs 1 ms here (the publish moves the clock). 50 requests queued at 0
+    behind a stuck worker are all due at 1.0: that pass runs 1.0 to 1.051 and teaches the cost.
+    50 more at 2.0, due at 3.0: the keeper starts their pass 50 ms early, so every denial leaves
+    by its deadline (before: 3.0 to 3.05, the last 49 after it)."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, waits=[(5.0, True)])
+        publish = lane.responder._publish
+
+        def costly(reply: str, payload: bytes) -> None:
+            publish(reply, payload)
+            autojump_clock.jump(0.001)
+
+        lane.responder._publish = costly
+        await nursery.start(lane.responder.run)
+        lane.responder.on_message(_message(1))  # holds the one worker until 5.0, deaf to cancellation
+        await trio.sleep(0)
+        for cid in range(2, 51):
+            lane.responder.on_message(_message(cid))
+        await lane.wait_published(50)
+        await trio.sleep_until(2.0)
+        for cid in range(51, 101):
+            lane.responder.on_message(_message(cid))
+        await lane.wait_published(100)
+    second = [at for reply, answer, at in lane.answers()[50:]]
+    assert {answer for _, answer, _ in lane.answers()} == {TIMEOUT_REASON}
+    assert max(second) <= 3.0
+    assert min(second) >= 3.0 - 0.1  # early by the pass, no more than KEEPER_MAX_LEAD_S
+
+
+async def test_the_drain_estimate_learns_from_every_request_that_leaves(nursery, autojump_clock, caplog):
+    """Requests answered at the queue (spent: read past their deadline) free the worker as a mint
+    does: each is one answer the drain estimate counts (it counted only full worker answers)."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock, ledger_s=0.125)
+        lane.responder.on_message(_message(1))
+        lane.responder.on_message(_message(2))
+        await trio.sleep_until(1.125)  # both past their deadline before any worker runs
+        await nursery.start(lane.responder.run)
+        await lane.wait_published(2)
+    assert [answer for _, answer, _ in lane.answers()] == [TIMEOUT_REASON, TIMEOUT_REASON]
+    assert lane.responder._drain.seconds_per_answer == 0.0
+
+
 async def test_a_row_withdrawal_does_not_hold_the_worker(nursery, autojump_clock, caplog):
     """One worker. A's issuance row is created at 0 and lands at 1.5, past A's 1.0 deadline, and
     every delete takes 0.75 s, so withdrawing A's row ends at 2.5. B, queued at 0.75 without a
@@ -588,6 +632,21 @@ async def test_a_broker_timeout_unlike_ours_is_warned_about_once(nursery, autoju
         "service uses 1.25s - start it with --auth-timeout 10"
     ]
     assert [line["outcome"] for line in _lines(caplog)] == ["minted", "minted"]
+
+
+async def test_each_distinct_broker_timeout_is_warned_about_so_a_hostile_one_hides_no_real_one(
+    nursery, autojump_clock, caplog
+):
+    """One request stamped with a 10 s timeout, then the broker's real 4 s: both are named, once
+    each (a single flag was used up by the first)."""
+    with trio.fail_after(CEILING_S):
+        lane = Lane(autojump_clock)
+        await nursery.start(lane.responder.run)
+        for cid, timeout_s in ((1, 10), (2, 4), (3, 4), (4, 10)):
+            lane.responder.on_message(_message(cid, broker_timeout_s=timeout_s))
+        await lane.wait_published(4)
+    warnings = [r.getMessage() for r in caplog.records if "authorization timeout is" in r.getMessage()]
+    assert [w.split(" is ")[1].split("s ")[0] for w in warnings] == ["10", "4"]
 
 
 # -- issuance rows (issue 4 items 1 and 6) ------------------------------------------------------
@@ -885,20 +944,22 @@ async def test_the_keeper_answers_a_stuck_request_at_the_brokers_deadline(nurser
 
 
 async def test_a_broker_clock_ahead_of_ours_is_named_once_and_bounded(nursery, autojump_clock, caplog):
-    """Requests stamped 3 s in our future: the skew is named once; deadlines count at most 1 s
-    of it, so they come from receipt here (exp - 0.25 - 1 is 3.75 s away) and both are minted."""
-    with trio.fail_after(CEILING_S):
+    """Requests stamped 3 s in our future, in SKEW_WINDOW + 2 distinct seconds: the skew is learned
+    at the SKEW_WINDOW-th and named once; deadlines count at most 2 s of it, so they come from
+    receipt here (exp + 1 - 0.25 - 2 is 3.75 s away) and all are minted."""
+    with trio.fail_after(CEILING_S + SKEW_WINDOW + 2):  # a second apart
         lane = Lane(autojump_clock)
         await nursery.start(lane.responder.run)
-        for cid in (1, 2):
-            lane.responder.on_message(_message(cid, issued_at=NOW + 3))
-        await lane.wait_published(2)
+        for cid in range(1, SKEW_WINDOW + 3):
+            lane.responder.on_message(_message(cid, issued_at=NOW + int(trio.current_time()) + 3))
+            await lane.wait_published(cid)
+            await trio.sleep(1.0)
     warnings = [r.getMessage() for r in caplog.records if "stamped" in r.getMessage()]
     assert warnings == [
         f"auth callout: space={SPACE} requests arrive stamped 3.0s after this host's clock - the broker's clock "
-        "and this host's differ; deadlines allow for at most 1.0s of it, so synchronise the clocks (NTP)"
+        "and this host's differ; deadlines allow for at most 2.0s of it, so synchronise the clocks (NTP)"
     ]
-    assert [line["outcome"] for line in _lines(caplog)] == ["minted", "minted"]
+    assert [line["outcome"] for line in _lines(caplog)] == ["minted"] * (SKEW_WINDOW + 2)
 
 
 # -- goodput under overload (issue 14 item 2) ----------------------------------------------------

@@ -18,12 +18,14 @@ violation is what the test reads.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import json
 import logging
 import os
 import signal
 import time
+import typing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -36,11 +38,16 @@ from cotal_trio.broker.accounts import open_system_connection
 from cotal_trio.broker.provision import mint_service_user
 from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.errors import ConfigError, Unavailable
+from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.core.profiles import issuer_permissions
 from cotal_trio.lanes.host import HostConfig, run_host
 from cotal_trio.lanes.hosting import ServiceConfig, lane_factory, run_service
-from cotal_trio.lanes.issued import IssuedStoresMissing, issued_shapes
-from cotal_trio.lanes.service_users import IssuerSession
+from cotal_trio.lanes.issued import IssuedStores, IssuedStoresMissing, issued_shapes, recreate_issued_stores
+from cotal_trio.core.plane import Lease
+from cotal_trio.lanes.records import RecordsStore
+from cotal_trio.lanes.service_users import (
+    STORE_LIFETIME_S, IssuerSession, RenewedUser, open_service_user, recreate_permissions, store_permissions,
+)
 from cotal_trio.lanes.space import LaneConfig, run_lane
 from cotal_trio.natsio import Connection, open_connection, open_loop
 from cotal_trio.state import atomic_write, load_space
@@ -69,7 +76,7 @@ async def _admin(mesh: Mesh) -> AsyncIterator[Connection]:
     material = load_space(mesh.paths.space(SPACE).callout_json, SPACE)
     now = int(time.time())
     creds = mint_service_user(
-        material, name="test:admin", permissions={"pub": {"allow": ["$JS.API.>"]}, "sub": {"allow": ["_INBOX.>"]}},
+        material, name="test:admin", permissions={"pub": {"allow": ["$JS.API.>", "$KV.>"]}, "sub": {"allow": ["_INBOX.>"]}},
         iat=now, exp=now + 120,
     )
     async with open_loop(), open_connection(mesh.server_url, creds=creds, name="test:admin", reconnect=False) as conn:
@@ -141,6 +148,21 @@ DRIFTS = {
 }
 
 
+CONNECTS = 3
+
+
+async def _connects(mesh: Mesh, attempts: list[str]) -> None:
+    """``CONNECTS`` user-mode connects of alice's, one after another: each ``admitted`` or
+    ``refused`` (the broker's authorization violation once no callout answers)."""
+    bearer = _bearer(mesh, SPACE, "alice")
+    for _ in range(CONNECTS):
+        try:
+            await mesh.admitted(SPACE, bearer)
+            attempts.append("admitted")
+        except* Unavailable:
+            attempts.append("refused")
+
+
 @pytest.mark.parametrize("drift", DRIFTS.values(), ids=DRIFTS.keys())
 async def test_a_replica_refuses_a_drifted_issued_store_with_the_remedy(
     nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str, drift: tuple[str, dict, str]
@@ -155,10 +177,14 @@ async def test_a_replica_refuses_a_drifted_issued_store_with_the_remedy(
             config = (await _api(admin, f"$JS.API.STREAM.INFO.{stream}"))["config"]
             updated = await _api(admin, f"$JS.API.STREAM.UPDATE.{stream}", {**config, **change})
             assert "error" not in updated, updated
-            with pytest.RaisesGroup(pytest.RaisesExc(ConfigError), flatten_subgroups=True) as refused:
-                async with trio.open_nursery() as lanes:
-                    await lanes.start(_lane(mesh, callout_only=True))
-                    pytest.fail("a callout replica started on a drifted issued store")
+            # connects come while the replica starts and after it refused: none is admitted
+            attempts: list[str] = []
+            async with trio.open_nursery() as clients:
+                clients.start_soon(_connects, mesh, attempts)
+                with pytest.RaisesGroup(pytest.RaisesExc(ConfigError), flatten_subgroups=True) as refused:
+                    async with trio.open_nursery() as lanes:
+                        await lanes.start(_lane(mesh, callout_only=True))
+                        pytest.fail("a callout replica started on a drifted issued store")
             counts = [(await _api(admin, f"$JS.API.STREAM.INFO.{name}"))["state"]["messages"] for name in (ISSUED, ACCEPTED)]
             after = (await _api(admin, f"$JS.API.STREAM.INFO.{stream}"))["config"]
         users = await _users(mesh)
@@ -167,7 +193,8 @@ async def test_a_replica_refuses_a_drifted_issued_store_with_the_remedy(
         f"space {SPACE}'s store {stream} has another shape than issued authority needs ({difference}) and is"
         f" refused - stop the space's auth service, its callout replicas and managers, then run {REMEDY}"
     )
-    assert counts == [0, 0]  # it issued nothing
+    assert attempts == ["refused"] * CONNECTS  # no connect admitted ...
+    assert counts == [0, 0]  # ... and none issued a row
     assert {k: after.get(k, False) for k in change} == change  # the store is left as it is, never adopted
     assert not _named(users, f"cotal:auth-store:{SPACE}")  # the refused replica left nothing connected
 
@@ -215,6 +242,46 @@ async def test_the_store_user_is_refused_what_it_must_not_touch(
     assert left == [None, None]  # both stores are still there
 
 
+RECREATE_FORBIDDEN = (
+    f"$JS.API.STREAM.PURGE.{ISSUED}", f"$JS.API.STREAM.MSG.DELETE.{ISSUED}", f"$JS.API.DIRECT.GET.{ACCEPTED}",
+    f"$KV.cotal_issued_{SPACE}.ep.v1.rewritten", f"$JS.API.STREAM.DELETE.KV_cotal_records_{SPACE}",
+    f"$JS.API.STREAM.INFO.KV_cotal_auth_{SPACE}", f"$JS.API.STREAM.CREATE.COTAL_DM_{SPACE}", "$JS.API.INFO",
+)  # fmt: skip
+
+
+async def test_the_recreate_user_backs_up_deletes_and_creates_the_issued_stores_and_nothing_else(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str
+) -> None:
+    """``--recreate-issued-stores``' one-off user (``recreate_permissions``, which ``cotal up`` and
+    ``cotal auth recreate-issued-stores`` mint) holds no ``$JS.API.>``: exactly the info, message
+    reads, delete and create of the two issued stores, which is all the step needs."""
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    material = load_space(mesh.paths.space(SPACE).callout_json, SPACE)
+    backup = tmp_path / "backup"
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as lanes:  # the full lane creates both stores
+            await lanes.start(_lane(mesh, callout_only=False))
+            lanes.cancel_scope.cancel()
+        async with _admin(mesh) as admin:
+            await admin.request(f"$KV.cotal_issued_{SPACE}.v1.before", b"row")
+        now = int(time.time())
+        async with open_loop(), open_service_user(
+            material, mesh.server_url, name="test:recreate", permissions=functools.partial(recreate_permissions, SPACE),
+            iat=now, exp=now + 120, reconnect=False,
+        ) as conn:  # fmt: skip
+            counts = await recreate_issued_stores(conn, SPACE, backup)
+            refusals = {subject: await _refused(conn, subject) for subject in RECREATE_FORBIDDEN}
+            await IssuedStores(conn, SPACE).check()  # both are there again, in their shape
+    allowed = recreate_permissions(SPACE, "0" * 24)["pub"]["allow"]
+    assert not [s for s in allowed if ">" in s or "*" in s]
+    assert counts == {ISSUED: 1, ACCEPTED: 0}
+    assert sorted(p.name for p in backup.iterdir()) == sorted(
+        f"{name}.{ext}" for name in (ISSUED, ACCEPTED) for ext in ("config.json", "jsonl")
+    )
+    for subject, error in refusals.items():
+        assert error == f'nats: permissions violation for publish to "{subject.lower()}"', subject
+
+
 async def test_the_callout_issues_over_an_issuer_session_of_five_minutes(
     nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str
 ) -> None:
@@ -235,7 +302,9 @@ async def test_the_callout_issues_over_an_issuer_session_of_five_minutes(
         assert claims["nats"]["sub"] == want["sub"]
 
 
-LIFETIME_S = 4
+# Long enough that a renewal (a third of it before expiry) has seconds of overlap on a loaded machine.
+LIFETIME_S = 6
+RENEW_LIFETIME_S = 6
 
 
 async def test_the_issuer_session_is_renewed_across_its_expiry_while_connects_keep_minting(
@@ -249,7 +318,7 @@ async def test_the_issuer_session_is_renewed_across_its_expiry_while_connects_ke
     with trio.fail_after(CEILING_S):
         async with trio.open_nursery() as lanes:
             await lanes.start(_lane(mesh, callout_only=False, issuer_lifetime_s=LIFETIME_S))
-            end = trio.current_time() + 3 * LIFETIME_S
+            end = trio.current_time() + 2 * LIFETIME_S + 1  # renewals every 2/3 of a lifetime
             while trio.current_time() < end:
                 sessions = _named(await _users(mesh), f"cotal:issuer:{SPACE}")
                 assert sessions, "no issuer session connected"
@@ -267,12 +336,12 @@ async def test_the_issuer_session_is_renewed_across_its_expiry_while_connects_ke
     assert not [r for r in caplog.records if "User Authentication Expired" in r.getMessage()]
 
 
-async def test_an_issuer_session_that_cannot_be_renewed_for_a_lifetime_ends_the_lane(
+async def test_an_issuer_session_that_cannot_be_renewed_before_it_expires_ends_the_lane(
     nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The broker paused (SIGSTOP) keeps the socket open but answers nothing: each renewal's
-    connect fails, and once no session has been up for a whole lifetime the session's task
-    raises ``Unavailable`` naming the fix (which ends the lane; its host restarts it)."""
+    connect hangs, and once the session expires with no renewal in, the session's task raises
+    ``Unavailable`` naming the fix (which ends the lane; its host restarts it)."""
     mesh, pid = await start_mesh(nursery, tmp_path, nats_server_bin)
     session = IssuerSession(
         load_space(mesh.paths.space(SPACE).callout_json, SPACE), mesh.server_url, lifetime_s=3, clock=time.time,
@@ -291,9 +360,161 @@ async def test_an_issuer_session_that_cannot_be_renewed_for_a_lifetime_ends_the_
                     finally:
                         os.kill(pid, signal.SIGCONT)
     (error,) = [e for e in _leaves(ended.value) if isinstance(e, Unavailable)]
-    assert str(error).startswith(f"space {SPACE}: no issuer session could be opened for 3 s (")
+    assert str(error).startswith(f"space {SPACE}: the issuer session expired and no renewal was let in (")
     assert str(error).endswith(" - check that the broker runs and trusts the space's account")
     assert session.renewals == 0
+
+
+async def test_the_store_user_expires_and_is_renewed_while_the_lane_keeps_using_it(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 15 item 4: the store user is minted with an expiry (never without) and renewed
+    before it, with no gap the lane notices: across two lifetimes the plane claim keeps being
+    renewed (a short lease; a failed renewal would fence and end the lane), connects keep being
+    admitted (each writes its issuance row over the store user), and records reads and writes
+    over a store user renewed the same way keep answering."""
+    caplog.set_level(logging.INFO, logger="cotal.lane")
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    bearer = _bearer(mesh, SPACE, "alice")
+    seen: dict[str, dict] = {}  # store users (nkeys) seen connected: their claims
+    admitted = 0
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as lanes:
+            await lanes.start(_lane(
+                mesh, callout_only=False, store_lifetime_s=RENEW_LIFETIME_S, lease=Lease(lease_s=3.0, margin_s=1.0),
+            ))  # fmt: skip
+            end = trio.current_time() + 2 * RENEW_LIFETIME_S + 1
+            while trio.current_time() < end:
+                seen |= {c["sub"]: c for c in _named(await _users(mesh), f"cotal:auth-store:{SPACE}")}
+                await mesh.admitted(SPACE, bearer)
+                admitted += 1
+                await trio.sleep(0.3)
+            lanes.cancel_scope.cancel()
+        material = load_space(mesh.paths.space(SPACE).callout_json, SPACE)
+        user = RenewedUser(
+            material, mesh.server_url, what="store session", name="test:store",
+            permissions=functools.partial(store_permissions, SPACE), lifetime_s=RENEW_LIFETIME_S, clock=time.time,
+            reconnect=False,
+        )  # fmt: skip
+        records: list[bytes | None] = []
+        async with open_loop(), trio.open_nursery() as inner:
+            store = RecordsStore(typing.cast(Connection, await inner.start(user.run)), SPACE)
+            end = trio.current_time() + 2 * RENEW_LIFETIME_S + 1
+            while trio.current_time() < end:
+                await store.put_record("probe", str(len(records)).encode())
+                records.append(await store.get_record("probe"))
+                await trio.sleep(0.2)
+            inner.cancel_scope.cancel()
+    assert len(seen) >= 3  # the first store user and at least two replacements
+    assert {c["exp"] - c["iat"] for c in seen.values()} == {RENEW_LIFETIME_S}  # never without expiry
+    assert admitted > 10
+    renewed = [r for r in caplog.records if r.getMessage().startswith(f"space {SPACE}: store session renewed")]
+    assert len(renewed) >= 4  # the lane's and the records user's
+    assert records == [str(i).encode() for i in range(len(records))] and len(records) > 10
+    assert user.renewals >= 2
+    assert not [r for r in caplog.records if "User Authentication Expired" in r.getMessage()]
+
+
+async def test_a_lanes_store_user_is_minted_for_a_day(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str
+) -> None:
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as lanes:
+            await lanes.start(_lane(mesh, callout_only=False))
+            await lanes.start(_lane(mesh, callout_only=True))
+            users = await _users(mesh)
+            lanes.cancel_scope.cancel()
+    stores = _named(users, f"cotal:auth-store:{SPACE}")
+    assert [c.get("exp", 0) - c["iat"] for c in stores] == [STORE_LIFETIME_S] * 2 == [86400] * 2
+
+
+async def test_an_issuer_session_the_broker_drops_is_renewed_at_once(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str
+) -> None:
+    """A session kicked by the broker (its credential still valid) is replaced at once, so the
+    issued stores ride a live session again, not the dropped one until its expiry."""
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    session = IssuerSession(
+        load_space(mesh.paths.space(SPACE).callout_json, SPACE), mesh.server_url, lifetime_s=300, clock=time.time,
+        reconnect=False,
+    )
+    root = provision.ensure_root(mesh.paths, iat=int(time.time()))
+    with trio.fail_after(CEILING_S):
+        async with open_loop(), trio.open_nursery() as inner:
+            stores = await inner.start(session.run)
+            async with open_system_connection(mesh.server_url, root) as system:
+                connz = json.loads((await system.request("$SYS.REQ.SERVER.PING.CONNZ", b"{}")).data)
+                [cid] = [c["cid"] for c in connz["data"]["connections"] if c.get("name") == f"cotal:issuer:{SPACE}"]
+                await system.request(f"$SYS.REQ.SERVER.{connz['server']['id']}.KICK", json.dumps({"cid": cid}).encode())
+            while session.renewals == 0:
+                await trio.sleep(0.05)
+            with pytest.raises(IssuedStoresMissing):  # the new session answers
+                await stores.check()
+            inner.cancel_scope.cancel()
+    assert session.renewals == 1 and session.trouble is None
+
+
+def _failing_renewals(material, fails: list[str]):
+    """An opener that opens the first issuer session as the lane does and every later one as a
+    user signed by a key the space's account does not trust: the real broker refuses each renewal."""
+    calls = 0
+    stranger = dataclasses.replace(material, data_service_signing=KeyPair.generate(Prefix.ACCOUNT))
+
+    def opener(material, *args, **kwargs):
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            fails.append(kwargs["name"])
+            material = stranger
+        return open_service_user(material, *args, **kwargs)
+
+    return opener
+
+
+async def test_a_failed_renewal_keeps_the_old_session_until_its_expiry_then_ends_the_lane(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spec "Profiles", issuer row: while renewals fail the lane keeps issuing over the old session
+    (never over a closed one), says so, and ends with ``Unavailable`` naming the cause once that
+    session's credential expires without a replacement - not a lifetime later."""
+    caplog.set_level(logging.INFO, logger="cotal.lane")
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    material = load_space(mesh.paths.space(SPACE).callout_json, SPACE)
+    fails: list[str] = []
+    session = IssuerSession(
+        material, mesh.server_url, lifetime_s=RENEW_LIFETIME_S, clock=time.time, reconnect=False,
+        open_user=_failing_renewals(material, fails),
+    )
+    answers: list[str] = []  # per probe of the issued stores over the session: what it saw
+    with trio.fail_after(CEILING_S):
+        async with open_loop():
+            with pytest.RaisesGroup(pytest.RaisesExc(Unavailable), flatten_subgroups=True) as ended:
+                async with trio.open_nursery() as inner:
+                    stores = await inner.start(session.run)
+                    expires = trio.current_time() + RENEW_LIFETIME_S  # at the latest
+                    while True:
+                        try:
+                            await stores.check()
+                            answers.append("stores exist")
+                        except IssuedStoresMissing:
+                            answers.append("answered")  # the session is open and answers
+                        except Exception as exc:  # noqa: BLE001 - what a closed session gives
+                            answers.append(f"{type(exc).__name__}: {exc}")
+                        await trio.sleep(0.2)
+            ended_at = trio.current_time()
+    (error,) = [e for e in _leaves(ended.value) if isinstance(e, Unavailable)]
+    # never a closed session: only a check in flight as the credential expires may see the close
+    assert len(answers) > 10 and set(answers[:-1]) == {"answered"}, sorted(set(answers))
+    assert ended_at <= expires + 1.5  # the old session's expiry bounds it, not expiry + a lifetime
+    assert str(error).startswith(f"space {SPACE}: the issuer session expired and no renewal was let in (")
+    assert str(error).endswith(" - check that the broker runs and trusts the space's account")
+    assert "Authorization Violation" in str(error)  # the cause: the broker refused the renewal
+    assert session.renewals == 0 and len(fails) >= 2  # renewals were tried, and retried
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING
+              and r.getMessage().startswith(f"space {SPACE}: issuer session not renewed")]  # fmt: skip
+    assert warned
+    assert session.trouble is not None and session.trouble.startswith("the issuer session is not renewed (")
 
 
 async def test_a_callout_host_names_the_drifted_space_with_the_remedy_and_serves_the_others(

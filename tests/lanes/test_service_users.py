@@ -9,7 +9,9 @@ import pytest
 from cotal_trio.core.profiles import provisioner_permissions
 from cotal_trio.lanes.service_users import (
     ISSUER_LIFETIME_S,
+    STORE_LIFETIME_S,
     IssuerSession,
+    recreate_permissions,
     renewal_times,
     replica_store_permissions,
     store_permissions,
@@ -54,14 +56,25 @@ def test_no_store_user_purges_deletes_direct_reads_or_touches_the_issued_rows(pe
     assert [s for s in allowed if s in ("$JS.>", "$JS.API.>") or any(f in s for f in forbidden)] == []
 
 
-def test_the_issuer_session_is_renewed_a_third_before_its_expiry_and_closed_a_sixth_before() -> None:
-    assert ISSUER_LIFETIME_S == 300
-    assert renewal_times(300, 300) == (200, 250)
-    assert renewal_times(300, 299.5) == (199.5, 249.5)
-    assert renewal_times(6, 5) == (3, 4)
-    assert renewal_times(300, 10) == (0, 0)  # already late: renew at once, never a negative wait
+def test_a_session_is_renewed_a_third_before_its_expiry_and_the_old_one_kept_a_sixth_after() -> None:
+    """``(renew_in, grace)``: the old session stays open ``grace`` seconds after its replacement
+    is in, never past its own expiry."""
+    assert ISSUER_LIFETIME_S == 300 and STORE_LIFETIME_S == 86400
+    assert renewal_times(300, 300) == (200, 50)
+    assert renewal_times(300, 299.5) == (199.5, 50)
+    assert renewal_times(6, 5) == (3, 1)
+    assert renewal_times(300, 10) == (0, 10)  # already late: renew at once, keep it until it expires
+    assert renewal_times(300, -1) == (0, 0)  # never a negative wait
+
+
+def test_the_recreate_user_holds_the_two_issued_stores_four_verbs_only() -> None:
+    streams = ("KV_cotal_issued_demo", "KV_cotal_accepted_demo")
+    assert recreate_permissions("demo", NONCE) == {
+        "pub": {"allow": [s for stream in streams for s in _api(stream, "INFO", "MSG.GET", "DELETE", "CREATE")]},
+        "sub": {"allow": [f"_INBOX_{NONCE}.>"]},
+    }
 
 
 def test_an_issuer_session_lives_at_least_3_s() -> None:
-    with pytest.raises(ValueError, match="at least 3 s, got 2"):
+    with pytest.raises(ValueError, match="^the issuer session lives at least 3 s, got 2$"):
         IssuerSession(None, "nats://127.0.0.1:1", lifetime_s=2, clock=lambda: 0.0, reconnect=False)  # type: ignore[arg-type]
