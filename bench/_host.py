@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import cotal_trio
+from cotal_trio.broker.process import find_nats_server
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -38,10 +38,10 @@ def machine_busy_s() -> float:
 
 
 def nats_server_version() -> str:
-    """``nats-server --version`` of the one on PATH, or a note that there is none."""
-    exe = shutil.which("nats-server")
+    """``nats-server --version`` of the one ``cotal up`` would run, or a note that there is none."""
+    exe = find_nats_server()
     if exe is None:
-        return "nats-server not on PATH"
+        return "nats-server neither beside this Python nor on PATH"
     out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
     return (out.stdout or out.stderr).strip()
 

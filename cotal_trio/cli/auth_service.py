@@ -20,6 +20,7 @@ space (spec "Callout replicas"; :mod:`cotal_trio.lanes.service_endpoints`).
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -28,7 +29,9 @@ import trio
 from cyclopts import Parameter
 
 from ..core.admission import CalloutLimits
+from ..broker.spaces import MODE_STATIC, space_mode
 from ..core.errors import ConfigError
+from ..core.manifest import ManifestRefused, parse_manifest
 from ..lanes.hosting import ServiceConfig, ServiceInfo, run_service
 from ..lanes.runtime import tune_for_serving
 from ..state.space_folders import migrate_space_folders
@@ -76,12 +79,48 @@ async def auth_service(
     if renamed:
         print(f"space folders renamed to their names: {', '.join(renamed)}", flush=True)
     if space is not None:
-        Where(root=root, space=space).provisioned()
+        _refuse_static(Where(root=root, space=space))
+    else:
+        assert spaces is not None
+        check_manifest_exists(spaces)
     async with serve_until_signal("cotal auth-service") as nursery:  # Ctrl-C works during start-up too
         tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
         # A callout user missing from auth_users is named by the lane itself (lanes/refusals.py).
         _banner(await nursery.start(functools.partial(run_service, config)), config)
     return 0
+
+
+def check_manifest_exists(manifest: Path) -> None:
+    """Refuse a ``--spaces`` manifest that does not exist: a host on it would serve nothing and
+    still report up (issue 18 item 6). A manifest removed later is the host's (it keeps watching).
+
+    Raises:
+        ConfigError: no file at ``manifest`` (a dangling symlink included).
+    """
+    if not os.path.exists(manifest):
+        raise ConfigError(
+            f"--spaces {manifest}: {os.path.abspath(manifest)} does not exist - write the manifest there"
+            ' (an empty one is {"version": 2, "spaces": []}), or pass the path of an existing one'
+        )
+
+
+def _refuse_static(where: Where) -> None:
+    """ConfigError for a ``--space`` the root does not hold, or one that is static: its clients
+    connect with minted credentials, and there is no callout to serve (issue 18 item 6)."""
+    if space_mode(where.provisioned()) == MODE_STATIC:
+        raise ConfigError(
+            f"space {where.space} is a static space: it has no auth callout - its clients connect with "
+            "minted credentials (cotal auth mint)"
+        )
+
+
+def _zero_spaces_reason(manifest: Path, callout_only: bool) -> str:
+    """Why a host serves no space at start: its manifest lists none, or is refused (blocking read)."""
+    try:
+        parse_manifest(Path(manifest).read_bytes(), callout_only=callout_only)
+    except (OSError, ManifestRefused):
+        return "the manifest is refused (see above) - fix it and it is applied live"
+    return "the manifest lists none"
 
 
 def _check_server(server: str) -> str:
@@ -100,9 +139,13 @@ def _limits(auth_timeout: float | None) -> CalloutLimits:
 def _banner(info: ServiceInfo, config: ServiceConfig) -> None:
     mode = " (callout only)" if config.callout_only else ""
     if info.manifest is not None:
+        where = f"from {info.manifest}, .applied at {info.applied}"
+        if not info.spaces:
+            where = f"serving 0 spaces - {_zero_spaces_reason(info.manifest, config.callout_only)} ({where})"
+        else:
+            where = f"{len(info.spaces)} spaces {where}"
         print(
-            f"✓ auth-service up{mode} - {len(info.spaces)} spaces from {info.manifest}, "
-            f".applied at {info.applied}",
+            f"✓ auth-service up{mode} - {where}",
             flush=True,
         )
         return

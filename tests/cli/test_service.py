@@ -25,6 +25,19 @@ SERVER = "nats://127.0.0.1:4222"
 VERIFY = shutil.which("systemd-analyze")
 
 
+EMPTY_MANIFEST = '{"version": 2, "spaces": []}\n'
+
+
+@pytest.fixture(autouse=True)
+def _existing_paths(tmp_path, monkeypatch):
+    """``install`` checks the root and the manifest it writes into the unit (issue 18 item 6):
+    the tests run in ``tmp_path``, where the default root ``.cotal`` and ``m.json`` exist."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COTAL_ROOT", raising=False)
+    (tmp_path / ".cotal").mkdir()
+    (tmp_path / "m.json").write_text(EMPTY_MANIFEST)
+
+
 def cotal(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(["service", *argv])
     out, err = capsys.readouterr()
@@ -77,6 +90,7 @@ def test_relative_paths_become_absolute(capsys, tmp_path, monkeypatch):
 
 
 def test_a_single_space_replica_unit(capsys, tmp_path):
+    (tmp_path / "r").mkdir()
     code, out, _ = cotal(
         capsys, "install", "callout-replica", "--space", "a", "--server", SERVER, "--root", str(tmp_path / "r"),
         "--out", str(tmp_path),
@@ -104,6 +118,7 @@ def test_systemd_analyze_verify_accepts_the_full_unit(capsys, tmp_path):
     """The full service with every flag it can carry, a root path that needs quoting and
     escaping (blank, ``%``, ``$``), and a watchdog."""
     root = tmp_path / "my root 100% $HOME"
+    root.mkdir()
     out_file = tmp_path / "units" / "cotal-edge.service"
     out_file.parent.mkdir()  # --out's folder must exist (test_a_missing_unit_folder_is_one_sentence)
     code, _, err = cotal(
@@ -162,7 +177,7 @@ def test_another_unit_is_not_overwritten_without_force(capsys, tmp_path):
 def test_refused_flags_are_one_sentence(capsys, tmp_path, argv, words):
     code, out, err = cotal(capsys, "install", *argv)
     assert code == 1 and out == "" and words in err and err.startswith("cotal: ")
-    assert not list(tmp_path.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".cotal", "m.json"]  # nothing written
 
 
 def test_the_replica_refuses_full_service_flags(capsys):
@@ -264,3 +279,38 @@ def test_render_checks_the_name_as_install_does(capsys, kind):
     serve = ("--spaces", "m") if kind == "auth-service" else ("--space", "a")
     code, out, err = cotal(capsys, "render", kind, *serve, "--server", SERVER, "--name", "../evil")
     assert (code, out) == (1, "") and err.startswith("cotal: --name ../evil is not a unit name")
+
+
+def test_install_refuses_a_root_that_is_not_there(capsys, tmp_path):
+    """Issue 18 item 6: the unit would start on a root that does not exist and serve nothing."""
+    code, out, err = cotal(
+        capsys, "install", "auth-service", "--spaces", "m.json", "--server", SERVER,
+        "--root", str(tmp_path / "nosuch"), "--out", str(tmp_path),
+    )
+    assert (code, out) == (1, "")
+    assert err == (
+        f"cotal: the root {tmp_path / 'nosuch'} does not exist - pass the --root of an existing one "
+        "(`cotal up` or `cotal space add --new-root` makes one); the unit would serve nothing\n"
+    )
+    assert list(tmp_path.glob("*.service")) == []
+
+
+def test_install_refuses_a_manifest_that_is_not_there(capsys, tmp_path):
+    code, out, err = cotal(
+        capsys, "install", "callout-replica", "--spaces", "missing.json", "--server", SERVER, "--out", str(tmp_path),
+    )
+    assert (code, out) == (1, "")
+    assert err == (
+        f"cotal: --spaces {tmp_path / 'missing.json'} does not exist - write the manifest first"
+        ' (an empty one is {"version": 2, "spaces": []}); the auth service refuses a missing one at start\n'
+    )
+    assert list(tmp_path.glob("*.service")) == []
+
+
+def test_render_does_not_check_the_paths(capsys, tmp_path):
+    """A rendered unit may be for another host: its paths are not this host's to check."""
+    code, out, _ = cotal(
+        capsys, "render", "auth-service", "--spaces", "elsewhere.json", "--server", SERVER,
+        "--root", str(tmp_path / "elsewhere"),
+    )
+    assert code == 0 and f"--spaces {tmp_path / 'elsewhere.json'}" in out
