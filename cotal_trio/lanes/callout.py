@@ -20,8 +20,10 @@ Before answering a mint the responder records the connect's issuance row and che
 again (:mod:`cotal_trio.lanes.issuance`); a row the request sent but did not answer with a mint
 (deadline, re-check denial) is withdrawn after the answer, in a task of its own, so the worker
 is free for the next request. The ledger port is awaited: in a lane a principal whose row files
-are unchanged is answered by a ``stat`` check on the lane's thread, and every read of a file runs
-in a worker thread (:func:`read_in_threads`), so one stalled read holds one request, never the lane.
+are gone or unchanged is answered by a ``stat`` check run inline on the lane's trio thread (no
+thread hop, issue 14 item 4), and only a read of a new or changed file runs in a worker thread
+(:func:`read_in_threads`). So a read that stalls holds one request, never the lane, but a ``stat``
+that hangs (a dead NFS mount) holds the lane's trio thread (state/ledger_threads.py).
 """
 
 from __future__ import annotations
