@@ -61,7 +61,7 @@ from ..core.callout import (
 )
 from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line, format_dropped_line, is_slow
 from ..core.connect_authority import widen
-from ..core.errors import CodecError, RateLimited, RefusalCode, Refused
+from ..core.errors import CodecError, RateLimited, RefusalCode, Refused, Unavailable
 from ..core.issuance import issuance_row
 from ..core.ledger import LedgerRow
 from ..core.limits import ConnectLimiter, check_connect
@@ -80,6 +80,12 @@ __all__ = [
 ]
 
 log = logging.getLogger("cotal.callout")
+
+# Seconds before a request's deadline at which the issued-authority writes' acks (and the port
+# awaited after the re-check) stop being awaited: a hung issuer session then costs the connect
+# its rows, never the connect. Covers the deadline keeper's early wake (KEEPER_MAX_LEAD_S) and
+# the re-check and signing after it (under a millisecond when the row files are unchanged).
+AUTHORITY_MARGIN_S = 0.2
 
 CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 CALLOUT_QUEUE_GROUP = "cotal-auth-callout"
@@ -630,7 +636,10 @@ class CalloutResponder:
         issuer session beside the issuance row on the store connection, one round trip for
         both, and kept only if the re-check
         grants the same (issue 14 item 3); the re-check reads unchanged rows on this thread
-        (:func:`read_in_threads`, issue 14 item 4).
+        (:func:`read_in_threads`, issue 14 item 4). The issued authority is awaited only until
+        ``AUTHORITY_MARGIN_S`` before the request's deadline (the acks, and the port or
+        ``finish``): past that its writes count as Unavailable and the connect is minted
+        without its rows, never timed out for them (lanes/connect_authority.py).
 
         Raises:
             Refused: the row exists already, or the re-check refuses.
@@ -638,6 +647,7 @@ class CalloutResponder:
             CodecError: a corrupt ledger row.
         """
         space = self._keys.space
+        authority_by = trio.current_effective_deadline() - AUTHORITY_MARGIN_S  # the request's deadline scope
         prepared = self._prepare_authority(request, bearer, grant, now)
         row_of_connect = issuance_row(bearer, grant, space=space, iat=int(now))
         outcomes: list[int | Exception] | None = None
@@ -646,7 +656,11 @@ class CalloutResponder:
         else:  # the rows on the issuer session, the row on the store connection: one round trip
             async with self._issue_authority.sent(prepared) as acks:  # type: ignore[union-attr]
                 await issuance.write(request.user_nkey, row_of_connect, now=now)
-                outcomes = await acks()
+                with trio.move_on_at(authority_by):  # a hung issuer session: no rows, still minted
+                    outcomes = await acks()
+            if outcomes is None:
+                unacked = Unavailable(f"issued-authority writes not acknowledged {AUTHORITY_MARGIN_S:g} s before the deadline")
+                outcomes = [unacked] * len(prepared.writes)
         rows = await self._read_ledger(bearer.owner, bearer.actor)
         if bearer.view in RECORD_BOUND_VIEWS:  # after the row, like the ledger: a retirement since bites
             await self._confirm(bearer, now)
@@ -655,11 +669,13 @@ class CalloutResponder:
             return grant
         row = rows[0] if rows[0] is not None else rows[1]  # decide_connect granted: exactly one
         assert row is not None and request.connect_name is not None
-        if prepared is not None and outcomes is not None:
-            finish = self._issue_authority.finish  # type: ignore[attr-defined]
-            extra = await finish(prepared, outcomes, bearer, grant, row, request.connect_name, now)
-        else:
-            extra = await self._issue_authority(bearer, grant, row, request.connect_name, now)
+        extra = None
+        with trio.move_on_at(authority_by):  # a hung issuer session: no rows, still minted
+            if prepared is not None and outcomes is not None:
+                finish = self._issue_authority.finish  # type: ignore[attr-defined]
+                extra = await finish(prepared, outcomes, bearer, grant, row, request.connect_name, now)
+            else:
+                extra = await self._issue_authority(bearer, grant, row, request.connect_name, now)
         return grant if extra is None else dataclasses.replace(grant, permissions=widen(grant.permissions, extra))
 
     def _prepare_authority(
