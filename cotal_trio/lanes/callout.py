@@ -684,12 +684,22 @@ class CalloutResponder:
         """The issued-authority writes to send with the issuance row (one round trip for both:
         issue 14 item 3), made from the first check's rows as the ledger port last gave them
         (:data:`RecallLedger`, no I/O), or None: the port is awaited after the re-check instead.
-        The re-check decides whether they are kept (``ConnectAuthority.finish``)."""
+        The re-check decides whether they are kept (``ConnectAuthority.finish``).
+
+        Remembered rows may be as stale as the principal's last connect: writes made from them
+        after a re-grant would leave the fresh nonce's accepted row with the old ceiling (no rows
+        for this connect, and the identical-ceiling rule failing every later one under the
+        nonce). So they are prepared only when the ledger port's ``unchanged`` check (two
+        ``stat`` calls, no read: :class:`~cotal_trio.state.ledger_threads.LedgerPort`) gives
+        exactly the remembered rows; a port without it never prepares."""
         prepare = getattr(self._issue_authority, "prepare", None)
-        if prepare is None or self._recall_ledger is None or request.connect_name is None:
+        unchanged = getattr(self._read_ledger, "unchanged", None)
+        if prepare is None or unchanged is None or self._recall_ledger is None or request.connect_name is None:
             return None
         rows = self._recall_ledger(bearer.owner, bearer.actor)
-        row = None if rows is None else (rows[0] if rows[0] is not None else rows[1])
+        if rows is None or unchanged(bearer.owner, bearer.actor) != rows:
+            return None  # forgotten, or a file changed since: the re-check's fresh row decides
+        row = rows[0] if rows[0] is not None else rows[1]
         if row is None or (rows[0] is not None and rows[1] is not None):
             return None
         return prepare(bearer, grant, row, request.connect_name, now)

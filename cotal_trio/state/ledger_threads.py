@@ -116,6 +116,11 @@ class LedgerPort:
                 return rows
         return await self._calls.run(self._read, owner, actor)
 
+    def unchanged(self, owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None] | None:
+        """Sync: the reader's ``unchanged`` check (two ``stat`` calls, never a read): the rows a
+        read would return when no file must be read, else None; None for a reader without it."""
+        return None if self._unchanged is None else self._unchanged(owner, actor)
+
     async def through_threads(self, owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
         """Trio: the principal's rows, read in one of this port's worker threads (never inline)."""
         return await self._calls.run(self._read, owner, actor)

@@ -305,3 +305,26 @@ async def test_an_agent_mint_costs_the_store_four_messages(stack):
             after = await _store_messages(stack)
             counts.append((after[0] - before[0], after[1] - before[1]))
     assert min(counts) == (1, 3), counts
+
+
+async def test_a_regrant_between_two_connects_gets_the_second_its_rows(stack):
+    """Reviewer, issue 14 item 3: the writes sent beside the issuance row were made from the
+    remembered rows, as stale as the principal's last connect. A re-grant since (same incarnation,
+    wider channels) left the fresh nonce's accepted row written with the old ceiling: that connect
+    got no rows, and every later connect under the nonce failed the identical-ceiling rule. The
+    writes are now prepared only when a ``stat`` confirms the remembered rows; else the port is
+    awaited after the re-check, from the fresh row."""
+    row = stack.grant("alice", "cli", scope=())
+    bearer, nonce = await stack.bearer("alice", "cli"), "ibx" + "d4" * 8
+    with trio.fail_after(20):
+        async with client(stack, bearer):  # the principal's rows are read and remembered
+            pass
+        wider = replace(row, allow_publish=("team.>", "ops.>"))
+        write_row(stack.space_paths, wider)
+        async with client(stack, bearer, nonce=nonce) as conn:
+            got = await _permissions(conn)
+        async with client(stack, bearer, nonce=nonce) as conn:
+            again = await _permissions(conn)
+    assert f"cotal.{SPACE}.ch.ops.>" in got["pub"]["allow"]
+    assert len(_extra(got, _agent(wider, nonce))[0]) == 2  # its listing rows, from the fresh row
+    assert again == got  # the same generation, reused under the nonce
