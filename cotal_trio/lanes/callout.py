@@ -22,8 +22,10 @@ Before answering a mint the responder records the connect's issuance row and che
 again (:mod:`cotal_trio.lanes.issuance`); a row the request sent but did not answer with a mint
 (deadline, re-check denial) is withdrawn after the answer, in a task of its own, so the worker
 is free for the next request. The ledger port is awaited: in a lane a principal whose row files
-are unchanged is answered by a ``stat`` check on the lane's thread, and every read of a file runs
-in a worker thread (:func:`read_in_threads`), so one stalled read holds one request, never the lane.
+are gone or unchanged is answered by a ``stat`` check run inline on the lane's trio thread (no
+thread hop, issue 14 item 4), and only a read of a new or changed file runs in a worker thread
+(:func:`read_in_threads`). So a read that stalls holds one request, never the lane, but a ``stat``
+that hangs (a dead NFS mount) holds the lane's trio thread (state/ledger_threads.py).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from ..core.callout import (
 )
 from ..core.callout_log import CalloutRecord, Outcome, Step, format_callout_line, format_dropped_line, is_slow
 from ..core.connect_authority import widen
-from ..core.errors import CodecError, RateLimited, RefusalCode, Refused
+from ..core.errors import CodecError, RateLimited, RefusalCode, Refused, Unavailable
 from ..core.issuance import issuance_row
 from ..core.ledger import LedgerRow
 from ..core.limits import ConnectLimiter, check_connect
@@ -80,6 +82,12 @@ __all__ = [
 ]
 
 log = logging.getLogger("cotal.callout")
+
+# Seconds before a request's deadline at which the issued-authority writes' acks (and the port
+# awaited after the re-check) stop being awaited: a hung issuer session then costs the connect
+# its rows, never the connect. Covers the deadline keeper's early wake (KEEPER_MAX_LEAD_S) and
+# the re-check and signing after it (under a millisecond when the row files are unchanged).
+AUTHORITY_MARGIN_S = 0.2
 
 CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 CALLOUT_QUEUE_GROUP = "cotal-auth-callout"
@@ -684,7 +692,10 @@ class CalloutResponder:
         issuer session beside the issuance row on the store connection, one round trip for
         both, and kept only if the re-check
         grants the same (issue 14 item 3); the re-check reads unchanged rows on this thread
-        (:func:`read_in_threads`, issue 14 item 4).
+        (:func:`read_in_threads`, issue 14 item 4). The issued authority is awaited only until
+        ``AUTHORITY_MARGIN_S`` before the request's deadline (the acks, and the port or
+        ``finish``): past that its writes count as Unavailable and the connect is minted
+        without its rows, never timed out for them (lanes/connect_authority.py).
 
         Raises:
             Refused: the row exists already, or the re-check refuses.
@@ -692,6 +703,7 @@ class CalloutResponder:
             CodecError: a corrupt ledger row.
         """
         space = self._keys.space
+        authority_by = trio.current_effective_deadline() - AUTHORITY_MARGIN_S  # the request's deadline scope
         prepared = self._prepare_authority(request, bearer, grant, now)
         row_of_connect = issuance_row(bearer, grant, space=space, iat=int(now))
         outcomes: list[int | Exception] | None = None
@@ -700,7 +712,11 @@ class CalloutResponder:
         else:  # the rows on the issuer session, the row on the store connection: one round trip
             async with self._issue_authority.sent(prepared) as acks:  # type: ignore[union-attr]
                 await issuance.write(request.user_nkey, row_of_connect, now=now)
-                outcomes = await acks()
+                with trio.move_on_at(authority_by):  # a hung issuer session: no rows, still minted
+                    outcomes = await acks()
+            if outcomes is None:
+                unacked = Unavailable(f"issued-authority writes not acknowledged {AUTHORITY_MARGIN_S:g} s before the deadline")
+                outcomes = [unacked] * len(prepared.writes)
         rows = await self._read_ledger(bearer.owner, bearer.actor)
         if bearer.view in RECORD_BOUND_VIEWS:  # after the row, like the ledger: a retirement since bites
             await self._confirm(bearer, now)
@@ -709,11 +725,13 @@ class CalloutResponder:
             return grant
         row = rows[0] if rows[0] is not None else rows[1]  # decide_connect granted: exactly one
         assert row is not None and request.connect_name is not None
-        if prepared is not None and outcomes is not None:
-            finish = self._issue_authority.finish  # type: ignore[attr-defined]
-            extra = await finish(prepared, outcomes, bearer, grant, row, request.connect_name, now)
-        else:
-            extra = await self._issue_authority(bearer, grant, row, request.connect_name, now)
+        extra = None
+        with trio.move_on_at(authority_by):  # a hung issuer session: no rows, still minted
+            if prepared is not None and outcomes is not None:
+                finish = self._issue_authority.finish  # type: ignore[attr-defined]
+                extra = await finish(prepared, outcomes, bearer, grant, row, request.connect_name, now)
+            else:
+                extra = await self._issue_authority(bearer, grant, row, request.connect_name, now)
         return grant if extra is None else dataclasses.replace(grant, permissions=widen(grant.permissions, extra))
 
     def _prepare_authority(
@@ -722,12 +740,22 @@ class CalloutResponder:
         """The issued-authority writes to send with the issuance row (one round trip for both:
         issue 14 item 3), made from the first check's rows as the ledger port last gave them
         (:data:`RecallLedger`, no I/O), or None: the port is awaited after the re-check instead.
-        The re-check decides whether they are kept (``ConnectAuthority.finish``)."""
+        The re-check decides whether they are kept (``ConnectAuthority.finish``).
+
+        Remembered rows may be as stale as the principal's last connect: writes made from them
+        after a re-grant would leave the fresh nonce's accepted row with the old ceiling (no rows
+        for this connect, and the identical-ceiling rule failing every later one under the
+        nonce). So they are prepared only when the ledger port's ``unchanged`` check (two
+        ``stat`` calls, no read: :class:`~cotal_trio.state.ledger_threads.LedgerPort`) gives
+        exactly the remembered rows; a port without it never prepares."""
         prepare = getattr(self._issue_authority, "prepare", None)
-        if prepare is None or self._recall_ledger is None or request.connect_name is None:
+        unchanged = getattr(self._read_ledger, "unchanged", None)
+        if prepare is None or unchanged is None or self._recall_ledger is None or request.connect_name is None:
             return None
         rows = self._recall_ledger(bearer.owner, bearer.actor)
-        row = None if rows is None else (rows[0] if rows[0] is not None else rows[1])
+        if rows is None or unchanged(bearer.owner, bearer.actor) != rows:
+            return None  # forgotten, or a file changed since: the re-check's fresh row decides
+        row = rows[0] if rows[0] is not None else rows[1]
         if row is None or (rows[0] is not None and rows[1] is not None):
             return None
         return prepare(bearer, grant, row, request.connect_name, now)

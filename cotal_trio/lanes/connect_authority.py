@@ -28,8 +28,10 @@ A managed ``run`` seat's spawner row is read fresh through the ``read_ledger`` p
 (:func:`~cotal_trio.core.connect_authority.spawner_to_read`); an unreadable or absent spawner
 row makes the seat a listing caller, never a refused connect.
 
-A store that fails (missing, drifted, unreachable) or a lost race for the token costs the
-connect its rows, never the connect: the credential is minted on the legacy rail, as one issued
+A store that fails (missing, drifted, unreachable), one that hangs (the callout awaits the
+issued authority only until ``AUTHORITY_MARGIN_S`` before its deadline, then counts each write
+Unavailable: lanes/callout.py) or a lost race for the token costs the connect its rows, never
+the connect: the credential is minted on the legacy rail, as one issued
 before this existed (spec "User-auth manager callers": a failed issuance never retries on that
 rail). Cancellation (the callout's deadline) propagates; rows left written by a connect that
 was never answered authorize nothing (no credential carries their generation) and go with their

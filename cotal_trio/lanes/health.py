@@ -8,8 +8,10 @@ starts it again every ``retry_s``; a fresh start has fresh worker threads, and i
 runs before it subscribes, so the lane is ``serving`` again exactly once the cause is gone.
 
 The probe is what a connect does at its ledger step, minus the principal: one ledger read
-through the lane's own port (:func:`~cotal_trio.lanes.callout.read_in_threads`, so threads held
-by stalled reads count) of a principal no one holds, then a read of an issuance row no one
+through the lane's own port's worker threads
+(:meth:`~cotal_trio.state.ledger_threads.LedgerPort.through_threads`: the same slots a connect's
+read takes, so slots all held by stalled reads make it wait; never the port's inline ``stat``
+check, which answers a principal no one holds with no slot at all) of a principal no one holds, then a read of an issuance row no one
 holds from the auth bucket (the store the connect writes its row to, over the same connection),
 each bounded by the callout's deadline budget (slower than that, every connect would time out). It
 runs every ``PROBE_EVERY_S``, at once when a connect timed out at the ledger step, and again
@@ -24,6 +26,7 @@ import trio
 
 from ..core.callout_log import CalloutRecord, Outcome, Step
 from ..core.errors import AuthServiceError, Unavailable
+from ..state.ledger_threads import LedgerPort
 from .callout import ReadLedger
 from .issuance import BucketMissing, RowStore
 
@@ -58,7 +61,9 @@ class LaneHealth:
 
     Args:
         space: the lane's space, for the reason's sentence.
-        read_ledger: the lane's ledger port (the callout's own).
+        read_ledger: the lane's ledger port (the callout's own); a :class:`LedgerPort` is read
+            through its :meth:`~LedgerPort.through_threads` (module docstring), any other port
+            as it is.
         store: the lane's issuance store (``issuance_store`` over its store connection).
         budget_s: each probe step's bound in seconds: the callout's deadline budget.
         every_s: seconds between probes of a healthy lane (:data:`PROBE_EVERY_S`; tests
@@ -69,7 +74,9 @@ class LaneHealth:
         self, space: str, *, read_ledger: ReadLedger, store: RowStore, budget_s: float,
         every_s: float = PROBE_EVERY_S,
     ) -> None:
-        self._space, self._read_ledger, self._store, self._budget_s = space, read_ledger, store, budget_s
+        self._space, self._store, self._budget_s = space, store, budget_s
+        # A probe must contend for the slots the connects' reads take (issue 15 item 11).
+        self._read_ledger = read_ledger.through_threads if isinstance(read_ledger, LedgerPort) else read_ledger
         self._every_s, self._retry_s = every_s, min(PROBE_RETRY_S, every_s)
         self._suspect = trio.Event()
         self.reason: str | None = None  # why the last probe failed; None while it passed

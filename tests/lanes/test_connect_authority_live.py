@@ -28,6 +28,7 @@ from cotal_trio.natsio import Connection, first_message, open_loop
 from cotal_trio.broker.accounts import open_system_connection
 from cotal_trio.state import load_broker, load_space, write_row
 from tests.lanes.conftest import SPACE, Stack, client
+from tests.lanes.test_connect_authority_hung_live import _count_paths
 from tests.lanes.test_views_live import _register
 
 pytestmark = pytest.mark.broker
@@ -285,13 +286,17 @@ async def _store_messages(stack: Stack) -> tuple[int, int]:
     return store["in_msgs"], issuer
 
 
-async def test_an_agent_mint_costs_the_store_four_messages(stack):
+async def test_an_agent_mint_costs_the_store_four_messages(stack, monkeypatch):
     """Issue 14 item 3, counted by the broker: a fresh nonce's mint with its listing generation
     publishes exactly the issuance row (on the store connection), the evidence, the attempt
     (written ``active`` once) and the accepted row (found by its create-only write, no read
     first; on the issuer session, issue 15 item 4): 1 + 3 messages, where it was 6 (accepted
     read, row, evidence, attempt ``prepared``, attempt ``active``, accepted row). The least of
-    three tries, so the lane's own periodic writes (its plane lease) cannot add one."""
+    three tries, so the lane's own periodic writes (its plane lease) cannot add one. Every
+    connect took the prepared path (the writes sent beside the issuance row, kept by
+    ``ConnectAuthority.finish``), never the port awaited after the re-check, which costs the
+    same messages in two round trips."""
+    paths = _count_paths(monkeypatch)
     stack.grant("alice", "cli", scope=())
     bearer = await stack.bearer("alice", "cli")
     counts = []
@@ -305,3 +310,28 @@ async def test_an_agent_mint_costs_the_store_four_messages(stack):
             after = await _store_messages(stack)
             counts.append((after[0] - before[0], after[1] - before[1]))
     assert min(counts) == (1, 3), counts
+    assert len(paths["prepared"]) == 4 and None not in paths["prepared"], paths
+    assert paths["after the re-check"] == []
+
+
+async def test_a_regrant_between_two_connects_gets_the_second_its_rows(stack):
+    """Reviewer, issue 14 item 3: the writes sent beside the issuance row were made from the
+    remembered rows, as stale as the principal's last connect. A re-grant since (same incarnation,
+    wider channels) left the fresh nonce's accepted row written with the old ceiling: that connect
+    got no rows, and every later connect under the nonce failed the identical-ceiling rule. The
+    writes are now prepared only when a ``stat`` confirms the remembered rows; else the port is
+    awaited after the re-check, from the fresh row."""
+    row = stack.grant("alice", "cli", scope=())
+    bearer, nonce = await stack.bearer("alice", "cli"), "ibx" + "d4" * 8
+    with trio.fail_after(20):
+        async with client(stack, bearer):  # the principal's rows are read and remembered
+            pass
+        wider = replace(row, allow_publish=("team.>", "ops.>"))
+        write_row(stack.space_paths, wider)
+        async with client(stack, bearer, nonce=nonce) as conn:
+            got = await _permissions(conn)
+        async with client(stack, bearer, nonce=nonce) as conn:
+            again = await _permissions(conn)
+    assert f"cotal.{SPACE}.ch.ops.>" in got["pub"]["allow"]
+    assert len(_extra(got, _agent(wider, nonce))[0]) == 2  # its listing rows, from the fresh row
+    assert again == got  # the same generation, reused under the nonce

@@ -125,3 +125,33 @@ async def test_health_says_why_while_the_last_probe_failed():
         port.mode = None
         probe.reason = await probe.probe()
         assert (await client.get("/health")).status_code == 200
+
+
+async def test_a_probe_contends_for_the_slots_of_the_lanes_ledger_reads(tmp_path):
+    """Issue 15 item 11 after issue 14 item 4: the lane's port answers a principal whose row files
+    are gone from two ``stat`` calls, with no thread slot. The probe's principal is such a one, so
+    a probe through that inline path answered at once while the only slot was held by a read that
+    never returns (a FIFO standing in for a hung disk). The probe's read must take a slot."""
+    import os
+
+    from cotal_trio.core.ledger import LedgerKind
+    from cotal_trio.state import LedgerReader, RootPaths, write_row
+    from cotal_trio.state.ledger_threads import read_in_threads
+    from tests.state.test_ledger_files import row
+
+    space = RootPaths(tmp_path).space("a")
+    port = read_in_threads(LedgerReader(space), max_threads=1)  # the lane's port: its slots
+    path = write_row(space, row(LedgerKind.INTERACTIVE, actor="cli"))
+    fifo = path.with_name(path.name + ".fifo")
+    os.mkfifo(fifo, 0o600)
+    os.replace(fifo, path)
+    probe = LaneHealth("a", read_ledger=port, store=Port(), budget_s=0.3)  # type: ignore[arg-type]
+    try:
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(port, row(LedgerKind.INTERACTIVE).owner, "cli")  # holds the slot
+                await trio.sleep(0.2)
+                assert await probe.probe() == "a ledger read did not answer within 0.3 s"
+                nursery.cancel_scope.cancel()
+    finally:
+        os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK))  # the stuck open returns; the thread ends

@@ -11,6 +11,7 @@ port (``wrap_ledger``), never on the machine's disks.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -20,10 +21,12 @@ import trio
 
 from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.errors import CodecError
-from cotal_trio.core.ledger import LedgerRow, ReadRows
+from cotal_trio.core.ledger import LedgerKind, LedgerRow, ReadRows
 from cotal_trio.lanes.host import Host, HostConfig, run_host
 from cotal_trio.lanes.hosting import lane_factory
 from cotal_trio.lanes.notify import status_text
+from cotal_trio.state import LedgerReader, SpacePaths
+from cotal_trio.state.ledger_files import kind_dir
 from tests.lanes.test_auth_service_live import (
     AUTH_TIMEOUT_S,
     Mesh,
@@ -40,21 +43,42 @@ CEILING_S = 60
 HANG_CAP_S = 30.0  # a hung read gives up after this (the test has failed by then)
 
 
-class Ledger:
-    """The lane's ledger port with a switch: healthy, hanging or failing."""
+class FaultyReader(LedgerReader):
+    """The lane's LedgerReader with a switch on its reads: healthy, hanging or failing.
 
-    def __init__(self) -> None:
+    A LedgerReader subclass, so the lane's port keeps its inline ``stat`` check (``unchanged``)
+    exactly as in production: a principal no one holds is answered without a read, and a probe
+    through that check would never see the hanging reads (issue 15 item 11 after issue 14 item 4).
+    """
+
+    def __init__(self, space_paths: SpacePaths, ledger: Ledger) -> None:
+        super().__init__(space_paths)
+        self._ledger = ledger
+
+    def __call__(self, owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
+        if self._ledger.mode == "hang":
+            self._ledger.mended.wait(HANG_CAP_S)
+        elif self._ledger.mode == "fail":  # what the real reader raises for an EIO
+            raise CodecError(f"ledger row {owner}.{actor} is unreadable (Input/output error)")
+        return super().__call__(owner, actor)
+
+
+class Ledger:
+    """The switch of the lane's FaultyReader."""
+
+    def __init__(self, space_paths: SpacePaths) -> None:
+        self.space_paths = space_paths
         self.mode: str | None = None
         self.mended = threading.Event()
 
     def wrap(self, read: ReadRows) -> ReadRows:
-        def faulty(owner: str, actor: str) -> tuple[LedgerRow | None, LedgerRow | None]:
-            if self.mode == "hang":
-                self.mended.wait(HANG_CAP_S)
-            elif self.mode == "fail":  # what the real reader raises for an EIO
-                raise CodecError(f"ledger row {owner}.{actor} is unreadable (Input/output error)")
-            return read(owner, actor)
-        return faulty
+        assert isinstance(read, LedgerReader)
+        return FaultyReader(self.space_paths, self)
+
+    def touch_rows(self) -> None:
+        """Every row file changes its ``stat`` (ctime), so the next connect must read its row."""
+        for path in kind_dir(self.space_paths, LedgerKind.INTERACTIVE).glob("*.json"):
+            os.utime(path)
 
     def mend(self) -> None:
         self.mode = None
@@ -78,7 +102,7 @@ def retrying_with(words: str):
 async def test_a_lane_whose_ledger_does_not_answer_is_not_serving_and_comes_back(
     mode: str, words: str, mesh: Mesh, nursery: trio.Nursery, tmp_path: Path,
 ):
-    ledger, manifest = Ledger(), tmp_path / "spaces.json"
+    ledger, manifest = Ledger(mesh.paths.space("a")), tmp_path / "spaces.json"
     write_manifest(manifest, "a")
     start_lane = lane_factory(
         root=mesh.paths, server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
@@ -93,6 +117,7 @@ async def test_a_lane_whose_ledger_does_not_answer_is_not_serving_and_comes_back
         await mesh.admitted("a", bearer)
 
         ledger.mode = mode
+        ledger.touch_rows()  # alice's connect reads her row (the inline check cannot answer it)
         with refused():  # the connect times out, or is denied, at the ledger step
             await mesh.admitted("a", bearer)
         spaces = await until(host, manifest, retrying_with(words))

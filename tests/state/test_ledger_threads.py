@@ -73,3 +73,26 @@ async def test_run_within_answers_the_stalled_sentence_at_its_bound_and_passes_e
 
 def _corrupt() -> None:
     raise CodecError("ledger row u_x.cli is corrupt")
+
+
+async def test_through_threads_reads_in_a_worker_thread_even_when_the_stat_check_would_answer():
+    """The lane's probe (lanes/health.py) must contend for the port's slots: ``through_threads``
+    never takes the inline ``unchanged`` answer; ``unchanged`` is the reader's, or None."""
+    trio_thread = threading.get_ident()
+    seen: list[int] = []
+
+    class Reader:
+        def __call__(self, owner: str, actor: str):
+            seen.append(threading.get_ident())
+            return None, None
+
+        def unchanged(self, owner: str, actor: str):
+            return None, None  # gone files: a plain call would answer inline
+
+    port = read_in_threads(Reader(), max_threads=1)
+    with trio.fail_after(CEILING_S):
+        assert await port("u_x", "cli") == (None, None) and seen == []  # inline
+        assert await port.through_threads("u_x", "cli") == (None, None)
+    assert len(seen) == 1 and seen[0] != trio_thread
+    assert port.unchanged("u_x", "cli") == (None, None)
+    assert read_in_threads(lambda owner, actor: (None, None), max_threads=1).unchanged("u_x", "cli") is None
