@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
+import trio
 from cyclopts import Parameter
 
 from ..core.admission import CalloutLimits
 from ..core.errors import ConfigError
 from ..lanes.hosting import ServiceConfig, ServiceInfo, run_service
 from ..lanes.runtime import tune_for_serving
-from ..state.space_folders import migrate_space_folders
+from ..state.space_folders import migrate_space_folders, rename_note
 from .common import Where, check_auth_timeout, serve_until_signal
 
 __all__ = ["auth_service"]
@@ -73,7 +74,7 @@ async def auth_service(
     # the space found: a mistyped --space or --root is named as every command names it.
     renamed = await trio.to_thread.run_sync(migrate_space_folders, config.root)
     if renamed:
-        print(f"space folders renamed to their names: {', '.join(renamed)}", flush=True)
+        print(rename_note(config.root, renamed), flush=True)
     if space is not None:
         Where(root=root, space=space).provisioned()
     async with serve_until_signal("cotal auth-service") as nursery:  # Ctrl-C works during start-up too
