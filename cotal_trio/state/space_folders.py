@@ -57,6 +57,8 @@ __all__ = [
     "require_root",
     "require_space",
     "space_of_legacy_name",
+    "unrenamed_note",
+    "unrenamed_spaces",
 ]
 
 LEGACY_PREFIX = "space."
@@ -135,6 +137,18 @@ def _legacy_folders(paths: RootPaths) -> list[tuple[Path, str]]:
         if name is not None and entry.is_dir() and not entry.is_symlink():
             found.append((entry, name))
     return found
+
+
+def unrenamed_spaces(paths: RootPaths) -> list[str]:
+    """The spaces whose folder still has its earlier ``space.<hex>`` name (a real folder holding
+    ``callout.json``; the symlink a rename leaves is not one), sorted: listings show them with
+    :func:`unrenamed_note` until a start renames them."""
+    return sorted(name for folder, name in _legacy_folders(paths) if (folder / "callout.json").exists())
+
+
+def unrenamed_note(space: str) -> str:
+    """The one line a listing shows for a space whose folder is not renamed yet."""
+    return f"space {space}: folder not renamed yet - start `cotal up` or `cotal auth-service` once"
 
 
 def _live_service_pid(folder: Path) -> int | None:
