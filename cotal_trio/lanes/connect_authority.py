@@ -56,7 +56,7 @@ from ..core.errors import CodecError, Refused, Unavailable
 from ..core.issued import Ceiling, Evidence, IssuedRef
 from ..core.ledger import LedgerRow
 from ..core.profiles import Permissions
-from ..core.wire import accepted_bucket, issued_bucket, js_msg_get, kv_stream
+from ..core.wire import accepted_bucket, issued_bucket, js_msg_get, js_stream_info, kv_stream
 from ..natsio import Publish
 from .callout import ReadLedger
 from .issued import IssuedStores, issued_permissions
@@ -73,8 +73,10 @@ SEEN_TOKENS = 65536
 
 def replica_issued_permissions(space: str) -> dict[str, dict[str, list[str]]]:
     """Sync: what a callout replica's store user needs to issue at connect: writes on both
-    issued stores and ``STREAM.MSG.GET`` of each (first and last message reads)."""
-    reads = {"pub": {"allow": [js_msg_get(kv_stream(issued_bucket(space))), js_msg_get(kv_stream(accepted_bucket(space)))]}}
+    issued stores, ``STREAM.MSG.GET`` of each (first and last message reads) and ``STREAM.INFO``."""
+    streams = (kv_stream(issued_bucket(space)), kv_stream(accepted_bucket(space)))
+    # STREAM.INFO: a write no stream answered asks whether the store exists (natsio/_js.py, issue 17 item 2)
+    reads = {"pub": {"allow": [*(js_msg_get(s) for s in streams), *(js_stream_info(s) for s in streams)]}}
     return merge_permissions(issued_permissions(space), reads)
 
 

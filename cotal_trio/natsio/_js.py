@@ -25,8 +25,8 @@ broker sent none), and is chained ``from`` nats-py's typed ``APIError`` for the 
   so in that error path only one more request asks (:func:`_no_stream`, bounded by
   :data:`PROBE_S`): ``$JS.API.STREAM.INFO.KV_<bucket>`` for a ``$KV.`` subject, else
   ``$JS.API.STREAM.NAMES`` filtered by the subject. A stream that exists (or any answer but
-  10059 / no stream) is :class:`StoreUnreachable`; a probe that gets no answer in time (a
-  connection not allowed it, most often) leaves :class:`BucketMissing`, as before;
+  10059 / no stream) is :class:`StoreUnreachable`, and so is a probe that gets no answer in time
+  (a cluster that lost quorum answers neither);
 * :class:`WrongLastSequence` (10071, 10164: the subject's last sequence is not the expected
   one);
 * :class:`SubjectFull` (10077: the subject already holds the messages a
@@ -128,10 +128,11 @@ ERRORS: Mapping[int, type[JetStreamError] | type[WrongLastSequence]] = {
 
 
 # How long the one STREAM.INFO/NAMES request of a no-responders publish may take (seconds). A
-# connection not allowed it (a callout replica's store user) gets no answer, only the broker's
-# permission error in the log, and must still deny a connect inside the callout's deadline; a
-# leader answers in milliseconds.
-PROBE_S = 0.25
+# stream whose cluster has lost quorum gets no answer to STREAM.INFO either (measured on a 3-node
+# nats-server cluster with two nodes killed), so no answer in time reads unreachable; a leader
+# answers in milliseconds. Every natsio user that publishes is allowed the probe (a callout
+# replica's store user: lanes/service_users.py, lanes/connect_authority.py).
+PROBE_S = 0.5
 
 UNREACHABLE = "the store is unreachable: no stream leader - JetStream is electing or has lost quorum"
 
@@ -241,8 +242,8 @@ def _probe_of(subject: str) -> tuple[str, dict[str, Any] | None]:
 
 
 async def _no_stream(conn: Connection, subject: str, missing: BucketMissing) -> Exception:
-    """Trio: a no-responders publish's error: ``missing`` when the stream does not exist (or the
-    probe could not tell), else :class:`StoreUnreachable` (module docstring)."""
+    """Trio: a no-responders publish's error: ``missing`` when the stream does not exist, else
+    :class:`StoreUnreachable` (module docstring)."""
     probe, body = _probe_of(subject)
     with trio.move_on_after(PROBE_S):
         try:
@@ -253,12 +254,12 @@ async def _no_stream(conn: Connection, subject: str, missing: BucketMissing) -> 
             return _unreachable(subject, f"{probe} reached no JetStream responder", exc)
         except JetStreamError as exc:  # e.g. 10008, JetStream not available in the cluster
             return _unreachable(subject, str(exc), exc)
-        except Unavailable:
-            return missing
+        except Unavailable as exc:  # no answer within natsio's cap, or not JSON: it could not tell
+            return _unreachable(subject, str(exc), exc)
         if body is not None and not answer.get("streams"):
             return missing  # no stream takes the subject
         return _unreachable(subject, f"{probe} says the stream exists", None)
-    return missing
+    return _unreachable(subject, f"{probe} did not answer within {PROBE_S:g} s either", None)
 
 
 def _unreachable(subject: str, detail: str, cause: Exception | None) -> StoreUnreachable:
