@@ -239,6 +239,25 @@ def _provision(paths: RootPaths, space: str, static: bool, iat: int) -> tuple[Br
     return broker, existed
 
 
+def _check_case_twin(paths: RootPaths, space: str) -> None:
+    """Refuse a new space whose name differs from an existing one only in letter case: on a
+    case-insensitive file system (macOS, a Windows share) both would be one folder.
+
+    Raises:
+        ConfigError: names the existing space.
+    """
+    try:
+        names = [entry.name for entry in paths.spaces_dir.iterdir()]
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name != space and is_space(name) and name.casefold() == space.casefold():
+            raise ConfigError(
+                f"space {space} differs from the root's space {name} only in letter case, and would share "
+                "its folder on a case-insensitive file system - pick another name"
+            )
+
+
 def _check_same_mode(paths: RootPaths, space: str, static: bool) -> None:
     """Refuse a re-add that would change an existing space's mode (static <-> user-auth).
 
@@ -321,6 +340,7 @@ async def add_space(
         Unavailable: the broker did not answer, or LOOKUP disagreed with the push.
     """
     _check_name(space)
+    await trio.to_thread.run_sync(_check_case_twin, paths, space)
     await trio.to_thread.run_sync(_check_same_mode, paths, space, static)
     iat = int(now)
     url = await resolve_server_url(paths, server_url)

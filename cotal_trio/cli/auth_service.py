@@ -34,7 +34,7 @@ from ..core.errors import ConfigError
 from ..core.manifest import ManifestRefused, parse_manifest
 from ..lanes.hosting import ServiceConfig, ServiceInfo, run_service
 from ..lanes.runtime import tune_for_serving
-from ..state.space_folders import migrate_space_folders
+from ..state.space_folders import migrate_space_folders, rename_note
 from .common import Where, check_auth_timeout, serve_until_signal
 
 __all__ = ["auth_service"]
@@ -77,7 +77,7 @@ async def auth_service(
     # the space found: a mistyped --space or --root is named as every command names it.
     renamed = await trio.to_thread.run_sync(migrate_space_folders, config.root)
     if renamed:
-        print(f"space folders renamed to their names: {', '.join(renamed)}", flush=True)
+        print(rename_note(config.root, renamed), flush=True)
     if space is not None:
         _refuse_static(Where(root=root, space=space))
     else:

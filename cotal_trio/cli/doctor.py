@@ -69,7 +69,7 @@ from ..state import (
 )
 from ..state.credentials import creds_dir, list_records
 from ..state.files import TEMP_SUFFIX
-from ..state.space_folders import require_root, require_space
+from ..state.space_folders import require_root, require_space, unrenamed_note, unrenamed_spaces
 from .common import Where
 
 __all__ = ["auth", "doctor_app", "inspect_root"]
@@ -263,6 +263,12 @@ def inspect_root(paths: RootPaths, only: str | None, root_flag: str | None, now:
     except ConfigError as exc:
         found.find(str(paths.root), *_split(exc))
         rows = []
+    if only is None:
+        # A root an earlier version wrote lists no space until a start renames its folders: the
+        # doctor checked nothing of such a space, so it is not healthy.
+        for name in unrenamed_spaces(paths):
+            note = unrenamed_note(name)
+            found.find(f"space {name}", note.split(": ", 1)[1].split(" - ")[0], note.split(" - ", 1)[1])
     for row in rows:
         _check_keys(found, paths, row)
         _check_credentials(found, paths, row, root_flag, now)

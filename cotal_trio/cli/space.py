@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from typing import Annotated
 
@@ -27,7 +28,7 @@ from ..state import (
     deprovision_secret_keys,
     resolve_root,
 )
-from ..state.space_folders import ROOT_MARKER
+from ..state.space_folders import ROOT_MARKER, unrenamed_note, unrenamed_spaces
 
 __all__ = ["add", "deprovision", "list_cmd", "remove", "space_app"]
 
@@ -136,12 +137,19 @@ async def list_cmd(
     root: Root = None,
 ) -> None:
     """List the root's spaces: name, mode (user-auth or static), hosted (in spaces.json)."""
-    rows = await trio.to_thread.run_sync(list_spaces, _paths(root))
+    paths = _paths(root)
+    rows = await trio.to_thread.run_sync(list_spaces, paths)
+    # A root an earlier version wrote lists nothing until a start renames its folders: say so.
+    notes = [unrenamed_note(name) for name in await trio.to_thread.run_sync(unrenamed_spaces, paths)]
     if as_json:
         print(json.dumps(rows))
+        for note in notes:  # the JSON array stays the listing of usable spaces
+            print(note, file=sys.stderr)
         return
     for row in rows:
         print(f"{row['space']}\t{row['mode']}\t{'hosted' if row['hosted'] else 'not hosted'}")
+    for note in notes:
+        print(note)
 
 
 @space_app.command

@@ -45,6 +45,7 @@ from typing import Annotated, Any
 from cyclopts import Parameter
 
 from ..broker.spaces import list_spaces
+from ..state.space_folders import unrenamed_note, unrenamed_spaces
 from ..core.errors import ConfigError
 from ..core.manifest import LaneStatus
 from ..http.client import ServiceRecord, check_url, no_redirect_opener, pid_alive, read_service
@@ -196,6 +197,8 @@ def status(
             print(seed.line())
         for space in spaces:
             print(space.line())
+    for name in unrenamed_spaces(paths):  # listed by no row until a start renames the folder
+        print(unrenamed_note(name), file=sys.stderr if as_json else sys.stdout)
     if not running:
         print(f"cotal status: no auth service is running for root {paths.root} - start it with `cotal up`", file=sys.stderr)
     none_reachable = seeds is not None and not any(seed.reachable for seed in seeds)

@@ -47,13 +47,13 @@ from ..core.callers import (
 from ..core.errors import ConfigError, RefusalCode, Refused, Unavailable
 from ..natsio import (
     Connection,
+    JetStreamError,
     Message,
     NoResponders,
     StreamDrift,
     SubjectConflict,
     ensure_stream,
     first_message,
-    is_bucket_missing,
     open_connection,
     publish_expecting,
 )
@@ -215,7 +215,7 @@ async def create_intent(conn: Connection, intent: Intent, *, now: float) -> int:
             "create-only and never issued twice; mint again for a fresh lifecycle UID",
         ) from None
     except Unavailable as exc:
-        if getattr(exc.__cause__, "err_code", None) is not None or is_bucket_missing(exc):  # the broker answered no
+        if isinstance(exc, JetStreamError):  # the broker answered no (a missing store included), with or without an err_code
             raise IntentNotCreated(f"the issuance intent was not created: {exc}") from exc
         raise IntentUnsettled(f"the issuance intent's create was not acknowledged ({exc}), so it may exist") from exc
 

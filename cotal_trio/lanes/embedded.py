@@ -73,7 +73,7 @@ from ..state import (
     save_idp_pin,
     save_policy,
 )
-from ..state.space_folders import rename_space_folders
+from ..state.space_folders import rename_note, rename_space_folders
 from .events import EventBus
 from .host import Host, HostConfig, run_host
 from .hosting import check_public_flags, given_public_flags, lane_factory, public_fields
@@ -528,7 +528,7 @@ async def run_up(config: UpConfig, *, task_status: trio.TaskStatus[UpInfo] = tri
         # An earlier version's space.<hex> folders get their names, under the lock (state/space_folders.py).
         renamed = await trio.to_thread.run_sync(rename_space_folders, config.paths)
         if renamed:
-            log.warning("up: space folders renamed to their names in %s: %s", config.paths.spaces_dir, ", ".join(renamed))
+            log.warning("up: %s", rename_note(config.paths, renamed))
         if config.recreate_issued_stores is not None:  # refused before anything is written
             await trio.to_thread.run_sync(check_backup_dir, config.recreate_issued_stores)
         prepared = await trio.to_thread.run_sync(functools.partial(prepare_root, config, now=time.time()))

@@ -28,7 +28,7 @@ from ..core.callout_log import CalloutRecord, Outcome, Step
 from ..core.errors import AuthServiceError, Unavailable
 from ..state.ledger_threads import LedgerPort
 from .callout import ReadLedger
-from .issuance import BucketMissing, RowStore
+from .issuance import AuthBucketMissing, RowStore
 
 __all__ = ["PROBE_EVERY_S", "PROBE_FAILURES", "PROBE_RETRY_S", "LaneHealth", "LaneUnhealthy"]
 
@@ -99,7 +99,7 @@ class LaneHealth:
         with trio.move_on_after(self._budget_s) as store:
             try:
                 await self._store.get(PROBE_ROW)
-            except BucketMissing:
+            except AuthBucketMissing:
                 pass  # the store answered; a missing bucket is the start's to name, not a fault
             except Unavailable as exc:
                 return f"the issuance store does not answer ({exc})"

@@ -81,7 +81,7 @@ from ..natsio import (
 
 __all__ = [
     "WITHDRAW_S",
-    "BucketMissing",
+    "AuthBucketMissing",
     "Issuance",
     "IssuanceFailed",
     "KvRowStore",
@@ -140,8 +140,12 @@ class RowExpiries:
             del self._exp[key]
 
 
-class BucketMissing(Unavailable):
-    """The auth bucket does not exist (raised by a :class:`RowStore`)."""
+class AuthBucketMissing(Unavailable):
+    """The auth bucket does not exist (raised by a :class:`RowStore`).
+
+    Not :class:`cotal_trio.natsio.BucketMissing` (a ``StreamNotFound`` from a publish no stream
+    took): a RowStore re-raises that, and JetStream's 10059, as this one (:func:`_as_missing`), so
+    issuance catches one class whatever the broker answered."""
 
 
 class IssuanceFailed(Unavailable):
@@ -152,7 +156,7 @@ class RowStore(Protocol):
     """The auth bucket as issuance uses it: JetStream KV semantics, one connection's writes in
     the order they were sent. Every method is a trio checkpoint.
 
-    Errors: :class:`BucketMissing` when the bucket does not exist, else
+    Errors: :class:`AuthBucketMissing` when the bucket does not exist, else
     :class:`~cotal_trio.core.errors.Unavailable` when the broker does not answer.
     """
 
@@ -209,13 +213,13 @@ class KvRowStore:
 
 @contextmanager
 def _bucket_errors(bucket: str) -> Iterator[None]:
-    """Re-raise natsio's missing-bucket :class:`Unavailable` as :class:`BucketMissing`."""
+    """Re-raise natsio's missing-bucket :class:`Unavailable` as :class:`AuthBucketMissing`."""
     try:
         yield
     except Unavailable as exc:
-        if isinstance(exc, BucketMissing) or not is_bucket_missing(exc):
+        if isinstance(exc, AuthBucketMissing) or not is_bucket_missing(exc):
             raise
-        raise BucketMissing(f"bucket {bucket} does not exist ({exc})") from exc
+        raise AuthBucketMissing(f"bucket {bucket} does not exist ({exc})") from exc
 
 
 def issuance_store(conn: Connection, space: str) -> KvRowStore:
@@ -271,7 +275,7 @@ class Issuance:
         except KeyExists:
             self._sent = None  # the server refused ours; the row there is not ours to withdraw
             raise Refused(RefusalCode.BAD_REQUEST, exists_reason(user_nkey)) from None
-        except BucketMissing as exc:
+        except AuthBucketMissing as exc:
             self._sent = None  # no stream took it
             raise IssuanceFailed(store_missing_reason(self._space)) from exc
         except Unavailable as exc:
@@ -345,7 +349,7 @@ async def prune_rows(store: RowStore, *, now: float, expiries: RowExpiries | Non
     ``MARKER_TTL_S``. A row that cannot be parsed is left alone (counted in one warning).
 
     Raises:
-        BucketMissing: the bucket does not exist.
+        AuthBucketMissing: the bucket does not exist.
         Unavailable: the store did not answer.
     """
     pruned = unreadable = 0

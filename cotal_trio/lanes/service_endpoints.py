@@ -38,6 +38,7 @@ from ..core.plane import plane_bucket
 from ..natsio import (
     Connection,
     KeyExists,
+    StreamNotFound,
     kv_create,
     kv_get,
     open_loop,
@@ -60,9 +61,6 @@ __all__ = [
 
 ADMISSION_KEY = "admission.service-endpoints"
 ROW_VERSION = 1
-# JetStream's JSStreamNotFoundErr: the bucket's stream does not exist (the space has never had a
-# full service). natsio raises it as Unavailable chained from nats-py's APIError (STYLE 19).
-_STREAM_NOT_FOUND = 10059
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,10 +143,8 @@ async def read_admission(conn: Connection, space: str) -> Admission | None:
     """
     try:
         entry = await kv_get(conn, plane_bucket(space), ADMISSION_KEY)
-    except Unavailable as exc:
-        if getattr(exc.__cause__, "err_code", None) == _STREAM_NOT_FOUND:
-            return None  # never served by a full service: nothing opened
-        raise
+    except StreamNotFound:
+        return None  # never served by a full service: nothing opened
     return None if entry is None else parse_admission(entry.value)
 
 

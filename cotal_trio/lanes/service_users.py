@@ -129,7 +129,8 @@ def replica_store_permissions(space: str, inbox_nonce: str) -> Permissions:
     and sessions stores and creates each connect's issuance row; it creates no store").
 
     ``pub.allow``: ``STREAM.MSG.GET`` of ``KV_cotal_auth_S``, ``KV_cotal_records_S`` and
-    ``KV_cotal_sessions_S``, and writes on ``$KV.cotal_auth_S.natkey.>`` only. ``sub.allow``:
+    ``KV_cotal_sessions_S``, writes on ``$KV.cotal_auth_S.natkey.>``, and ``STREAM.INFO`` of
+    ``KV_cotal_auth_S`` (a write no stream answered: missing, or without a leader?). ``sub.allow``:
     ``_INBOX_<inbox_nonce>.>``.
 
     Raises:
@@ -139,6 +140,8 @@ def replica_store_permissions(space: str, inbox_nonce: str) -> Permissions:
     return _own([
         *(wire.js_msg_get(wire.kv_stream(bucket)) for bucket in reads),
         wire.kv_subject(wire.auth_bucket(space), f"{ISSUANCE_KEY_PREFIX}>"),
+        # a row write no stream answered asks whether the store exists (natsio/_js.py, issue 17 item 2)
+        wire.js_stream_info(wire.kv_stream(wire.auth_bucket(space))),
     ], inbox_nonce)  # fmt: skip
 
 

@@ -20,7 +20,13 @@ compare-and-set lost, which is not the broker's fault), carries ``err_code`` (No
 broker sent none), and is chained ``from`` nats-py's typed ``APIError`` for the log:
 
 * :class:`StreamNotFound` (10059), and its :class:`BucketMissing` for a publish no stream took
-  (the broker's 503 "no responders" to a ``$KV.`` or stream subject);
+  (the broker's 503 "no responders" to a ``$KV.`` or stream subject) when the stream does not
+  exist. A clustered stream without a leader (an election, a lost quorum) gets no responders too,
+  so in that error path only one more request asks (:func:`_no_stream`, bounded by
+  :data:`PROBE_S`): ``$JS.API.STREAM.INFO.KV_<bucket>`` for a ``$KV.`` subject, else
+  ``$JS.API.STREAM.NAMES`` filtered by the subject. A stream that exists (or any answer but
+  10059 / no stream) is :class:`StoreUnreachable`, and so is a probe that gets no answer in time
+  (a cluster that lost quorum answers neither);
 * :class:`WrongLastSequence` (10071, 10164: the subject's last sequence is not the expected
   one);
 * :class:`SubjectFull` (10077: the subject already holds the messages a
@@ -45,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import nats.js.errors
+import trio
 
 from cotal_trio.core.errors import AuthServiceError, Unavailable
 
@@ -55,6 +62,7 @@ __all__ = [
     "BucketMissing",
     "JetStreamError",
     "StreamMessage",
+    "StoreUnreachable",
     "StreamNotFound",
     "SubjectFull",
     "WrongLastSequence",
@@ -85,6 +93,11 @@ class BucketMissing(StreamNotFound):
     """No stream takes the subject a publish was sent on: the KV bucket (or stream) is missing."""
 
 
+class StoreUnreachable(Unavailable):
+    """No stream answered a publish, yet the stream that takes the subject exists: it has no leader
+    (JetStream is electing one, or has lost quorum). Not a missing store: nothing to create."""
+
+
 class SubjectFull(JetStreamError):
     """The subject already holds all the messages its ``discard_new_per_subject`` stream allows
     (err_code 10077): a write-once row that is written."""
@@ -113,6 +126,15 @@ ERRORS: Mapping[int, type[JetStreamError] | type[WrongLastSequence]] = {
     10077: SubjectFull,
 }
 
+
+# How long the one STREAM.INFO/NAMES request of a no-responders publish may take (seconds). A
+# stream whose cluster has lost quorum gets no answer to STREAM.INFO either (measured on a 3-node
+# nats-server cluster with two nodes killed), so no answer in time reads unreachable; a leader
+# answers in milliseconds. Every natsio user that publishes is allowed the probe (a callout
+# replica's store user: lanes/service_users.py, lanes/connect_authority.py).
+PROBE_S = 0.5
+
+UNREACHABLE = "the store is unreachable: no stream leader - JetStream is electing or has lost quorum"
 
 # "no message found" (a STREAM.MSG.GET with nothing to give), read by js_msg_get.
 _NO_MESSAGE_FOUND = 10037
@@ -211,6 +233,57 @@ def _ack(subject: str, reply: Message | Unavailable) -> int | Exception:
         return Unavailable(f"{what}: JetStream answered something that is not an ack: {reply.data[:200]!r}")
 
 
+def _probe_of(subject: str) -> tuple[str, dict[str, Any] | None]:
+    """The one request that tells whether a stream takes ``subject``."""
+    parts = subject.split(".")
+    if len(parts) >= 3 and parts[0] == "$KV" and parts[1]:
+        return f"$JS.API.STREAM.INFO.KV_{parts[1]}", None
+    return "$JS.API.STREAM.NAMES", {"subject": subject}
+
+
+async def _no_stream(conn: Connection, subject: str, missing: BucketMissing) -> Exception:
+    """Trio: a no-responders publish's error: ``missing`` when the stream does not exist, else
+    :class:`StoreUnreachable` (module docstring)."""
+    probe, body = _probe_of(subject)
+    with trio.move_on_after(PROBE_S):
+        try:
+            answer = await js_api(conn, probe, body)
+        except StreamNotFound:
+            return missing
+        except NoResponders as exc:  # JetStream itself did not answer: nothing here to create
+            return _unreachable(subject, f"{probe} reached no JetStream responder", exc)
+        except JetStreamError as exc:  # e.g. 10008, JetStream not available in the cluster
+            return _unreachable(subject, str(exc), exc)
+        except Unavailable as exc:  # no answer within natsio's cap, or not JSON: it could not tell
+            return _unreachable(subject, str(exc), exc)
+        if body is not None and not answer.get("streams"):
+            return missing  # no stream takes the subject
+        return _unreachable(subject, f"{probe} says the stream exists", None)
+    return _unreachable(subject, f"{probe} did not answer within {PROBE_S:g} s either", None)
+
+
+def _unreachable(subject: str, detail: str, cause: Exception | None) -> StoreUnreachable:
+    exc = StoreUnreachable(f"publish {subject}: {UNREACHABLE} (no stream answered; {detail})")
+    exc.__cause__ = cause
+    return exc
+
+
+async def _resolved(conn: Connection, subjects: Sequence[str], outcomes: list[int | Exception]) -> list[int | Exception]:
+    """``outcomes`` with each no-responders :class:`BucketMissing` told apart (one probe per stream)."""
+    seen: dict[tuple[str, str], Exception] = {}
+    resolved = []
+    for subject, outcome in zip(subjects, outcomes, strict=True):
+        if type(outcome) is BucketMissing:
+            probe, body = _probe_of(subject)
+            key = (probe, "" if body is None else subject)
+            if key not in seen:
+                seen[key] = await _no_stream(conn, subject, outcome)
+            # missing: this publish's own error (its subject); unreachable: the stream's one answer
+            outcome = outcome if isinstance(seen[key], BucketMissing) else seen[key]
+        resolved.append(outcome)
+    return resolved
+
+
 async def js_publish(conn: Connection, subject: str, data: bytes, headers: Mapping[str, str] | None = None) -> int:
     """Trio: one JetStream publish; its stream sequence.
 
@@ -219,14 +292,15 @@ async def js_publish(conn: Connection, subject: str, data: bytes, headers: Mappi
 
     Raises:
         WrongLastSequence: an expectation header failed (``Nats-Expected-Last-Subject-Sequence``).
-        BucketMissing: no stream takes ``subject``.
+        BucketMissing: no stream takes ``subject`` (told by one more request: module docstring).
+        StoreUnreachable: no stream answered, but the stream exists (no leader).
         JetStreamError, Unavailable: any other refusal, or no answer.
     """
     try:
         reply: Message | Unavailable = await conn.request(subject, data, headers)
     except NoResponders as exc:
         reply = exc
-    outcome = _ack(subject, reply)
+    [outcome] = await _resolved(conn, [subject], [_ack(subject, reply)])
     if isinstance(outcome, Exception):
         raise outcome
     return outcome
@@ -244,7 +318,8 @@ async def js_publish_many(conn: Connection, publishes: Sequence[Publish]) -> lis
         ValueError: a malformed subject or header.
     """
     replies = await conn.request_many(publishes)
-    return [_ack(subject, reply) for (subject, _, _), reply in zip(publishes, replies, strict=True)]
+    subjects = [subject for subject, _, _ in publishes]
+    return await _resolved(conn, subjects, [_ack(subject, reply) for subject, reply in zip(subjects, replies, strict=True)])
 
 
 @asynccontextmanager
@@ -263,7 +338,10 @@ async def js_publishes_sent(
 
         async def acks() -> list[int | Exception]:
             answered = await replies()
-            return [_ack(subject, reply) for (subject, _, _), reply in zip(publishes, answered, strict=True)]
+            subjects = [subject for subject, _, _ in publishes]
+            return await _resolved(
+                conn, subjects, [_ack(subject, reply) for subject, reply in zip(subjects, answered, strict=True)]
+            )
 
         yield acks
 

@@ -84,7 +84,9 @@ async def kv_delete_expiring(
 def is_bucket_missing(exc: BaseException) -> bool:
     """Sync: True when ``exc``, raised by a natsio KV or stream function, means the bucket (its
     stream) does not exist: a publish no stream answered (:class:`BucketMissing`) or JetStream's
-    "stream not found" on a request (:class:`StreamNotFound`, its base).
+    "stream not found" on a request (:class:`StreamNotFound`, its base). A stream that exists but
+    has no leader (:class:`~cotal_trio.natsio.StoreUnreachable`: an election, a lost quorum) is
+    not missing: False, so no caller says to create the store.
 
     Also True for such an error re-raised by a caller ``from`` it (one level of ``__cause__``).
     """

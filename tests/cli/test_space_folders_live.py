@@ -64,14 +64,17 @@ def test_an_earlier_root_gets_its_folders_renamed_at_the_next_start(tmp_path):
     second = _start(root)
     try:
         _wait_ready(second)
-        assert sorted(p.name for p in (root / "spaces").iterdir()) == ["default"]
+        assert sorted(p.name for p in (root / "spaces").iterdir()) == ["default", legacy_dir_name("default")]
+        old = root / "spaces" / legacy_dir_name("default")
+        assert os.path.samefile(old / "sentinel.creds", root / "spaces" / "default" / "sentinel.creds")
         listed = _cotal(root, "actor", "list", "--json")
         assert listed.returncode == 0, listed.stderr
         assert '"cli"' in listed.stdout  # the ledger row came along with its folder
     finally:
         code, err = _stop(second)
     assert code == 0, err
-    assert f"up: space folders renamed to their names in {root / 'spaces'}: default" in err
+    assert (f"up: space folders renamed to their names in {root / 'spaces'} (default: sentinelCreds "
+            f"{root / 'spaces' / 'default' / 'sentinel.creds'}; the old space.<hex> paths still resolve)") in err
 
     third = _start(root)  # nothing left to rename: no line
     _wait_ready(third)
@@ -92,8 +95,10 @@ def test_auth_service_renames_an_earlier_root_at_its_start(tmp_path, capsys):
     code = main(["auth-service", "--space", "default", "--server", f"nats://127.0.0.1:{free_port()}", "--root", str(root)])
     out, err = capsys.readouterr()
     assert code == 1 and err.startswith("cotal: "), err
-    assert out.splitlines()[0] == "space folders renamed to their names: default"
-    assert sorted(p.name for p in (root / "spaces").iterdir()) == ["default"]
+    assert out.splitlines()[0] == (
+        f"space folders renamed to their names in {root / 'spaces'} (default: sentinelCreds "
+        f"{root / 'spaces' / 'default' / 'sentinel.creds'}; the old space.<hex> paths still resolve)")
+    assert sorted(p.name for p in (root / "spaces").iterdir()) == ["default", legacy_dir_name("default")]
     from cotal_trio.state import hold_root
 
     with hold_root(root):  # the lock was released after the rename (a later `cotal up` may start)

@@ -82,3 +82,17 @@ def test_space_add_new_root_says_it_created_one(tmp_path, capsys):
     assert main(["space", "add", "gamma", "--root", str(fresh)]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "added space gamma (no broker running: accounts not pushed)"
     assert sorted(p.name for p in (fresh / "spaces").iterdir()) == ["beta", "gamma"]
+
+
+def test_space_add_refuses_a_name_that_casefolds_to_an_existing_one(tmp_path, capsys):
+    """On a case-insensitive file system (macOS, Windows shares) spaces/Beta is spaces/beta."""
+    fresh = tmp_path / "fresh"
+    assert main(["space", "add", "beta", "--root", str(fresh), "--new-root"]) == 0
+    capsys.readouterr()
+    assert main(["space", "add", "Beta", "--root", str(fresh)]) == 1
+    assert capsys.readouterr().err == (
+        f"cotal: space Beta differs from the root's space beta only in letter case, and would share its "
+        "folder on a case-insensitive file system - pick another name\n"
+    )
+    assert sorted(p.name for p in (fresh / "spaces").iterdir()) == ["beta"]
+    assert main(["space", "add", "beta", "--root", str(fresh)]) == 0  # the same name re-adds

@@ -131,6 +131,16 @@ async def test_an_intent_create_that_was_answered_with_a_refusal_did_not_happen(
         await create_intent(FakeStore(ack=other), intent, now=IAT)  # type: ignore[arg-type]
 
 
+async def test_a_refusal_without_an_err_code_did_not_happen_either():
+    """The broker answered no, naming no err_code: the create was refused, not unacknowledged
+    (it once read ``exc.__cause__.err_code``, None here, and said the intent may exist)."""
+    from cotal_trio.lanes.callers import IntentNotCreated
+
+    bare = {"error": {"code": 500, "description": "stream is sealed"}}
+    with pytest.raises(IntentNotCreated, match="stream is sealed"):
+        await create_intent(FakeStore(ack=bare), make_intent(), now=IAT)  # type: ignore[arg-type]
+
+
 async def test_an_unacknowledged_intent_create_may_have_happened():
     from cotal_trio.core.errors import Unavailable
     from cotal_trio.lanes.callers import IntentNotCreated, IntentUnsettled

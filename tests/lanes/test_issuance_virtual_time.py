@@ -33,7 +33,7 @@ from cotal_trio.lanes.issuance import (
     MARKER_TTL_S,
     PRUNE_READS_PER_S,
     WITHDRAW_S,
-    BucketMissing,
+    AuthBucketMissing,
     Issuance,
     IssuanceFailed,
     RowExpiries,
@@ -286,7 +286,7 @@ async def test_someone_elses_row_is_a_denial_and_is_left_alone(autojump_clock):
 @pytest.mark.parametrize(
     ("error", "reason"),
     [
-        (BucketMissing("bucket cotal_auth_alpha does not exist"),
+        (AuthBucketMissing("bucket cotal_auth_alpha does not exist"),
          "space alpha has no auth store cotal_auth_alpha, so the issuance row cannot be recorded"
          " - start the full auth service for space alpha once (it creates the store)"),
         (Unavailable("publish x: nats: timeout"),
@@ -307,7 +307,7 @@ async def test_a_failed_write_is_issuance_failed_with_the_fix(autojump_clock, ca
     assert str(failed.value) == reason
     # A store that is down cannot be asked to withdraw either: one warning, no exception.
     warnings = [r.getMessage() for r in caplog.records if r.name == "cotal.issuance"]
-    assert warnings == ([] if isinstance(error, BucketMissing) else [
+    assert warnings == ([] if isinstance(error, AuthBucketMissing) else [
         f"space alpha: issuance row {KEY} not withdrawn (publish x: nats: timeout); it expires on its TTL"
     ])
 

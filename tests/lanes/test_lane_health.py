@@ -15,7 +15,7 @@ from cotal_trio.core.errors import CodecError, Unavailable
 from cotal_trio.http.errors import install_edge
 from cotal_trio.lanes import health
 from cotal_trio.lanes.health import PROBE_FAILURES, LaneHealth, LaneUnhealthy
-from cotal_trio.lanes.issuance import BucketMissing
+from cotal_trio.lanes.issuance import AuthBucketMissing
 from cotal_trio.lanes.space import answer_health
 
 BUDGET_S = 1.75
@@ -41,7 +41,7 @@ class Port:
         if self.mode == "store":
             raise Unavailable("kv get cotal_auth_a natkey.cotal_probe: nats: connection closed")
         if self.mode == "no bucket":
-            raise BucketMissing("bucket cotal_auth_a does not exist")
+            raise AuthBucketMissing("bucket cotal_auth_a does not exist")
 
 
 def lane_health(port: Port) -> LaneHealth:

@@ -47,7 +47,7 @@ from cotal_trio.core.issuance import IssuanceRow, exists_reason, render_row, sto
 from cotal_trio.core.limits import ConnectLimiter, ConnectLimits
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.lanes.callout import CALLOUT_SUBJECT, QUEUE_CAPACITY, CalloutResponder
-from cotal_trio.lanes.issuance import BucketMissing, RowExpiries, prune_rows
+from cotal_trio.lanes.issuance import AuthBucketMissing, RowExpiries, prune_rows
 from cotal_trio.natsio import Message
 from tests.core.test_callout import (
     KEYS,
@@ -708,7 +708,7 @@ async def test_an_existing_row_is_a_signed_denial_and_stays(nursery, autojump_cl
 @pytest.mark.parametrize(
     ("error", "reason"),
     [
-        (BucketMissing("bucket cotal_auth_alpha does not exist"), store_missing_reason(SPACE)),
+        (AuthBucketMissing("bucket cotal_auth_alpha does not exist"), store_missing_reason(SPACE)),
         (Unavailable("publish x: nats: connection closed"), write_failed_reason(SPACE, "publish x: nats: connection closed")),
     ],
     ids=["no store (a replica before the full service ran)", "store down"],

@@ -44,6 +44,7 @@ def test_a_replica_store_user_reads_and_writes_issuance_rows_only() -> None:
         "pub": {"allow": [
             "$JS.API.STREAM.MSG.GET.KV_cotal_auth_demo", "$JS.API.STREAM.MSG.GET.KV_cotal_records_demo",
             "$JS.API.STREAM.MSG.GET.KV_cotal_sessions_demo", "$KV.cotal_auth_demo.natkey.>",
+            "$JS.API.STREAM.INFO.KV_cotal_auth_demo",
         ]},
         "sub": {"allow": [f"_INBOX_{NONCE}.>"]},
     }  # fmt: skip

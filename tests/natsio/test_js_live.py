@@ -59,3 +59,12 @@ async def test_refusals_are_typed_with_their_err_code(plain_broker: str) -> None
             ])  # fmt: skip
     assert isinstance(outcomes[0], int) and outcomes[1] == outcomes[0] + 1
     assert isinstance(outcomes[2], WrongLastSequence) and isinstance(outcomes[3], BucketMissing)
+
+
+async def test_read_admission_reads_a_missing_plane_bucket_as_none_by_its_type(plain_broker: str) -> None:
+    """lanes/service_endpoints.py catches StreamNotFound (issue 14 item 3: no `__cause__.err_code`)."""
+    from cotal_trio.lanes.service_endpoints import read_admission
+
+    with trio.fail_after(CEILING_S):
+        async with open_loop(), open_connection(plain_broker) as conn:
+            assert await read_admission(conn, "nobody") is None

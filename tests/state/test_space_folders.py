@@ -44,7 +44,7 @@ def test_every_old_folder_gets_its_name_with_its_files(tmp_path):
     paths = _old_root(tmp_path, "alpha", "b-2")
     (paths.spaces_dir / "notes.txt").write_text("operator's own file")  # not a space folder: left alone
     assert rename_space_folders(paths) == ["alpha", "b-2"]
-    assert _listing(paths) == ["alpha", "b-2", "notes.txt"]
+    assert _listing(paths) == ["alpha", "b-2", "notes.txt", legacy_dir_name("alpha"), legacy_dir_name("b-2")]
     assert json.loads(paths.space("alpha").callout_json.read_text()) == {"space": "alpha"}
     assert require_space(paths, "b-2") == paths.space("b-2")
 
@@ -56,7 +56,7 @@ def test_the_rename_is_idempotent_and_finishes_an_interrupted_one(tmp_path):
     assert rename_space_folders(paths) == ["beta"]
     assert rename_space_folders(paths) == []
     assert migrate_space_folders(paths) == []
-    assert _listing(paths) == ["alpha", "beta"]
+    assert _listing(paths) == ["alpha", "beta", legacy_dir_name("beta")]  # alpha's crash left no link: no promise
 
 
 def test_an_old_folder_not_renamed_yet_names_the_start_that_renames_it(tmp_path):
@@ -95,7 +95,8 @@ def test_an_earlier_auth_service_still_serving_from_an_old_folder_is_refused(tmp
                 rename_space_folders(paths)
             assert str(info.value) == (
                 f"space alpha is served from {readiness.parent} by pid {other.pid}, an auth service of an "
-                "earlier version - stop it, then start again (the start renames the space folders to their names)"
+                f"earlier version - stop it, or remove {readiness} if pid {other.pid} is not cotal, then start "
+                "again (the start renames the space folders to their names)"
             )
             assert _listing(paths) == [legacy_dir_name("alpha")]
         finally:
@@ -130,4 +131,48 @@ def test_a_process_holding_the_root_lock_blocks_the_rename(tmp_path):
             break
         except ConfigError:
             time.sleep(0.05)
-    assert _listing(paths) == ["alpha"]
+    assert _listing(paths) == ["alpha", legacy_dir_name("alpha")]
+
+
+def test_the_old_paths_handed_out_still_resolve_after_the_rename(tmp_path):
+    """connect-info and the README gave clients spaces/space.<hex>/sentinel.creds, and an earlier
+    callout replica reads its ledger rows per connect under space.<hex>/ (issue 18 item 3 review)."""
+    paths = _old_root(tmp_path, "alpha")
+    old = paths.spaces_dir / legacy_dir_name("alpha")
+    (old / "sentinel.creds").write_text("creds")
+    (old / "actors").mkdir()
+    (old / "actors" / "alice.cli.json").write_text('{"actor": "cli"}')
+    assert rename_space_folders(paths) == ["alpha"]
+    assert os.readlink(old) == "alpha"  # relative: the root may move
+    assert os.path.samefile(old / "sentinel.creds", paths.space("alpha").sentinel_creds)
+    assert (old / "actors" / "alice.cli.json").read_text() == '{"actor": "cli"}'  # the old-path ledger read
+    assert rename_space_folders(paths) == [] and migrate_space_folders(paths) == []  # the link is not renamed again
+    assert _listing(paths) == ["alpha", legacy_dir_name("alpha")]
+    from cotal_trio.broker.spaces import list_spaces
+
+    assert [row["space"] for row in list_spaces(paths)] == ["alpha"]
+
+
+def test_a_crash_between_the_rename_and_the_link_is_mended_at_the_next_start(tmp_path):
+    paths = _old_root(tmp_path, "alpha", "beta")
+    old_alpha = paths.spaces_dir / legacy_dir_name("alpha")
+    # What a crash after alpha's folder rename, before its link moved over the old name, leaves.
+    os.symlink("alpha", paths.spaces_dir / f".{old_alpha.name}.renaming")
+    os.rename(old_alpha, paths.spaces_dir / "alpha")
+    # And one before beta's folder rename: its pending link exists, its folder has its old name.
+    os.symlink("beta", paths.spaces_dir / f".{legacy_dir_name('beta')}.renaming")
+    assert migrate_space_folders(paths) == ["alpha", "beta"]
+    assert _listing(paths) == ["alpha", "beta", legacy_dir_name("alpha"), legacy_dir_name("beta")]
+    for name in ("alpha", "beta"):
+        assert os.readlink(paths.spaces_dir / legacy_dir_name(name)) == name
+    assert migrate_space_folders(paths) == []
+
+
+def test_the_log_line_names_the_new_sentinel_path(tmp_path):
+    from cotal_trio.state.space_folders import rename_note
+
+    paths = _old_root(tmp_path)
+    assert rename_note(paths, ["alpha"]) == (
+        f"space folders renamed to their names in {paths.spaces_dir} (alpha: sentinelCreds "
+        f"{paths.spaces_dir / 'alpha' / 'sentinel.creds'}; the old space.<hex> paths still resolve)"
+    )
