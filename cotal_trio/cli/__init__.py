@@ -114,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
         # Ctrl-C before a serving command holds its signals (the imports, the flag parsing):
         # nothing has started, so end quietly as a shell expects (issue 15 item 9).
         return ExitCode.INTERRUPTED
+    except RuntimeError as exc:
+        # Python wraps a Ctrl-C that lands inside a class body's __set_name__ (a dataclass being
+        # imported) in "Error calling __set_name__": still a Ctrl-C (the fresh-user check hit it).
+        if _interrupted(exc):
+            return ExitCode.INTERRUPTED
+        raise
     except _EXPECTED as exc:
         if _reader_gone(exc):
             return _end_quietly()
@@ -135,6 +141,18 @@ def main(argv: list[str] | None = None) -> int:
 
 # Errors that are the operator's or a dependency's to fix: one sentence, exit 1, no traceback.
 _EXPECTED = (ConfigError, Unavailable, Refused, OSError)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt caused ``exc`` (its ``__cause__``/``__context__`` chain)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
 
 
 def _reader_gone(exc: BaseException) -> bool:

@@ -50,7 +50,7 @@ import time
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import trio
 from nacl.signing import VerifyKey
@@ -521,9 +521,36 @@ async def _open_store(config: LaneConfig, material: SpaceMaterial) -> AsyncItera
         permissions=functools.partial(permissions, space), lifetime_s=config.store_lifetime_s, clock=config.clock,
         reconnect=config.reconnect, watched=True,  # `_until_lost` names a dropped store connection
     )  # fmt: skip
+    async with _session_task(user.run) as conn:
+        yield typing.cast(Connection, conn)
+
+
+@contextlib.asynccontextmanager
+async def _session_task(run: Callable[..., Awaitable[None]]) -> AsyncIterator[Any]:
+    """Trio: ``run`` (a renewed session's startable) in a task of its own; yields what it started.
+
+    Once started, the task is shielded from the lane's cancellation and cancelled only when the
+    block exits: the block's own shielded clean-ups (the plane claim's release by CAS, the
+    callout's last answers) still find the session open. Before that, while it connects, a
+    cancel reaches it as usual, so a stop during start-up never waits on a hung broker. A
+    failure of the task (no renewal let in) still ends the block.
+    """
+    stop = trio.CancelScope()
+
+    async def shielded(task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        class Started:
+            def started(self, value: Any = None) -> None:
+                stop.shield = True  # from here on, the lane's cancel waits for the block's exit
+                task_status.started(value)
+
+        with stop:
+            await run(task_status=Started())
+
     async with trio.open_nursery() as nursery:
-        yield typing.cast(Connection, await nursery.start(user.run))
-        nursery.cancel_scope.cancel()
+        try:
+            yield await nursery.start(shielded)
+        finally:
+            stop.cancel()
 
 
 @contextlib.asynccontextmanager
@@ -540,9 +567,8 @@ async def _open_issuer(config: LaneConfig, material: SpaceMaterial) -> AsyncIter
         material, config.server_url, lifetime_s=config.issuer_lifetime_s, clock=config.clock,
         reconnect=config.reconnect,
     )
-    async with trio.open_nursery() as nursery:
-        yield await nursery.start(session.run)
-        nursery.cancel_scope.cancel()
+    async with _session_task(session.run) as stores:
+        yield stores
 
 
 async def _check_issued(issued: IssuedStores) -> None:

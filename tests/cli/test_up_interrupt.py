@@ -198,3 +198,23 @@ def test_two_quick_sigints_on_a_serving_up_leave_no_broker(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_ctrl_c_wrapped_by_an_import_is_still_a_quiet_130(monkeypatch, capsys):
+    """Found by the issue 15 fresh-user check (1 run in 65): a SIGINT landing inside a dataclass's
+    ``__set_name__`` during an import reaches main as ``RuntimeError: Error calling __set_name__``
+    caused by the KeyboardInterrupt; it is a Ctrl-C all the same: exit 130, nothing printed."""
+    import cotal_trio.cli as cli
+
+    def interrupted_import() -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance 'seen' in '_Source'") from interrupt
+
+    monkeypatch.setattr(cli, "_app", interrupted_import)
+    assert cli.main(["status"]) == 130
+    assert capsys.readouterr() == ("", "")
+    monkeypatch.setattr(cli, "_app", lambda: (_ for _ in ()).throw(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(["status"])

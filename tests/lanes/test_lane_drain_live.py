@@ -39,8 +39,9 @@ from cotal_trio.core.ledger import LedgerRow, ReadRows
 from cotal_trio.devidp import mint_dev_token
 from cotal_trio.lanes.host import Host, HostConfig, run_host
 from cotal_trio.lanes.hosting import lane_factory
-from cotal_trio.natsio import open_loop
-from cotal_trio.state import read_json
+from cotal_trio.core.plane import PLANE_KEY, PlaneState, parse_row, plane_bucket
+from cotal_trio.natsio import kv_get, open_connection, open_loop
+from cotal_trio.state import load_space, read_json
 from tests.lanes.test_auth_service_live import Mesh, provision_root, serving, until, write_manifest
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
@@ -203,3 +204,26 @@ async def start_exchange(
     nursery.start_soon(finish)
     await trio.sleep(0.2)  # hypercorn has read the headers by now: the request is in flight
     return rest.set
+
+
+async def test_a_removed_lane_releases_its_plane_claim(mesh: Mesh, nursery: trio.Nursery, tmp_path: Path, caplog):
+    """A clean stop releases the space's plane claim by CAS before its store session closes
+    (found by the issue 15 fresh-user check: nearly every stop logged "plane claim generation N
+    not released (... the connection closed)" because the renewed store user's task closed the
+    session while the claim keeper's shielded release still needed it)."""
+    manifest = tmp_path / "spaces.json"
+    write_manifest(manifest, "a")
+    with trio.fail_after(CEILING_S):
+        host = await start_host(nursery, mesh, manifest, Gate())  # unarmed: reads pass
+        write_manifest(manifest)  # the lane is removed
+        await until(host, manifest, lambda spaces: spaces == {})
+    assert [r.getMessage() for r in caplog.records if "not released" in r.getMessage()] == []
+    material = load_space(mesh.paths.space("a").callout_json, "a")
+    now = int(time.time())
+    creds = provision.mint_service_user(
+        material, name="test-plane-reader", permissions={"pub": {"allow": ["$JS.API.>"]}, "sub": {"allow": ["_INBOX.>"]}},
+        iat=now, exp=now + 120,
+    )
+    async with open_loop(), open_connection(mesh.server_url, creds=creds, name="test-plane-reader", reconnect=False) as conn:
+        entry = await kv_get(conn, plane_bucket("a"), PLANE_KEY)
+    assert entry is not None and parse_row(entry.value).state is PlaneState.RELEASED
