@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from cotal_trio.core.errors import AuthServiceError, ConfigError, Unavailable
 from cotal_trio.state import Fields, SpacePaths, read_fields
+from cotal_trio.state.applied import applied_path, read_applied
 from cotal_trio.state.liveness import pid_alive  # re-exported: its readers import it from here
 
 __all__ = [
@@ -73,7 +74,22 @@ class ServiceRecord:
     pid: int
 
 
-def _not_running(space: str) -> ConfigError:
+def _not_running(space_paths: SpacePaths) -> ConfigError:
+    """Why there is no auth service to talk to: a live host of the root's ``spaces.json`` that
+    lists the space as not serving (retrying with its reason, starting) says so and that it
+    comes back by itself; otherwise nothing runs it."""
+    space, root = space_paths.space, space_paths.dir.parent.parent
+    try:
+        applied = read_applied(applied_path(root / "spaces.json"))
+    except ConfigError:
+        applied = None
+    lane = None if applied is None or applied.alive is not True else applied.report.spaces.get(space)
+    if lane is not None and lane.state != "serving":
+        why = f"{lane.state}: {lane.reason}" if lane.reason else lane.state
+        return ConfigError(
+            f"the auth service for space {space} is not serving now ({why}) - it comes back by itself"
+            f" once the cause is gone; `cotal status --root {root}` shows it"
+        )
     return ConfigError(
         f"the auth service for space {space} is not running - start `cotal up`, or host the space"
         f" in a running one with `cotal space add {space}`"
@@ -100,10 +116,10 @@ def read_service(space_paths: SpacePaths) -> ServiceRecord:
             ..."), or the file is corrupt.
     """
     if not space_paths.auth_service_json.exists():
-        raise _not_running(space_paths.space)
+        raise _not_running(space_paths)
     record = _record(read_fields(space_paths.auth_service_json))
     if not pid_alive(record.pid, since=_written_at(space_paths.auth_service_json)):
-        raise _not_running(space_paths.space)
+        raise _not_running(space_paths)
     return record
 
 

@@ -233,3 +233,28 @@ def test_refused_is_an_auth_service_error_with_its_sentence():
     refused = ExchangeRefused(429, "too many refused exchanges - wait a minute and retry", {})
     assert isinstance(refused, AuthServiceError) and not isinstance(refused, Refused)
     assert str(refused) == refused.error and json.dumps(refused.body) == "{}"
+
+
+def test_a_lane_that_is_retrying_is_named_with_its_reason_not_as_not_running(tmp_path):
+    """Found by the issue 15 fresh-user check: while the broker hung, `cotal exchange` and `cotal
+    check` said the auth service was not running and told the operator to start `cotal up`,
+    which then answered "already served". A live host's `.applied` that lists the space as
+    retrying is what is true: the lane is not serving now, for its reason, and comes back."""
+    from cotal_trio.core.manifest import LaneStatus, render_applied
+
+    space = _space(tmp_path)
+    reason = "the broker closed the callout connection (no PING answered within 4 s)"
+    applied = render_applied(
+        manifest_sha256=None, applied_at="2026-12-01T23:00:00Z", refused=None, pid=os.getpid(),
+        spaces={SPACE: LaneStatus(state="retrying", reason=reason)},
+    )
+    (tmp_path / "spaces.json.applied").write_bytes(applied)
+    with pytest.raises(ConfigError) as refused:
+        read_service(space)
+    assert str(refused.value) == (
+        f"the auth service for space {SPACE} is not serving now (retrying: {reason}) - it comes back by"
+        f" itself once the cause is gone; `cotal status --root {tmp_path}` shows it"
+    )
+    (tmp_path / "spaces.json.applied").unlink()
+    with pytest.raises(ConfigError, match=f"the auth service for space {SPACE} is not running - start"):
+        read_service(space)
