@@ -250,8 +250,10 @@ def agent_permissions(
     # The callout builds this twice per agent connect (the recalled rows, then the re-check),
     # and only the nonce differs between connects: the lists are memoized per principal and
     # ACL (hashable inputs only; a Refused is raised again, never remembered).
-    pub, sub = _agent_lists_memo(*args) if _hashable(args) else _agent_lists(*args)
-    return _profile(space, inbox_nonce, pub, sub)
+    if not _hashable(args):
+        return _profile(space, inbox_nonce, *_agent_lists(*args))
+    # and the profile per nonce too: the re-check of the same connect builds the same one
+    return _profile_memo(space, inbox_nonce, *_agent_lists_memo(*args))
 
 
 def _hashable(args: tuple[object, ...]) -> bool:
@@ -281,6 +283,7 @@ def _agent_lists(
 
 
 _agent_lists_memo = functools.lru_cache(maxsize=4096)(_agent_lists)
+_profile_memo = functools.lru_cache(maxsize=256)(_profile)  # Permissions is frozen: safe to share
 
 
 def observer_permissions(*, space: str, inbox_nonce: str) -> Permissions:

@@ -136,6 +136,7 @@ def test_agent_profile_memo_changes_only_the_inbox_and_lists_equal_tuples():
     )
     assert agent(allow_publish=["a", "b"], inbox_nonce="n" * 22) == first  # a list is not memoized, same profile
     assert agent(allow_publish=("a", "c"), inbox_nonce="n" * 22).pub_allow[1] == "cotal.demo.ch.c"
+    assert agent(allow_publish=("a", "b"), inbox_nonce="n" * 22) is first  # the re-check of one connect
 
 
 def test_to_nats_omits_empty_lists():
