@@ -22,6 +22,7 @@ Pure and synchronous.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -245,6 +246,25 @@ def agent_permissions(
         Refused: BAD_REQUEST when an input breaks its grammar, a capability is unknown, or a
             ``subscribe`` channel lies outside ``allow_subscribe`` (the sentence names both).
     """
+    args = (space, owner, actor, allow_publish, allow_subscribe, subscribe, role, capabilities)
+    # The callout builds this twice per agent connect (the recalled rows, then the re-check),
+    # and only the nonce differs between connects: the lists are memoized per principal and
+    # ACL (hashable inputs only; a Refused is raised again, never remembered).
+    if not _hashable(args):
+        return _profile(space, inbox_nonce, *_agent_lists(*args))
+    # and the profile per nonce too: the re-check of the same connect builds the same one
+    return _profile_memo(space, inbox_nonce, *_agent_lists_memo(*args))
+
+
+def _hashable(args: tuple[object, ...]) -> bool:
+    return all(isinstance(a, str) or a is None or (isinstance(a, tuple) and all(isinstance(x, str) for x in a)) for a in args)
+
+
+def _agent_lists(
+    space: str, owner: str, actor: str, allow_publish: object, allow_subscribe: object, subscribe: object,
+    role: str | None, capabilities: object,
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """:func:`agent_permissions`' ``pub`` and ``sub`` lists before :func:`_profile`; same Refused."""
     publish, read = _check_patterns("allow_publish", allow_publish), _check_patterns("allow_subscribe", allow_subscribe)
     for channel in _check_patterns("subscribe", subscribe):
         if not any(wire.covers(allowed, channel) for allowed in read):
@@ -257,12 +277,13 @@ def agent_permissions(
     if role is not None:
         inboxes += _bind(wire.task_durable(space, check_role(role)))
     presence = [*_presence_read(space), wire.kv_subject(wire.presence_bucket(space), wire.presence_key(owner, actor))]
-    return _profile(
-        space, inbox_nonce,
-        [*(channel_subject(space, p) for p in publish), *wire.dm_sender_subjects(space, owner, actor), *control,
-         *inboxes, *presence],
-        [*(channel_subject(space, p) for p in read), dm_subject(space, owner, actor)],
-    )  # fmt: skip
+    pub = (*(channel_subject(space, p) for p in publish), *wire.dm_sender_subjects(space, owner, actor), *control,
+           *inboxes, *presence)  # fmt: skip
+    return pub, (*(channel_subject(space, p) for p in read), dm_subject(space, owner, actor))
+
+
+_agent_lists_memo = functools.lru_cache(maxsize=4096)(_agent_lists)
+_profile_memo = functools.lru_cache(maxsize=256)(_profile)  # Permissions is frozen: safe to share
 
 
 def observer_permissions(*, space: str, inbox_nonce: str) -> Permissions:

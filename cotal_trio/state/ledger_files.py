@@ -19,6 +19,7 @@ Blocking file I/O: call from synchronous code or through ``trio.to_thread.run_sy
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -124,7 +125,10 @@ class LedgerReader:
     def __init__(self, space_paths: SpacePaths, *, capacity: int = 4096) -> None:
         self._space_paths = space_paths
         self._capacity = capacity
-        self._rows: dict[Path, tuple[tuple[int, ...], LedgerRow]] = {}
+        # Keyed by the path's string: the callout stats both row files on every connect, and a
+        # memoized str with os.stat skips row_path's name checks and pathlib's hashing each time.
+        self._rows: dict[str, tuple[tuple[int, ...], LedgerRow]] = {}
+        self._paths: dict[tuple[LedgerKind, str, str], str] = {}
         self._last: dict[tuple[str, str], tuple[LedgerRow | None, LedgerRow | None]] = {}
         self._lock = threading.Lock()
 
@@ -152,9 +156,9 @@ class LedgerReader:
         """
         rows = []
         for kind in (LedgerKind.INTERACTIVE, LedgerKind.MANAGED):
-            path = row_path(self._space_paths, kind, owner, actor)
+            path = self._path(kind, owner, actor)
             try:
-                st = path.stat()
+                st = os.stat(path)
             except FileNotFoundError:
                 rows.append(None)
                 continue
@@ -180,10 +184,22 @@ class LedgerReader:
         """
         return self._last.get((owner, actor))
 
+    def _path(self, kind: LedgerKind, owner: str, actor: str) -> str:
+        """:func:`row_path` as a string, memoized (at most ``2 * capacity``); same Refused."""
+        key = (kind, owner, actor)
+        path = self._paths.get(key)
+        if path is None:
+            path = os.fspath(row_path(self._space_paths, kind, owner, actor))
+            with self._lock:
+                if len(self._paths) >= 2 * self._capacity:
+                    self._paths.pop(next(iter(self._paths)), None)
+                self._paths[key] = path
+        return path
+
     def _row(self, kind: LedgerKind, owner: str, actor: str) -> LedgerRow | None:
-        path = row_path(self._space_paths, kind, owner, actor)
+        path = self._path(kind, owner, actor)
         try:
-            st = path.stat()
+            st = os.stat(path)
         except FileNotFoundError:
             with self._lock:
                 self._rows.pop(path, None)

@@ -121,9 +121,22 @@ def test_agent_profile_removes_duplicates_in_order():
     ],
 )
 def test_agent_profile_refuses_bad_input(overrides):
-    with pytest.raises(Refused) as info:
-        agent(**overrides)
-    assert info.value.code is RefusalCode.BAD_REQUEST
+    for _ in range(2):  # the memo of the lists never remembers a refusal: the second call refuses too
+        with pytest.raises(Refused) as info:
+            agent(**overrides)
+        assert info.value.code is RefusalCode.BAD_REQUEST
+
+
+def test_agent_profile_memo_changes_only_the_inbox_and_lists_equal_tuples():
+    first = agent(allow_publish=("a", "b"), inbox_nonce="n" * 22)
+    second = agent(allow_publish=("a", "b"), inbox_nonce="m" * 22)
+    assert first.pub_allow == second.pub_allow
+    assert (first.sub_allow[:-1], first.sub_allow[-1], second.sub_allow[-1]) == (
+        second.sub_allow[:-1], "_INBOX_" + "n" * 22 + ".>", "_INBOX_" + "m" * 22 + ".>"
+    )
+    assert agent(allow_publish=["a", "b"], inbox_nonce="n" * 22) == first  # a list is not memoized, same profile
+    assert agent(allow_publish=("a", "c"), inbox_nonce="n" * 22).pub_allow[1] == "cotal.demo.ch.c"
+    assert agent(allow_publish=("a", "b"), inbox_nonce="n" * 22) is first  # the re-check of one connect
 
 
 def test_to_nats_omits_empty_lists():

@@ -121,6 +121,12 @@ def test_names_cannot_escape_the_folder(space, owner, actor):
         read_principal(space, owner, actor)
     with pytest.raises(Refused):
         remove_row(space, owner, actor)
+    reader = LedgerReader(space)
+    for _ in range(2):  # its path memo keeps only checked names: the second call refuses too
+        with pytest.raises(Refused):
+            reader(owner, actor)
+        with pytest.raises(Refused):
+            reader.unchanged(owner, actor)
 
 
 def test_layout_matches_the_kinds(space):
