@@ -79,4 +79,5 @@ def restore_cotal_logger() -> Iterator[None]:
     logger = logging.getLogger("cotal")
     saved = (logger.handlers[:], logger.propagate, logger.level)
     yield
-    logger.handlers[:], logger.propagate, logger.level = saved[0], saved[1], saved[2]
+    logger.handlers[:], logger.propagate = saved[0], saved[1]
+    logger.setLevel(saved[2])  # setLevel clears logging's isEnabledFor caches; `.level =` does not

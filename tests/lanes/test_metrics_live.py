@@ -33,7 +33,8 @@ def restore_cotal_logger() -> Iterator[None]:
     logger = logging.getLogger("cotal")
     saved = (logger.handlers[:], logger.propagate, logger.level)
     yield
-    logger.handlers[:], logger.propagate, logger.level = saved
+    logger.handlers[:], logger.propagate = saved[0], saved[1]
+    logger.setLevel(saved[2])  # setLevel clears logging's isEnabledFor caches; `.level =` does not
 
 
 def _scrape(url: str) -> tuple[str, dict[tuple[str, frozenset], float]]:

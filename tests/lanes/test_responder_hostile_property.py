@@ -257,12 +257,16 @@ def test_no_request_escapes_the_responder_and_the_next_valid_one_is_minted(examp
     callout = logging.getLogger("cotal.callout")
     lines, propagate, level = _Lines(), callout.propagate, callout.level
     callout.addHandler(lines)
-    callout.propagate, callout.level = False, logging.INFO  # 10^4 lines: not kept by pytest
+    # setLevel, not `.level =`: logging caches isEnabledFor per logger, and only setLevel clears
+    # it (an earlier test that ran the logger at WARNING left INFO cached as off: 18 lines lost)
+    callout.propagate = False  # 10^4 lines: not kept by pytest
+    callout.setLevel(logging.INFO)
     try:
         lane = _run(requests)
     finally:
         callout.removeHandler(lines)
-        callout.propagate, callout.level = propagate, level
+        callout.propagate = propagate
+        callout.setLevel(level)
     last_reply, last_payload, _ = lane.published[-1]
     assert (last_reply, _answer(last_payload)["nats"].get("error", "jwt")) == (f"_INBOX.r.{10**6 + 1}", "jwt")
     assert lane.responder._skew.skew_s == 0.0
