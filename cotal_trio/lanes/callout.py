@@ -690,8 +690,8 @@ class CalloutResponder:
         ``ep.v1`` rows :data:`IssueAuthority` gives, when there is a port. A port with
         ``prepare``/``sent``/``finish`` (``ConnectAuthority``) has a fresh token's rows sent on the
         issuer session beside the issuance row on the store connection, one round trip for
-        both, and kept only if the re-check
-        grants the same (issue 14 item 3); the re-check reads unchanged rows on this thread
+        both, and kept only if the re-check grants the same (issue 14 item 3); the re-check
+        reads unchanged rows on this thread
         (:func:`read_in_threads`, issue 14 item 4). The issued authority is awaited only until
         ``AUTHORITY_MARGIN_S`` before the request's deadline (the acks, and the port or
         ``finish``): past that its writes count as Unavailable and the connect is minted
