@@ -533,9 +533,11 @@ async def _session_task(run: Callable[..., Awaitable[None]]) -> AsyncIterator[An
     block exits: the block's own shielded clean-ups (the plane claim's release by CAS, the
     callout's last answers) still find the session open. Before that, while it connects, a
     cancel reaches it as usual, so a stop during start-up never waits on a hung broker. A
-    failure of the task (no renewal let in) still ends the block.
+    failure of the task (no renewal let in) ends the block, except once the lane is stopping:
+    then the broker going away meanwhile is part of the stop, not a fault to report.
     """
     stop = trio.CancelScope()
+    stopping = False
 
     async def shielded(task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         class Started:
@@ -544,13 +546,28 @@ async def _session_task(run: Callable[..., Awaitable[None]]) -> AsyncIterator[An
                 task_status.started(value)
 
         with stop:
-            await run(task_status=Started())
+            try:
+                await run(task_status=Started())
+            except Exception:
+                if not stopping:
+                    raise
+                log.debug("a session ended while its lane stopped", exc_info=True)
+
+    async def watch_for_the_stop() -> None:
+        nonlocal stopping
+        try:
+            await trio.sleep_forever()
+        finally:
+            stopping = True  # the lane's cancel (or the block's exit) reached this nursery
 
     async with trio.open_nursery() as nursery:
         try:
-            yield await nursery.start(shielded)
+            value = await nursery.start(shielded)
+            nursery.start_soon(watch_for_the_stop)
+            yield value
         finally:
             stop.cancel()
+            nursery.cancel_scope.cancel()
 
 
 @contextlib.asynccontextmanager
