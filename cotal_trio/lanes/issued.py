@@ -99,7 +99,6 @@ __all__ = [
     "Resolved",
     "Staged",
     "check_backup_dir",
-    "issued_permissions",
     "issued_shapes",
     "recreate_issued_stores",
 ]
@@ -135,18 +134,6 @@ def issued_shapes(space: str) -> tuple[StreamShape, StreamShape]:
             discard_new_per_subject=True,
         ),
     )
-
-
-def issued_permissions(space: str) -> dict[str, dict[str, list[str]]]:
-    """Sync: what an issuer's store user needs beside ``$JS.API.>``: writes on both stores.
-
-    Reads, listings and creating the streams are ``$JS.API`` requests; a connection that has
-    ``$JS.API.>`` and this can do everything :class:`IssuedStores` does.
-    """
-    return {
-        "pub": {"allow": [f"$KV.{issued_bucket(space)}.>", f"$KV.{accepted_bucket(space)}.>"]},
-        "sub": {"allow": ["_INBOX.>"]},
-    }
 
 
 RENEW_PAST_HORIZON = (
@@ -225,12 +212,6 @@ class IssuedStores:
         self._shapes = issued_shapes(space)
         self._grace_s = grace_s
         self._random = random_bytes
-
-    def rebind(self, conn: Connection) -> None:
-        """Sync: carry on over ``conn``, a renewed issuer session replacing one about to expire
-        (:class:`~cotal_trio.lanes.service_users.IssuerSession`). Calls already in flight finish
-        on the old connection, which stays open a while longer; each step after this rides ``conn``."""
-        self._conn = conn
 
     @asynccontextmanager
     async def writes_sent(self, writes: Sequence[Publish]) -> AsyncIterator[Callable[[], Awaitable[list[int | Exception]]]]:

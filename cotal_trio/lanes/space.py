@@ -574,7 +574,7 @@ async def _session_task(run: Callable[..., Awaitable[None]]) -> AsyncIterator[An
 async def _open_issuer(config: LaneConfig, material: SpaceMaterial) -> AsyncIterator[IssuedStores]:
     """The lane's own issuer session (spec "Profiles", issuer row; "Callout replicas": "it holds
     its own issuer session"), renewed in a nursery of its own for as long as the lane runs; yields
-    the issued stores over it, which each renewal rebinds. Must be entered inside ``open_loop()``.
+    the issued stores over its renewed connection, which each renewal repoints. Must be entered inside ``open_loop()``.
 
     Raises:
         Unavailable: the first session was refused, or one expired with no renewal let in, or
