@@ -15,7 +15,7 @@ What it does:
    5000), and waits until the stream holds them.
 3. ``--repeats`` times: writes the principal's ledger row file and ``--own`` issuance rows of
    its lifecycle (plus one in the upstream form ``natkey.<user nkey>``), then times
-   :func:`~cotal_trio.lanes.lifecycle.retire_lifecycle` (the record, the row file's removal, the
+   :func:`~cotal_trio.stores.lifecycle.retire_lifecycle` (the record, the row file's removal, the
    withdrawal) and reads how many messages the broker received from the connection meanwhile
    (``/connz`` ``in_msgs``).
 4. Prints every run and the median. It asserts nothing about timing; the connection's message
@@ -49,9 +49,9 @@ from cotal_trio.core.ledger import LedgerKind, LedgerRow  # noqa: E402
 from cotal_trio.core.lifecycle import LifecycleTarget  # noqa: E402
 from cotal_trio.core.nkeys import Prefix, encode_public_key  # noqa: E402
 from cotal_trio.core.plane import plane_bucket  # noqa: E402
-from cotal_trio.lanes.issuance import issuance_store  # noqa: E402
-from cotal_trio.lanes.lifecycle import retire_lifecycle  # noqa: E402
-from cotal_trio.lanes.records import RecordsStore, ensure_records_stores  # noqa: E402
+from cotal_trio.stores.issuance import issuance_store  # noqa: E402
+from cotal_trio.stores.lifecycle import retire_lifecycle  # noqa: E402
+from cotal_trio.stores.records import RecordsStore, ensure_records_stores  # noqa: E402
 from cotal_trio.natsio import Connection, ensure_bucket, open_connection, open_loop  # noqa: E402
 from cotal_trio.state import SpacePaths, write_row  # noqa: E402
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .lanes.service_endpoints import admits_service_endpoints
+    from cotal_trio.lane.service_endpoints import admits_service_endpoints
 
 __all__ = ["__version__", "admits_service_endpoints"]
 
@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     """PEP 562: the lazy exports."""
     if name == "admits_service_endpoints":
-        from .lanes.service_endpoints import admits_service_endpoints
+        from cotal_trio.lane.service_endpoints import admits_service_endpoints
 
         return admits_service_endpoints
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from cotal_trio.broker.process import find_nats_server, free_port, run_nats_server
+from tests.support.stack import stack  # noqa: F401  the running stack, for every folder's tests
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from cotal_trio.http.errors import ROUTES_CONFIG
 from cotal_trio.http.lifecycle_doors import routes as lifecycle_routes
 from cotal_trio.http.loopback import build_loopback_app
 from cotal_trio.http.manager_doors import routes as manager_routes
-from cotal_trio.lanes.events import EventBus
+from cotal_trio.lane.events import EventBus
 from tests.http.test_loopback import _context
 from tests.http.test_manager_doors import _doors
 from tests.http.test_public import _app as public_app

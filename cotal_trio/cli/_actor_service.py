@@ -51,7 +51,7 @@ RETIRE_PATH = "/interactive-lifecycle/retire"
 # A service that does not answer its health check this fast counts as not running (seconds).
 HEALTH_TIMEOUT_S = 2.0
 # The door bounds its own work: a held row finished and the row read (5 s each), then the
-# retirement (lanes.lifecycle.RETIRE_S, 30 s); wait a little longer than the sum.
+# retirement (stores.lifecycle.RETIRE_S, 30 s); wait a little longer than the sum.
 RETIRE_TIMEOUT_S = 45.0
 
 

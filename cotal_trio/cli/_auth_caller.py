@@ -2,7 +2,7 @@
 docs/static-credentials.md "Standalone callers").
 
 ``cotal auth mint`` stays one command (``cli/auth.py``); its ``--endpoint`` path is here. The
-rules are :mod:`cotal_trio.core.callers`, the I/O steps :mod:`cotal_trio.lanes.callers`.
+rules are :mod:`cotal_trio.core.callers`, the I/O steps :mod:`cotal_trio.ops.callers`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..core import credentials as rules
 from ..core.credentials import Credential, LabelRecord
 from ..core.errors import ConfigError, Unavailable, leaves
 from ..core.identity import mint_lifecycle_uid
-from ..lanes.callers import (
+from cotal_trio.ops.callers import (
     IntentExists,
     IntentNotCreated,
     IntentUnsettled,
@@ -35,9 +35,9 @@ from ..lanes.callers import (
     open_minter,
     provision_caller,
 )
-from ..lanes.issued import check_backup_dir
-from ..lanes.issued import recreate_issued_stores as lanes_recreate
-from ..lanes.service_users import new_inbox_nonce, recreate_permissions
+from cotal_trio.stores.issued import check_backup_dir
+from cotal_trio.stores.issued import recreate_issued_stores as lanes_recreate
+from cotal_trio.lane.service_users import new_inbox_nonce, recreate_permissions
 from ..state import SpacePaths, load_space
 from ..state.credentials import hold_credentials, save_record, write_creds
 from .actor import as_config_error, provisioned
@@ -107,7 +107,7 @@ def check_caller_flags(flags: MintFlags, allow_subscribe: str | None, allow_publ
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallerSteps:
     """The I/O steps of a standalone-caller mint after its surface, in order (a seam: tests wrap
-    one to interrupt the mint there). Defaults: :mod:`cotal_trio.lanes.callers` and the records.
+    one to interrupt the mint there). Defaults: :mod:`cotal_trio.ops.callers` and the records.
 
     Spec "Standalone callers".
     """
@@ -162,7 +162,7 @@ async def mint_caller(
     intent -> the native footprint -> the file (0600, atomic) -> the record, final.
 
     What a failure leaves: before the create, or a create the broker definitively refused
-    (:class:`~cotal_trio.lanes.callers.IntentExists`, :class:`~cotal_trio.lanes.callers.IntentNotCreated`),
+    (:class:`~cotal_trio.ops.callers.IntentExists`, :class:`~cotal_trio.ops.callers.IntentNotCreated`),
     nothing (the record is undone). From a create that was sent but not acknowledged (no ack,
     the deadline, an interrupt) on, the intent may exist: the record stays pending, so a rerun
     refuses naming the lifecycle UID and the remedy. A file whose record could not be made final

@@ -12,7 +12,7 @@ signing key, its ``revocations`` rebuilt from every record of the space, saves i
 callers") mints a standalone caller: it asks the endpoint for its surface now, then records the
 label pending, creates the private create-only issuance intent, provisions the native footprint
 and writes the file, in that order (``cli/_auth_caller.py``; the I/O steps are
-:mod:`cotal_trio.lanes.callers`, the rules :mod:`cotal_trio.core.callers`).
+:mod:`cotal_trio.ops.callers`, the rules :mod:`cotal_trio.core.callers`).
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ modes.
 friends per entry) adds the space's public exchange face on 127.0.0.1:N, behind the operator's
 TLS-terminating reverse proxy; ``--exchange-public-url``, ``--exchange-trusted-proxy`` and
 ``--advertised-server`` need it. The flags become the space's manifest-entry fields
-(:class:`~cotal_trio.lanes.hosting.ServiceConfig`), checked by the manifest's own rules.
+(:class:`~cotal_trio.service.hosting.ServiceConfig`), checked by the manifest's own rules.
 
 ``--service-endpoints`` (with ``--space``; a manifest sets ``serviceEndpoints`` per entry) opens
 the space's service-endpoint admission for good, and a callout-only replica then refuses the
-space (spec "Callout replicas"; :mod:`cotal_trio.lanes.service_endpoints`).
+space (spec "Callout replicas"; :mod:`cotal_trio.lane.service_endpoints`).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from ..core.admission import CalloutLimits
 from ..broker.spaces import MODE_STATIC, space_mode
 from ..core.errors import ConfigError
 from ..core.manifest import ManifestRefused, parse_manifest
-from ..lanes.hosting import ServiceConfig, ServiceInfo, run_service
-from ..lanes.runtime import tune_for_serving
+from cotal_trio.service.hosting import ServiceConfig, ServiceInfo, run_service
+from cotal_trio.service.runtime import tune_for_serving
 from ..state.space_folders import migrate_space_folders, rename_note
 from .common import Where, check_auth_timeout, serve_until_signal
 
@@ -84,8 +84,8 @@ async def auth_service(
         assert spaces is not None
         check_manifest_exists(spaces)
     async with serve_until_signal("cotal auth-service") as nursery:  # Ctrl-C works during start-up too
-        tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
-        # A callout user missing from auth_users is named by the lane itself (lanes/refusals.py).
+        tune_for_serving()  # gc.freeze and the GIL switch interval: service/runtime.py
+        # A callout user missing from auth_users is named by the lane itself (lane/refusals.py).
         _banner(await nursery.start(functools.partial(run_service, config)), config)
     return 0
 

@@ -10,7 +10,7 @@ from typing import Annotated
 from cyclopts import Parameter
 
 from ..core.errors import ConfigError, Unavailable
-from ..lanes.selfcheck import CheckFailed, run_check
+from cotal_trio.ops.selfcheck import CheckFailed, run_check
 from ._servers import Server, parse_servers, resolve_servers
 from .common import Where
 from .exits import ExitCode

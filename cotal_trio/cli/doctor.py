@@ -11,7 +11,7 @@ Spec "Credential authority", section "Provisioning"; docs/static-credentials.md.
   ``broker/`` folder is the broker's, and ``spaces.json.applied`` is public on purpose), and
   every key file parses (the ``load_*`` validators);
 * the development IdP a space pins, with the loader its lane starts with
-  (:func:`cotal_trio.lanes.pins.load_pinned_dev_idp`: a corrupt ``devidp.json`` that ``cotal up``
+  (:func:`cotal_trio.service.pins.load_pinned_dev_idp`: a corrupt ``devidp.json`` that ``cotal up``
   refuses is a finding here too, issue 18 item 9);
 * each pinned OIDC IdP's JWKS answers within ``IDP_PROBE_S``;
 * when the root's broker answers, it holds each space's account JWTs exactly as ``accounts.json``,
@@ -53,8 +53,8 @@ from ..core.credentials import Finding, LabelRecord, Severity
 from ..core.creds import parse_creds
 from ..core.errors import CodecError, ConfigError, Unavailable
 from ..core.identity import is_space
-from ..lanes.idp_keys import fetch_jwks
-from ..lanes.pins import load_pinned_dev_idp
+from cotal_trio.service.idp_keys import fetch_jwks
+from cotal_trio.service.pins import load_pinned_dev_idp
 from ..state import (
     AccountsRecord,
     BrokerMaterial,
@@ -79,7 +79,7 @@ doctor_app = cyclopts.App(name="doctor", help="Check the root and name the next 
 IDP_PROBE_S = 3.0  # a pinned IdP's JWKS must answer within this
 BROKER_PROBE_S = 5.0  # the whole broker comparison
 PRIVATE_BITS = 0o077
-# Written readable on purpose: `.applied` is read by orchestrators and holds no secret (lanes/host.py).
+# Written readable on purpose: `.applied` is read by orchestrators and holds no secret (service/host.py).
 PUBLIC_SUFFIX = ".applied"
 
 Json = Annotated[bool, Parameter(name="--json", negative="", help="Print a JSON object.")]

@@ -1,10 +1,10 @@
 """``cotal manager``: register, list and retire the manager instances of a space (issue 5).
 
 A manager instance is a row ``mgr.<owner>.<instanceId>`` in the space's records store
-``cotal_records_<space>`` (:mod:`cotal_trio.core.managers`, :mod:`cotal_trio.lanes.records`);
+``cotal_records_<space>`` (:mod:`cotal_trio.core.managers`, :mod:`cotal_trio.stores.records`);
 the ``manager-caller`` view binds a bearer to one of them. These commands connect to the broker
 as a fresh data-account service user of the space that may touch only those rows
-(:func:`~cotal_trio.lanes.records.manager_cli_permissions`), and decide nothing themselves. The
+(:func:`~cotal_trio.stores.records.manager_cli_permissions`), and decide nothing themselves. The
 store is created by the space's full auth service when it starts; before that every command
 refuses with that fix.
 
@@ -33,8 +33,8 @@ from ..core.identity import check_actor, is_lifecycle_uid, mint_lifecycle_uid
 from ..core.ledger import LedgerRow
 from ..core.managers import MAX_LABEL_CHARS, ManagerInstance, render_manager_row
 from ..core.manifest import format_utc
-from ..lanes.records import RecordsStore, manager_cli_permissions
-from ..lanes.service_endpoints import open_store_user
+from cotal_trio.stores.records import RecordsStore, manager_cli_permissions
+from cotal_trio.lane.service_endpoints import open_store_user
 from ..natsio import open_loop
 from ..state import RootPaths, SpaceMaterial, SpacePaths, load_space, read_principal
 from .actor import Whose, as_config_error, check_label, provisioned

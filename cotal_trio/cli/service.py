@@ -8,13 +8,13 @@ a callout-only replica (``cotal-callout-replica[-S].service``). ``cotal service 
 takes the same flags and prints the unit instead of writing it.
 
 The serving flags are ``cotal auth-service``'s own, checked by the same rules
-(:class:`~cotal_trio.lanes.hosting.ServiceConfig`), and the unit's ``ExecStart`` runs exactly
+(:class:`~cotal_trio.service.hosting.ServiceConfig`), and the unit's ``ExecStart`` runs exactly
 them with absolute paths: the ``cotal`` script installed beside this interpreter, ``--root``
 resolved now (``$COTAL_ROOT`` or ``./.cotal`` become absolute), the manifest made absolute but
 not resolved through symlinks (the host follows a symlink swap of it).
 
 The unit is ``Type=notify``: the service sends ``READY=1`` once every lane serves, which is when
-every space's ``auth-service.json`` is written (:mod:`cotal_trio.lanes.notify`), so
+every space's ``auth-service.json`` is written (:mod:`cotal_trio.service.notify`), so
 ``systemctl start`` returns when the spaces answer. ``--watchdog S`` adds ``WatchdogSec=S`` (the
 trio loop pings every S/2); a manifest unit gets ``ExecReload`` (SIGHUP rereads the manifest).
 The file is written atomically, 0644; a different existing file is refused without ``--force``.
@@ -44,7 +44,7 @@ import cyclopts
 from cyclopts import Parameter
 
 from ..core.errors import ConfigError
-from ..lanes.hosting import ServiceConfig, public_fields
+from cotal_trio.service.hosting import ServiceConfig, public_fields
 from ..state.files import atomic_write
 from .common import Where, check_auth_timeout
 

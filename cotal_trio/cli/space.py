@@ -20,7 +20,7 @@ from cyclopts import Parameter
 from ..broker.spaces import add_space, list_spaces, remove_space
 from ..core.errors import ConfigError
 from ..core.identity import is_space
-from ..lanes.pins import choose_pin
+from cotal_trio.service.pins import choose_pin
 from ..state import (
     RootPaths,
     SecretInventory,

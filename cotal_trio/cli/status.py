@@ -49,7 +49,7 @@ from ..state.space_folders import unrenamed_note, unrenamed_spaces
 from ..core.errors import ConfigError
 from ..core.manifest import LaneStatus
 from ..http.client import ServiceRecord, check_url, no_redirect_opener, pid_alive, read_service
-from ..lanes.metrics import MetricsSummary, read_summary
+from cotal_trio.lane.metrics import MetricsSummary, read_summary
 from ..state import RootPaths
 from ..state.applied import applied_path, read_applied
 from ..state.lock import LOCK_NAME
@@ -304,7 +304,7 @@ def _get(url: str, path: str) -> bytes:
 
 
 class _Unhealthy(OSError):
-    """A face's ``/health`` answered 503 with its lane's reason (``lanes.health``)."""
+    """A face's ``/health`` answered 503 with its lane's reason (``lane.health``)."""
 
 
 def _health_reason(answered: urllib.error.HTTPError) -> str | None:

@@ -16,9 +16,9 @@ from cyclopts import Parameter
 
 from ..broker.process import find_nats_server, nats_server_version, not_found_error
 from ..core.errors import ConfigError
-from ..lanes.embedded import UpConfig, UpInfo, run_up
-from ..lanes.issued import check_backup_dir
-from ..lanes.runtime import tune_for_serving
+from cotal_trio.service.embedded import UpConfig, UpInfo, run_up
+from cotal_trio.stores.issued import check_backup_dir
+from cotal_trio.service.runtime import tune_for_serving
 from ..state.lock import hold_root
 from .common import DEFAULT_SPACE, Where, check_auth_timeout, serve_until_signal
 
@@ -72,7 +72,7 @@ async def up(
     add` and `cotal space remove` change that set while it runs.
 
     --exchange-public-port and its three companions set the public face of the space's entry in
-    spaces.json (all four replace it; none keeps the recorded one): lanes/embedded.py.
+    spaces.json (all four replace it; none keeps the recorded one): service/embedded.py.
 
     --recreate-issued-stores recovers a space whose issued stores were refused as drifted
     (docs/issued-authority.md).
@@ -108,7 +108,7 @@ async def up(
     served = False
     try:
         async with serve_until_signal("cotal up") as nursery:  # Ctrl-C works during start-up too
-            tune_for_serving()  # gc.freeze and the GIL switch interval: lanes/runtime.py
+            tune_for_serving()  # gc.freeze and the GIL switch interval: service/runtime.py
             info = await nursery.start(functools.partial(run_up, config))
             served = True
             _banner(info, place, recreate_issued_stores, broker=f"{exe} ({version})")

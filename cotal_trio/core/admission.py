@@ -126,7 +126,7 @@ def broker_gave_up(*, now: float, exp: int, skew_s: float) -> bool:
     clock: before ``exp`` a mint may still be let in (the deadline stops one at ``exp`` less the
     margin), inside that second a timeout denial may still reach it (the broker then logs its
     reason), and after it no answer reaches anyone, so the request is dropped, not answered
-    (:meth:`~cotal_trio.lanes.callout.CalloutResponder._serve`, spec "Callout deadlines").
+    (:meth:`~cotal_trio.lane.callout.responder.CalloutResponder._serve`, spec "Callout deadlines").
     """
     return now >= exp + 1 + skew_s
 

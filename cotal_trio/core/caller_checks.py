@@ -311,7 +311,7 @@ def check_standalone_caller(
 ) -> CallerIntent:
     """Both halves of the host check on an intent already at hand: :func:`check_caller_jwt`, then
     :func:`check_caller_intent`. A host that reads the intent from the store runs the first half
-    before the read (:func:`cotal_trio.lanes.callers.check_caller_request`).
+    before the read (:func:`cotal_trio.ops.callers.check_caller_request`).
 
     Raises:
         Refused: as the two halves.

@@ -3,7 +3,7 @@
 
 ``cotal auth mint --endpoint E --out PATH`` hands out an ordinary native ``agent`` footprint plus
 explicit request rows on the legacy endpoint rail of one **surface**, read fresh from the endpoint
-itself. This module is the pure part; the I/O is :mod:`cotal_trio.lanes.callers` and the command
+itself. This module is the pure part; the I/O is :mod:`cotal_trio.ops.callers` and the command
 ``cotal_trio.cli.auth``.
 
 * **Surface** (:class:`Surface`): the endpoint's answer to ``describe`` is canonical JSON
@@ -288,7 +288,7 @@ def standalone_caller_permissions(
 def minter_permissions(*, space: str, owner: str, actor: str, uid: str, endpoint: str, inbox_nonce: str) -> Permissions:
     """The mint's own temporary connection: the ``provisioner`` profile (the space's streams, its
     presence and admission stores, the new principal's DM inbox durable), the issued stores'
-    ``STREAM.INFO`` and ``STREAM.CREATE`` (:meth:`~cotal_trio.lanes.issued.IssuedStores.ensure`),
+    ``STREAM.INFO`` and ``STREAM.CREATE`` (:meth:`~cotal_trio.stores.issued.IssuedStores.ensure`),
     the publish of the one intent key ``$KV.cotal_issued_S.intent.v1.<o>.<a>.<uid>``, and the
     ``describe`` request ``cotal.S.ep.<endpoint>.describe.<o>.<a>`` as the new principal.
 

@@ -28,7 +28,7 @@ events of every space of its process, the latter with ``reason`` only for its ow
 (:func:`view_for`). A consumer more than N events behind is closed with code
 :data:`SLOW_CONSUMER_CODE` and :func:`slow_consumer_reason`.
 
-Pure and synchronous (DESIGN.md 3): the bus (``lanes/events.py``) passes ``seq`` and ``at``
+Pure and synchronous (DESIGN.md 3): the bus (``lane/events.py``) passes ``seq`` and ``at``
 in; :class:`WatchModel` takes the wall time it is asked about.
 """
 
@@ -68,7 +68,7 @@ __all__ = [
 Event = dict[str, Any]
 
 EVENT_TYPES = ("callout", "lane", "manifest", "exchange", "hello")
-# The host's states (lanes/host.py, `.applied`), plus `fenced` (the lane lost its plane claim,
+# The host's states (service/host.py, `.applied`), plus `fenced` (the lane lost its plane claim,
 # DESIGN.md 8) and `stopped` (the manifest dropped the lane and it has fully exited).
 LANE_EVENT_STATES = ("starting", "serving", "retrying", "fenced", "stopping", "stopped")
 EXCHANGE_FACES = ("loopback", "public")

@@ -34,7 +34,7 @@ bearer clock skew, upstream "exp + clock tolerance"). It is written with a NATS 
 that ends then (:func:`row_ttl_s`), and the full service's sweep prunes any row past that point
 at start and every ``PRUNE_EVERY_S`` (:func:`is_expired`).
 
-Pure and synchronous: the lane (:mod:`cotal_trio.lanes.issuance`) does the I/O.
+Pure and synchronous: the lane (:mod:`cotal_trio.stores.issuance`) does the I/O.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ spec credential-authority "Issued authority"; upstream-notes 9; docs/issued-auth
 
 An issuance records a credential's final permission ceiling as **evidence**, keyed by a fresh
 **generation**, before the credential is handed out. Two stores per space hold the rows
-(:mod:`cotal_trio.lanes.issued` does the I/O):
+(:mod:`cotal_trio.stores.issued` does the I/O):
 
 * ``cotal_issued_<space>`` (append-only: the broker refuses message deletes and purges):
   evidence ``v1.<owner>.<actor>.<uid>.<generation>``, read as the FIRST message on its key;

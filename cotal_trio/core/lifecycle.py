@@ -17,7 +17,7 @@ carries ``"outcome": "not-executed"`` (:data:`NOT_EXECUTED`): the caller knows n
 An answer without it may follow a barrier that had begun (``cotal actor grant``/``revoke``
 report it as unknown).
 
-Pure and synchronous: the I/O is :mod:`cotal_trio.lanes.lifecycle`, the HTTP edge
+Pure and synchronous: the I/O is :mod:`cotal_trio.stores.lifecycle`, the HTTP edge
 :mod:`cotal_trio.http.lifecycle_doors`.
 """
 

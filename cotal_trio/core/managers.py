@@ -19,7 +19,7 @@ refuses with a :class:`SelectionRefused` whose sentence names the remedy of its 
 and :data:`SHED_UNPINNED` / :data:`SHED_PINNED` are the 429 sentences once a class's window is
 full.
 
-Pure and synchronous: :mod:`cotal_trio.lanes.records` does the I/O.
+Pure and synchronous: :mod:`cotal_trio.stores.records` does the I/O.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A full auth service holds its space's plane claim, the row under key ``plane`` in bucket
 ``cotal_auth_<space>``. Replicas never touch it. This module is the pure half: the row codec and
-the decisions. The shell (:mod:`cotal_trio.lanes.plane`) reads and writes the row and passes the
+the decisions. The shell (:mod:`cotal_trio.lane.plane`) reads and writes the row and passes the
 time in.
 
 Row (closed, version 1)::

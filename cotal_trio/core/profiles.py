@@ -312,7 +312,7 @@ def admin_permissions(*, space: str, inbox_nonce: str) -> Permissions:
 
 def provisioner_permissions(*, space: str, inbox_nonce: str) -> Permissions:
     """The operator-side provisioner: creates the space's message streams, the presence and
-    admission buckets, and the bind-only durables (``lanes/streams.py``). Deletes nothing.
+    admission buckets, and the bind-only durables (``stores/streams.py``). Deletes nothing.
 
     ``pub.allow``: ``STREAM.CREATE`` and ``STREAM.INFO`` of ``COTAL_{CHAT,DM,TASK,RUN}_S``,
     ``KV_cotal_presence_S`` and ``KV_cotal_admission_S``; consumer creates only in the form
@@ -434,7 +434,7 @@ def _admission_reads(space: str, run_id: str) -> list[str]:
 def issuer_permissions(*, space: str, inbox_nonce: str) -> Permissions:
     """One issuance window: writes to the issued and accepted stores, the first-message reads of
     evidence (``STREAM.MSG.GET``: the issued store has no direct get), the reads of accepted rows
-    (``STREAM.MSG.GET``, as :class:`~cotal_trio.lanes.issued.IssuedStores` reads a key's first
+    (``STREAM.MSG.GET``, as :class:`~cotal_trio.stores.issued.IssuedStores` reads a key's first
     message, and direct get), and ``STREAM.INFO`` of both for the shape check. What the auth
     service's and each replica's own issuer session holds (spec "Profiles", issuer row).
 
@@ -452,7 +452,7 @@ def issuer_permissions(*, space: str, inbox_nonce: str) -> Permissions:
 def run_admitter_permissions(*, space: str, run_id: str, inbox_nonce: str) -> Permissions:
     """One run's admission record or revocation marker: writes and direct gets of the two exact
     keys ``admit.<runId>`` and ``revoke.<runId>`` of the admission store, nothing else. The
-    store is write-once (``lanes/streams.py``), so a write is a create: no overwrite, no delete,
+    store is write-once (``stores/streams.py``), so a write is a create: no overwrite, no delete,
     no purge.
 
     Raises:

@@ -12,7 +12,7 @@ with a per-message TTL of ``exp - now + SESSION_GRACE_S`` (:func:`session_row_tt
 drops it a minute after it stops being usable; a row read before that but past ``exp`` is expired
 all the same (:func:`check_session_for` judges on ``exp``, never on the row's presence alone).
 
-Pure and synchronous: :mod:`cotal_trio.lanes.records` does the I/O; randomness and ``now`` come
+Pure and synchronous: :mod:`cotal_trio.stores.records` does the I/O; randomness and ``now`` come
 in as values.
 """
 

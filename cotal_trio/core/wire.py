@@ -3,7 +3,7 @@
 The single source of the layout (issue 6 item 1; spec credential-authority "Profiles": profiles
 are "built from the same subject/stream/durable builders as the wire layout, so ACLs cannot
 drift from it"). ``core/profiles.py`` builds every permission profile from these, and
-``lanes/streams.py`` creates the streams, buckets and durables they name. The table, with
+``stores/streams.py`` creates the streams, buckets and durables they name. The table, with
 ``S`` the space, is in docs/wire-layout.md.
 
 Every builder checks its inputs against their grammars (``core/identity.py``, plus the few
@@ -259,7 +259,7 @@ class Stream:
 class Durable:
     """A bind-only durable: its ``stream``, its ``name`` and its ``filter_subject``.
 
-    The provisioner creates it (``lanes/streams.py``); the profile that reads it gets only
+    The provisioner creates it (``stores/streams.py``); the profile that reads it gets only
     ``CONSUMER.INFO``, ``CONSUMER.MSG.NEXT`` and the acks of this one name, never a create.
     """
 
@@ -495,7 +495,7 @@ def run_record_subject(space: str, run_id: str, part: str) -> str:
     return kv_subject(records_bucket(space), f"run.{check_run_id(run_id)}.{_check_subject(part, 'record key')}")
 
 
-# -- the JetStream API (nats-server 2.15; measured in tests/lanes/test_profiles_live.py) ---------
+# -- the JetStream API (nats-server 2.15; measured in tests/lane/test_profiles_live.py) ---------
 
 
 def js_stream_create(stream: str) -> str:

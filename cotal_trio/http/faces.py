@@ -135,7 +135,7 @@ LEDGER_STALLED = (
 
 
 class RecordsPort(Protocol):
-    """The records and sessions stores a face reads and writes (``lanes.records.RecordsStore``;
+    """The records and sessions stores a face reads and writes (``stores.records.RecordsStore``;
     docs/managers-and-sessions.md). Every method is trio-flavoured and raises Unavailable when
     the store does not answer."""
 
@@ -176,7 +176,7 @@ class ExchangeContext:
             exchange that would mint for that actor answers 429 instead (spec "Connect limits").
         refetch_idp_keys: optional; ``await refetch_idp_keys(kid)`` re-reads the pinned JWKS
             when an IdP token names a ``kid`` that :attr:`idp_keys` lacks, at most once per 30 s
-            (:meth:`~cotal_trio.lanes.idp_keys.IdpKeyCache.refetch`). None: the key set is fixed.
+            (:meth:`~cotal_trio.service.idp_keys.IdpKeyCache.refetch`). None: the key set is fixed.
         authorize_actor: the bridge's actor hook (spec "Bridge contract" step 3), for a hosted
             composition; None: the stock one, the fresh interactive row of :attr:`read_ledger`
             (:func:`stock_authorizer`). Sync; the exchange calls it from a worker thread.

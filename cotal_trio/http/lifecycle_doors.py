@@ -10,7 +10,7 @@
 :func:`routes` returns these for :func:`~cotal_trio.http.errors.install_edge`. Each handler
 first awaits the face's ``guard`` (transport checks, the capability, the JSON body: the door
 never checks the capability itself), then decides in :mod:`cotal_trio.core.lifecycle` and does
-the I/O through :mod:`cotal_trio.lanes.lifecycle`. Every refusal before the barrier is a
+the I/O through :mod:`cotal_trio.stores.lifecycle`. Every refusal before the barrier is a
 :class:`~cotal_trio.core.errors.Refused` carrying ``"outcome": "not-executed"``; a failure after
 the barrier began and before the row's removal is an :class:`~cotal_trio.core.errors.Unavailable`
 (503, no outcome: unknown); a withdrawal that did not finish after the removal is a 202
@@ -54,8 +54,8 @@ from cotal_trio.core.lifecycle import (
 from cotal_trio.http import faces
 from cotal_trio.http.errors import UNAVAILABLE, Handler, Rejected
 from cotal_trio.http.faces import TOO_MANY_REFUSALS
-from cotal_trio.lanes.issuance import RowStore
-from cotal_trio.lanes.lifecycle import (
+from cotal_trio.stores.issuance import RowStore
+from cotal_trio.stores.lifecycle import (
     LifecycleRecords,
     PARTIAL,
     WithdrawalUnfinished,
@@ -104,8 +104,8 @@ class LifecycleDoors:
         read_ledger: :data:`~cotal_trio.core.ledger.ReadRows`, a fresh read per call; blocking,
             so the doors call it only from a worker thread of :attr:`threads`.
         paths: the space's files (the row files a retirement removes).
-        records: the records store ``cotal_records_<space>`` (``lanes.records.RecordsStore``).
-        issuance: the space's issuance rows ``cotal_auth_<space>`` (``lanes.issuance.issuance_store``).
+        records: the records store ``cotal_records_<space>`` (``stores.records.RecordsStore``).
+        issuance: the space's issuance rows ``cotal_auth_<space>`` (``stores.issuance.issuance_store``).
         clock: wall time, unix seconds (a record's ``at``).
         threads: the worker threads the ledger reads run in, at most
             :data:`~cotal_trio.http.faces.LEDGER_THREADS` at once; fresh for each instance.
@@ -149,7 +149,7 @@ def _refusal_logged(door: str, refusal: Refused) -> None:
 
 
 async def _finish_held(ctx: LifecycleDoors, target: LifecycleTarget, kind: LedgerKind) -> bool:
-    """Trio: :func:`~cotal_trio.lanes.lifecycle.finish_held_rows` in a worker thread within
+    """Trio: :func:`~cotal_trio.stores.lifecycle.finish_held_rows` in a worker thread within
     ``faces.LEDGER_READ_S``; True when a held row of this lifecycle was removed.
 
     Raises:

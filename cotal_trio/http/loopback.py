@@ -6,9 +6,9 @@ Closed, exact-match route table (anything else is a JSON 404, a wrong method a J
 ``GET /health``    ``{"ok": true, "issuer": "urn:cotal:auth:<space>"}``
 ``GET /jwks``      ``{"keys": [<public JWK>]}`` with ``Cache-Control: max-age=300``
 ``POST /exchange`` a bearer for an IdP token (human) or an actor token (agent)
-``GET /metrics``   the lane's Prometheus text (:mod:`cotal_trio.lanes.metrics`), when given
+``GET /metrics``   the lane's Prometheus text (:mod:`cotal_trio.lane.metrics`), when given
 ``GET /``          the status page (:mod:`cotal_trio.http.status_page`; capability once, then a cookie)
-``/events``        websocket: the host's live events (:mod:`cotal_trio.lanes.events`, docs/events.md),
+``/events``        websocket: the host's live events (:mod:`cotal_trio.lane.events`, docs/events.md),
                    when the lane has an event bus; a plain HTTP request to it is a JSON 426
 ``POST /tool-result-human-proof/verify``
                    host-only door: is ``{idpToken, subject}`` a fresh password proof of the
@@ -76,7 +76,7 @@ from cotal_trio.http.faces import (
 )
 from cotal_trio.http.mesh_routes import MANAGER_AUTHORITY_PATH, answer_mesh_route
 from cotal_trio.http.status_page import cookie_ok, face_port, session_cookie_name, status_routes
-from cotal_trio.lanes.events import EventBus
+from cotal_trio.lane.events import EventBus
 
 __all__ = ["EVENTS_PATH", "JWKS_MAX_AGE_S", "PROOF_PATH", "UNKNOWN_PATH", "build_loopback_app"]
 

@@ -74,7 +74,7 @@ def _ledger_threads() -> BlockingCalls:
 
 
 class RecordsPort(Protocol):
-    """What these doors use of ``lanes.records.RecordsStore`` (trio; each call is a checkpoint).
+    """What these doors use of ``stores.records.RecordsStore`` (trio; each call is a checkpoint).
 
     ``get_manager`` answers the registered instance ``mgr.<owner>.<instanceId>`` or None;
     ``create_record`` writes ``key`` create-only with a per-message TTL (seconds) and raises
@@ -95,7 +95,7 @@ class ManagerDoors:
         space: the space (the consent's ``aud``; ``iss`` is ``urn:cotal:auth:<space>``).
         read_ledger: :data:`~cotal_trio.core.ledger.ReadRows`; sync, a fresh read per call,
             blocking: the doors call it only from a worker thread of :attr:`threads`.
-        records: the space's records store (``lanes.records.RecordsStore``; :class:`RecordsPort`).
+        records: the space's records store (``stores.records.RecordsStore``; :class:`RecordsPort`).
         issuer_key: the space's active issuer key; signs consents.
         idp_pin: the pinned IdP; ``idp_pin.issuer`` keys owner derivation.
         idp_keys: ``() -> {kid: VerifyKey}``, the pinned IdP key set now; sync.

@@ -30,7 +30,7 @@ nothing by default, its one inline ``<style>`` and one inline ``<script>`` by SH
 
 The session token is ``HMAC-SHA256(key=capability, msg="cotal-status-session")`` in hex: it
 needs no state, it dies with the capability, and a cookie never reveals the capability. The
-capability is new at every lane start (``lanes/space.py``): a service restart, a lane retry
+capability is new at every lane start (``lane/run.py``): a service restart, a lane retry
 (broker gap, lost store) or a fenced plane claim, so any of them ends the session. ``/events``
 accepts it through :func:`cookie_ok`, under :func:`session_cookie_name` of its own port.
 

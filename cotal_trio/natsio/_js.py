@@ -131,7 +131,7 @@ ERRORS: Mapping[int, type[JetStreamError] | type[WrongLastSequence]] = {
 # stream whose cluster has lost quorum gets no answer to STREAM.INFO either (measured on a 3-node
 # nats-server cluster with two nodes killed), so no answer in time reads unreachable; a leader
 # answers in milliseconds. Every natsio user that publishes is allowed the probe (a callout
-# replica's store user: lanes/service_users.py, lanes/connect_authority.py).
+# replica's store user: lane/service_users.py, lane/callout/authority.py).
 PROBE_S = 0.5
 
 UNREACHABLE = "the store is unreachable: no stream leader - JetStream is electing or has lost quorum"

@@ -1,6 +1,6 @@
 """JetStream consumers, seen from trio: create a durable with its filter pinned, read it, pull, ack.
 
-What the space's wire layout (:mod:`cotal_trio.lanes.streams`, issue 6 items 1-2) needs beyond
+What the space's wire layout (:mod:`cotal_trio.stores.streams`, issue 6 items 1-2) needs beyond
 :mod:`._streams`: the provisioner pre-creates bind-only durables, and a principal binds one (its
 info, its pull requests, its acks) without ever creating or deleting a consumer.
 

@@ -1,6 +1,6 @@
 """KV key listing and self-expiring deletes, seen from trio (DESIGN.md section 8).
 
-What the issuance rows (:mod:`cotal_trio.lanes.issuance`) need beyond :mod:`._kv`:
+What the issuance rows (:mod:`cotal_trio.stores.issuance`) need beyond :mod:`._kv`:
 
 * :func:`kv_keys`: the keys under a prefix, for the full service's prune sweep. nats-py's
   ``KeyValue.keys()`` runs a watcher (an ordered consumer); this asks the stream instead

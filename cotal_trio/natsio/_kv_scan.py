@@ -1,7 +1,7 @@
 """One filtered read of a KV bucket, seen from trio (DESIGN.md section 8; issue 15 item 1).
 
 :func:`kv_entries`: the live entries whose keys match a pattern (``natkey.<owner>.<actor>.>``), so
-retiring one principal's issuance rows (:mod:`cotal_trio.lanes.lifecycle`) costs that principal's
+retiring one principal's issuance rows (:mod:`cotal_trio.stores.lifecycle`) costs that principal's
 rows, not the bucket's. The broker does the filtering: one ``STREAM.INFO`` with
 ``subjects_filter`` lists the matching keys (as :func:`~cotal_trio.natsio.kv_keys` does), then
 each listed key is read once, a few reads in flight at a time. It needs no consumer and no

@@ -1,6 +1,6 @@
 """JetStream streams with an exact shape, read by subject, backed up and deleted, seen from trio.
 
-What the issued-authority stores (:mod:`cotal_trio.lanes.issued`) need beyond :mod:`._kv`:
+What the issued-authority stores (:mod:`cotal_trio.stores.issued`) need beyond :mod:`._kv`:
 
 * :class:`StreamShape` and :func:`ensure_stream`: create a stream with an exact configuration
   (file storage, no limits, ``discard: new``, the append-only flags ``deny_delete``/

@@ -1,7 +1,7 @@
 """Reading a lane host's ``<manifest>.applied`` back, with its writer checked (issue 15 item 11).
 
 The host rewrites ``.applied`` on every change and lists no lane once it stops cleanly
-(lanes/host.py), but a host killed by SIGKILL leaves its last file behind, still saying
+(service/host.py), but a host killed by SIGKILL leaves its last file behind, still saying
 ``serving``. The file records its writer's pid (core/manifest.py): :func:`read_applied` checks
 that process is alive and started before the file was written (its mtime,
 :func:`~cotal_trio.state.liveness.pid_alive`), so every reader (``cotal status``, ``cotal space

@@ -180,7 +180,7 @@ class LedgerReader:
 
         It may be stale by any amount: a grant, re-grant or revoke since is not seen. The
         callout uses it only to skip its first read, and decides on a real read after the
-        issuance row (:class:`~cotal_trio.lanes.callout.CalloutResponder`).
+        issuance row (:class:`~cotal_trio.lane.callout.responder.CalloutResponder`).
         """
         return self._last.get((owner, actor))
 

@@ -1,10 +1,10 @@
 """The ledger reader from trio: each read of a row file in a worker thread (issue 15 item 7).
 
 Everything else in :mod:`cotal_trio.state` blocks; this is the one trio-side adapter, shared by
-the callout (``lanes/callout.py``), the exchange faces (``http/faces.py``) and the host doors
+the callout (``lane/callout/responder.py``), the exchange faces (``http/faces.py``) and the host doors
 (``http/manager_doors.py``, ``http/lifecycle_doors.py``), so a stalled disk
 holds the one request that reads it, never the trio thread a lane's callout and faces share.
-It lives here, below both ``lanes`` and ``http``, so both can import it (docs/architecture.md).
+It lives here, below ``stores``, ``lane`` and ``http``, so both can import it (docs/architecture.md).
 
 One exception, kept on purpose (issue 14 item 4, it removed the thread hop from every mint):
 :class:`LedgerPort` first asks a :class:`~cotal_trio.state.LedgerReader` its ``unchanged``
@@ -91,7 +91,7 @@ class LedgerPort:
     item 7). The trade-off (module docstring): a ``stat`` that hangs holds the caller's thread.
 
     :meth:`through_threads` is the same read always taken in a worker thread: the lane's
-    self-probe (``lanes/health.py``) reads through it, so it waits for a slot exactly as a
+    self-probe (``lane/health.py``) reads through it, so it waits for a slot exactly as a
     connect's read of a changed file does, and notices slots all held by stalled reads.
 
     Args:

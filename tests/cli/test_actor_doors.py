@@ -37,8 +37,8 @@ from cotal_trio.http.errors import UNAVAILABLE, install_edge
 from cotal_trio.http.faces import check_transport, read_json_body
 from cotal_trio.http.lifecycle_doors import LifecycleDoors, routes
 from cotal_trio.http.serve import serve_app
-from cotal_trio.lanes.issuance import KvRowStore, issuance_store
-from cotal_trio.lanes.records import RecordsStore, ensure_records_stores, records_bucket
+from cotal_trio.stores.issuance import KvRowStore, issuance_store
+from cotal_trio.stores.records import RecordsStore, ensure_records_stores, records_bucket
 from cotal_trio.natsio import Connection, delete_bucket, ensure_bucket, kv_get, open_connection, open_loop
 from cotal_trio.state import load_space, read_principal, row_path, write_json
 

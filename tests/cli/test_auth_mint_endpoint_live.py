@@ -3,7 +3,7 @@ callers"; docs/static-credentials.md).
 
 The endpoint host is a real NATS client of the space's data account: it answers ``describe`` with
 its surface, and answers a request carrying ``Cotal-Caller-Jwt`` only after
-``lanes.callers.check_caller_request`` (the intent read from the issued store, then the pure
+``ops.callers.check_caller_request`` (the intent read from the issued store, then the pure
 host check) passed; otherwise it answers the refusal.
 """
 
@@ -30,7 +30,7 @@ from cotal_trio.core import callers, natsjwt
 from cotal_trio.core.creds import parse_creds
 from cotal_trio.core.errors import ConfigError, RefusalCode, Refused
 from cotal_trio.core.nkeys import KeyPair, Prefix
-from cotal_trio.lanes.callers import (
+from cotal_trio.ops.callers import (
     IntentExists,
     IntentNotCreated,
     IntentUnsettled,

@@ -7,7 +7,7 @@ callout connection through the auth callout, which nothing answers, and refuses 
 ``Authorization Violation``. ``cotal auth-service`` must say what is wrong and how to mend it:
 re-push the space's accounts (``cotal space add`` re-signs and pushes them).
 
-The lane names it where its callout connect is refused (lanes/refusals.py), so a ``--spaces``
+The lane names it where its callout connect is refused (lane/refusals.py), so a ``--spaces``
 host shows the same sentence as the lane's ``retrying`` reason in ``.applied`` and its log,
 while its other space keeps serving.
 """
@@ -30,8 +30,8 @@ from cotal_trio.broker import provision
 from cotal_trio.broker.accounts import open_system_connection, push_accounts
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.natsio import open_loop
-from tests.lanes.test_auth_service_live import AUTH_TIMEOUT_S, start_mesh, write_manifest
-from tests.lanes.test_notify_live import Systemd, systemd  # noqa: F401 - a fixture
+from tests.service.test_auth_service_live import AUTH_TIMEOUT_S, start_mesh, write_manifest
+from tests.service.test_notify_live import Systemd, systemd  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -87,7 +87,7 @@ def _named(record: provision.AccountsRecord, root: str, server_url: str) -> str:
 async def test_a_hosted_space_missing_from_auth_users_is_named_in_applied_while_the_other_serves(
     nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str, systemd: tuple[str, Systemd]
 ):
-    """A ``--spaces`` host (under a fake systemd, tests/lanes/test_notify_live.py) names it as
+    """A ``--spaces`` host (under a fake systemd, tests/service/test_notify_live.py) names it as
     the lane's retrying reason in ``.applied``, its STATUS and its log; space b serves."""
     notify, unit = systemd
     collecting = trio.CancelScope()

@@ -20,7 +20,7 @@ import trio
 from cotal_trio.broker.config import write_config
 from cotal_trio.broker.process import free_port, run_nats_server
 from cotal_trio.cli import main
-from cotal_trio.lanes.hosting import ServiceConfig, run_service
+from cotal_trio.service.hosting import ServiceConfig, run_service
 from cotal_trio.state import RootPaths, load_broker
 
 pytestmark = pytest.mark.broker

@@ -130,7 +130,7 @@ def test_file_modes_are_findings(static, capsys):
 
 
 def test_a_write_in_progress_and_the_public_applied_file_are_not_findings(static, capsys):
-    """`.applied` is 0644 on purpose (lanes/host.py), and so is the temporary file of its atomic
+    """`.applied` is 0644 on purpose (service/host.py), and so is the temporary file of its atomic
     rewrite while a running host writes it: a doctor run at that moment once reported it."""
     for name in ("spaces.json.applied", ".spaces.json.applied.k2j4.tmp"):
         (static.paths.root / name).write_text("{}")

@@ -18,16 +18,13 @@ import trio
 
 from cotal_trio.cli import main
 from cotal_trio.core.managers import ManagerInstance
-from cotal_trio.lanes.records import RecordsStore, ensure_records_stores, records_bucket
-from cotal_trio.lanes.service_endpoints import open_store_user
+from cotal_trio.stores.records import RecordsStore, ensure_records_stores, records_bucket
+from cotal_trio.lane.service_endpoints import open_store_user
 from cotal_trio.natsio import Connection, delete_bucket, open_loop
 from cotal_trio.state import load_space
-from tests.lanes import conftest as lanes
-from tests.lanes.conftest import SPACE, Stack
+from tests.support.stack import SPACE, Stack
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
-
-stack = lanes.stack  # the running stack fixture of tests/lanes
 
 CEILING_S = 60
 SUB = "alice"

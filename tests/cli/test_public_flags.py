@@ -14,7 +14,7 @@ from cotal_trio.broker.spaces import hosted_entries
 from cotal_trio.cli import main
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.core.manifest import SpaceEntry, render_manifest
-from cotal_trio.lanes.embedded import UpConfig, prepare_root
+from cotal_trio.service.embedded import UpConfig, prepare_root
 from cotal_trio.state import IdpPinRecord, RootPaths, save_idp_pin
 
 NEEDS_PORT = "needs --exchange-public-port - add the public listener's port or remove"

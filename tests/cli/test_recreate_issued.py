@@ -17,9 +17,9 @@ import trio
 from cotal_trio.broker.process import free_port
 from cotal_trio.cli import main
 from cotal_trio.core.errors import ConfigError
-from cotal_trio.lanes.embedded import UpConfig, run_up
-from cotal_trio.lanes.issued import RECREATE_REMEDY, IssuedStores, issued_shapes
-from cotal_trio.lanes.service_endpoints import open_store_user
+from cotal_trio.service.embedded import UpConfig, run_up
+from cotal_trio.stores.issued import RECREATE_REMEDY, IssuedStores, issued_shapes
+from cotal_trio.lane.service_endpoints import open_store_user
 from cotal_trio.natsio import open_loop, stream_config
 from cotal_trio.state import RootPaths, load_space
 

@@ -4,7 +4,7 @@ A "running lane" here is the real loopback face (hypercorn on port 0 in pytest-t
 ``nursery``) serving a :class:`LaneMetrics`, published through an ``auth-service.json`` the test
 writes the way a lane does; ``.applied`` and ``up.lock`` are written as the host and ``cotal up``
 write them. ``main`` blocks, so it runs in a worker thread. The live version (a real broker and
-lane) is ``tests/lanes/test_metrics_live.py``.
+lane) is ``tests/lane/test_metrics_live.py``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from cotal_trio.cli import main
 from cotal_trio.core.callout_log import CalloutRecord, Outcome
 from cotal_trio.core.manifest import LaneStatus, render_applied
 from cotal_trio.http import build_loopback_app, serve_app
-from cotal_trio.lanes.callout import CalloutStatistics
-from cotal_trio.lanes.metrics import LaneMetrics
+from cotal_trio.lane.callout.responder import CalloutStatistics
+from cotal_trio.lane.metrics import LaneMetrics
 from cotal_trio.state import atomic_write, write_json
 
 from .conftest import SPACE, Root
@@ -186,7 +186,7 @@ async def test_a_lane_whose_health_says_it_cannot_answer_is_not_serving(root, nu
     status."""
     from types import SimpleNamespace
 
-    from cotal_trio.lanes.space import answer_health
+    from cotal_trio.lane.run import answer_health
 
     app = build_loopback_app(_context(root, secrets.token_hex(32)), metrics=LaneMetrics(SPACE).exposition)
     answer_health(app, SimpleNamespace(reason="a ledger read did not answer within 1.75 s"), SPACE)  # type: ignore[arg-type]

@@ -1,7 +1,7 @@
 """Issue 15 item 8 on a real ``cotal up`` process: SIGTERM drains the lanes, then the broker stops.
 
 ``python -m cotal_trio up --auth-timeout 4`` on a fresh root. ``HELD`` actors each have their
-ledger row replaced by a FIFO (tests/lanes/test_issuance_live.py's ``stall``): a callout's read
+ledger row replaced by a FIFO (tests/stores/test_issuance_live.py's ``stall``): a callout's read
 of it blocks in ``open()`` for real, as on a hung disk, and the test sees each blocked read as a
 thread of the process waiting in the kernel's ``wait_for_partner``. With every connect held
 there, the test sends SIGTERM (or SIGINT, a Ctrl-C), waits until the stop is under way (``auth-service.json`` is
@@ -9,7 +9,7 @@ gone, the first thing a lane's drain does) and only then answers the reads: ever
 must be admitted, and the process must exit 0 with its broker gone.
 
 The broker outlives the drain because ``run_up`` stops it only once the lane host has returned
-(lanes/embedded.py ``_run_broker``, shielded from the cancel once started). Checked: with that
+(service/embedded.py ``_run_broker``, shielded from the cancel once started). Checked: with that
 shield off, the held connects are refused (the broker went with the cancel).
 """
 
@@ -31,8 +31,8 @@ from cotal_trio.devidp import DevIdpMaterial, mint_dev_token
 from cotal_trio.natsio import open_connection, open_loop
 from cotal_trio.state import RootPaths, load_idp_pin, load_owner_secret, read_json, write_row
 from tests.cli.test_up_process import _start, _wait_gone, _wait_ready
-from tests.lanes.conftest import _post
-from tests.lanes.test_issuance_live import release, stall
+from tests.support.stack import _post
+from tests.stores.test_issuance_live import release, stall
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

@@ -215,7 +215,7 @@ def test_watch_model_only_shows_the_given_spaces_and_ignores_foreign_shapes():
 def test_a_failing_event_never_fails_the_answer(caplog):
     """STYLE practice 10: a bug building an event loses that event, never the callout answer or
     the exchange answer (their metrics are still counted)."""
-    from cotal_trio.lanes.events import EventBus, callout_hook, exchange_hook
+    from cotal_trio.lane.events import EventBus, callout_hook, exchange_hook
 
     counted: list[object] = []
     hook = callout_hook(counted.append, EventBus())

@@ -1,4 +1,4 @@
-"""The lifecycle doors (http/lifecycle_doors.py, lanes/lifecycle.py; spec "Host-only routes").
+"""The lifecycle doors (http/lifecycle_doors.py, stores/lifecycle.py; spec "Host-only routes").
 
 A quart-trio app of the doors alone, behind a guard that runs the loopback face's transport
 checks and reads the JSON body, driven through quart's test client. The ledger is real files
@@ -30,8 +30,8 @@ from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.http.errors import UNAVAILABLE, install_edge
 from cotal_trio.http.faces import check_transport, read_json_body
 from cotal_trio.http.lifecycle_doors import LifecycleDoors, routes
-from cotal_trio.lanes import lifecycle as lifecycle_lane
-from cotal_trio.lanes.issuance import MARKER_TTL_S
+from cotal_trio.stores import lifecycle as lifecycle_lane
+from cotal_trio.stores.issuance import MARKER_TTL_S
 from cotal_trio.natsio import KeyExists, KvEntry, WrongRevision
 from cotal_trio.state import SpacePaths, read_principal, row_path, write_row
 from tests.http.test_loopback import ceiling
@@ -61,7 +61,7 @@ class Log:
 
 @dataclass
 class FakeRecords:
-    """The records store's ``put_record``/``get_record`` (lanes.records.RecordsStore), in memory."""
+    """The records store's ``put_record``/``get_record`` (stores.records.RecordsStore), in memory."""
 
     log: Log
     values: dict[str, tuple[bytes, int | None]] = field(default_factory=dict)
@@ -93,7 +93,7 @@ def _matches(pattern: str, key: str) -> bool:
 
 @dataclass
 class FakeRows:
-    """The auth bucket's issuance port (lanes.issuance.RowStore), in memory: live values only.
+    """The auth bucket's issuance port (stores.issuance.RowStore), in memory: live values only.
     ``read`` lists every key whose value was handed out, by ``get`` or ``entries``."""
 
     log: Log

@@ -13,7 +13,7 @@ Two tests:
   scripted websocket): the page renders the event schema (hello lanes, dedupe by seq, the last
   five denial reasons, limit denials, percentiles), sends the session cookie and the face's
   own Origin on the websocket, and reconnects after a close without counting twice;
-* against a running ``cotal up`` (``stack`` from tests/lanes/conftest.py, a real nats-server)
+* against a running ``cotal up`` (``stack`` from tests/support/stack.py, a real nats-server)
   with two spaces (the second added live, as ``cotal space add`` does): both faces' pages open
   in one browser profile (one cookie jar for 127.0.0.1), each shows its own space and the
   other's lane state, both stay live after the other page is opened and after a reload, and
@@ -49,10 +49,10 @@ from cotal_trio.core.errors import RefusalCode, Refused
 from cotal_trio.http import serve_app
 from cotal_trio.http.errors import install_edge
 from cotal_trio.http.status_page import cookie_ok, session_cookie_name, status_routes
-from cotal_trio.lanes.pins import choose_pin
+from cotal_trio.service.pins import choose_pin
 from cotal_trio.state import read_json
-from tests.lanes.conftest import SPACE, Stack, client, stack  # noqa: F401 (stack is a fixture)
-from tests.lanes.test_up_hosts_spaces_live import Other, until_applied
+from tests.support.stack import SPACE, Stack, client, stack  # noqa: F401 (stack is a fixture)
+from tests.service.test_up_hosts_spaces_live import Other, until_applied
 
 START_S = 30  # chromium answering on its DevTools port
 PAGE_S = 30  # a page condition turning true

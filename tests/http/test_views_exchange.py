@@ -109,7 +109,7 @@ INSTANCE_WITHOUT_VIEW = {
 
 
 class FakeRecords:
-    """An in-memory ``faces.RecordsPort`` (``lanes.records.RecordsStore`` semantics: a present
+    """An in-memory ``faces.RecordsPort`` (``stores.records.RecordsStore`` semantics: a present
     manager row is live; ``list_managers(owner)`` answers that owner's rows sorted by key; a
     session row is written with ``session_row_ttl_s``). Each method is a trio checkpoint."""
 

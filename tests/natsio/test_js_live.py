@@ -62,8 +62,8 @@ async def test_refusals_are_typed_with_their_err_code(plain_broker: str) -> None
 
 
 async def test_read_admission_reads_a_missing_plane_bucket_as_none_by_its_type(plain_broker: str) -> None:
-    """lanes/service_endpoints.py catches StreamNotFound (issue 14 item 3: no `__cause__.err_code`)."""
-    from cotal_trio.lanes.service_endpoints import read_admission
+    """lane/service_endpoints.py catches StreamNotFound (issue 14 item 3: no `__cause__.err_code`)."""
+    from cotal_trio.lane.service_endpoints import read_admission
 
     with trio.fail_after(CEILING_S):
         async with open_loop(), open_connection(plain_broker) as conn:

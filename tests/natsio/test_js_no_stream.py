@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from cotal_trio.lanes.issuance import _bucket_errors
+from cotal_trio.stores.issuance import _bucket_errors
 from cotal_trio.natsio import BucketMissing, Message, NoResponders, StoreUnreachable, is_bucket_missing, js_publish, js_publish_many
 
 EXISTS = (

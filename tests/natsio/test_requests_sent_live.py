@@ -2,7 +2,7 @@
 ``Connection.requests_sent``, ``js_publishes_sent`` and ``IssuedStores.writes_sent``.
 
 The callout hands its issued-authority writes to the issuer session and awaits their acks later
-(lanes/callout.py ``_issue``); these halves must release their reply slots however the block
+(lane/callout/responder.py ``_issue``); these halves must release their reply slots however the block
 ends, drop a reply that arrives after, and give a session that cannot send an Unavailable per
 write instead of raising (a connect then gets no rows, never a refusal).
 """
@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from cotal_trio.core.errors import Unavailable
-from cotal_trio.lanes.issued import IssuedStores
+from cotal_trio.stores.issued import IssuedStores
 from cotal_trio.natsio import Message, js_publishes_sent, open_connection, open_loop
 
 pytestmark = pytest.mark.broker

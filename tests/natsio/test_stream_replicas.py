@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from cotal_trio.lanes.issued import issued_shapes
-from cotal_trio.lanes.streams import admission_shape
+from cotal_trio.stores.issued import issued_shapes
+from cotal_trio.stores.streams import admission_shape
 
 
 @pytest.mark.parametrize("replicas", [1, 3, 5])

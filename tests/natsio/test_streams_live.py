@@ -179,7 +179,7 @@ def test_a_shape_refuses_bad_values() -> None:
 @pytest.mark.parametrize("field", ["sources", "mirror", "republish", "subject_transform"])
 def test_a_stream_that_takes_or_sends_messages_elsewhere_has_drifted(field):
     # A store that sources messages from another stream would let others add rows to it.
-    from cotal_trio.lanes.issued import issued_shapes
+    from cotal_trio.stores.issued import issued_shapes
 
     issued, _ = issued_shapes("alpha")
     assert issued.drift(issued.config()) == ()

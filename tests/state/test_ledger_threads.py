@@ -76,7 +76,7 @@ def _corrupt() -> None:
 
 
 async def test_through_threads_reads_in_a_worker_thread_even_when_the_stat_check_would_answer():
-    """The lane's probe (lanes/health.py) must contend for the port's slots: ``through_threads``
+    """The lane's probe (lane/health.py) must contend for the port's slots: ``through_threads``
     never takes the inline ``unchanged`` answer; ``unchanged`` is the reader's, or None."""
     trio_thread = threading.get_ident()
     seen: list[int] = []

@@ -1,0 +1,330 @@
+"""``cotal auth-service``'s glue: one lane per space, from a root, for a host or alone.
+
+:func:`lane_factory` is the host's ``start_lane`` (``HostConfig.start_lane``): for a manifest
+entry it returns a startable that reads the space's IdP pin from the root, builds that space's
+:class:`~cotal_trio.lane.run.LaneConfig` and runs :func:`~cotal_trio.lane.run.run_lane`
+with the same ``task_status``. :func:`run_service` is what the CLI awaits (STYLE.md practice 25):
+a lane host on a manifest (``--spaces``) or one lane alone (``--space``).
+
+The auth service starts no broker and pushes no account: the broker at ``server_url`` must
+already trust each space's accounts (the operator pushes them; ``cotal up`` does for its space).
+
+IdP keys (full lanes only; a callout-only lane never verifies an IdP token, so a replica does not
+depend on the IdP being reachable): a ``dev`` pin takes its key set from ``<root>/devidp.json``;
+an ``oidc`` pin's JWKS is fetched once before the lane starts and re-read every
+``JWKS_REFRESH_S`` in the lane's own nursery (a failed re-read keeps the last good keys).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import NoReturn
+
+import trio
+from nacl.signing import VerifyKey
+
+from cotal_trio.core.admission import CalloutLimits
+from cotal_trio.core.errors import ConfigError
+from cotal_trio.core.events import lane_event
+from cotal_trio.core.idp import parse_jwks
+from cotal_trio.core.ledger import ReadRows
+from cotal_trio.core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimits
+from cotal_trio.core.manifest import SpaceEntry, public_face_problems
+from cotal_trio.devidp import jwks
+from cotal_trio.state import RootPaths, load_idp_pin
+from cotal_trio.lane.events import EventBus
+from cotal_trio.lane.health import PROBE_EVERY_S
+from cotal_trio.service.host import HostConfig, run_host
+from cotal_trio.service.idp_keys import IdpKeyCache, open_pinned_keys
+from cotal_trio.service.notify import ServiceNotifier
+from cotal_trio.service.pins import load_pinned_dev_idp
+from cotal_trio.lane.plane import holder_id
+from cotal_trio.lane.run import LaneConfig, LaneInfo, PublicFace, run_lane
+
+__all__ = [
+    "PUBLIC_FLAGS", "ServiceConfig", "ServiceInfo", "check_public_flags", "given_public_flags", "lane_factory",
+    "public_fields", "run_service",
+]
+
+log = logging.getLogger("cotal.host")
+
+Startable = Callable[..., object]
+
+# The public-face flags of `cotal auth-service --space` and `cotal up`, by the manifest key they
+# set; each is the SpaceEntry field of the same meaning (core/manifest.py).
+PUBLIC_FLAGS: Mapping[str, str] = MappingProxyType({
+    "exchangePublicPort": "--exchange-public-port",
+    "exchangePublicUrl": "--exchange-public-url",
+    "exchangeTrustedProxy": "--exchange-trusted-proxy",
+    "advertisedServer": "--advertised-server",
+})
+_PUBLIC_FIELDS: Mapping[str, str] = MappingProxyType({
+    "exchangePublicPort": "exchange_public_port",
+    "exchangePublicUrl": "exchange_public_url",
+    "exchangeTrustedProxy": "exchange_trusted_proxy",
+    "advertisedServer": "advertised_server",
+})
+
+
+def public_fields(config: object) -> dict[str, object]:
+    """``config``'s public-face settings as :class:`SpaceEntry` keyword arguments.
+
+    ``config`` has the four attributes of that name (:class:`ServiceConfig`,
+    :class:`~cotal_trio.service.embedded.UpConfig`).
+    """
+    return {name: getattr(config, name) for name in _PUBLIC_FIELDS.values()}
+
+
+def given_public_flags(fields: Mapping[str, object]) -> list[str]:
+    """The public-face flags set in ``fields`` (:func:`public_fields`), in flag order."""
+    return [PUBLIC_FLAGS[key] for key, name in _PUBLIC_FIELDS.items() if fields[name] is not None and fields[name] is not False]
+
+
+def check_public_flags(fields: Mapping[str, object]) -> None:
+    """Refuse public-face flags a manifest entry would refuse (the manifest's own rules).
+
+    Raises:
+        ConfigError: the first broken rule, one sentence naming the flag and its fix.
+    """
+    problems = public_face_problems(
+        port=fields["exchange_public_port"], url=fields["exchange_public_url"],
+        trusted_proxy=fields["exchange_trusted_proxy"], advertised_server=fields["advertised_server"],
+        names=PUBLIC_FLAGS, verb="pass",
+    )
+    if problems:
+        raise ConfigError(problems[0])
+
+
+def _refuse_public_flags(config: ServiceConfig) -> None:
+    """The public-face flags need ``--space`` and a full service (checked in this order)."""
+    given = given_public_flags(public_fields(config))
+    if not given:
+        return
+    flags = " and ".join(given)
+    if config.callout_only:
+        raise ConfigError(
+            f"{flags}: a callout-only replica has no exchange, so it has no public face"
+            f" - drop --callout-only or {'that flag' if len(given) == 1 else 'those flags'}"
+        )
+    if config.manifest is not None:
+        keys = " and ".join(f'"{key}"' for key, flag in PUBLIC_FLAGS.items() if flag in given)
+        raise ConfigError(
+            f"{flags} appl{'ies' if len(given) == 1 else 'y'} to --space only - with --spaces,"
+            f" set {keys} on the space's manifest entry instead"
+        )
+
+
+def lane_factory(
+    *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
+    clock: Callable[[], float] = time.time, reconnect: bool = True,
+    http_ports: Mapping[str, int] | None = None, dev_idp_url: str | None = None,
+    connect_limits: ConnectLimits = DEFAULT_LIMITS, events: EventBus | None = None,
+    wrap_ledger: Callable[[ReadRows], ReadRows] | None = None, probe_every_s: float = PROBE_EVERY_S,
+) -> Callable[[SpaceEntry], Startable]:
+    """The host's ``start_lane``: ``entry -> startable`` serving ``entry.space`` from ``root``.
+
+    The entry's ``serviceEndpoints``, ``toolResultConsent`` (full lanes) and public-face fields
+    (``exchangePublicPort`` and friends) go to the lane (:class:`~cotal_trio.lane.run.LaneConfig`).
+    ``http_ports`` fixes the loopback exchange port of the spaces it names (``cotal up
+    --http-port`` for its own space); every other full lane binds a free port and records it
+    in its ``auth-service.json``. A space must be pinned (``cotal up --space`` and ``cotal space
+    add`` pin it); an unpinned space's lane fails and is retried.
+    ``dev_idp_url`` is where the development IdP is served (``cotal up``), which a public face names.
+    ``connect_limits`` go to every lane (spec "Connect limits"; replicas keep the defaults).
+    ``events`` is the process's event bus, given to every lane (issue 7 item 1).
+    ``wrap_ledger`` and ``probe_every_s`` go to every lane (``LaneConfig``: a fault injected, and
+    the self-probe's pace, in tests).
+
+    The startable raises (before ``started``) ``ConfigError`` for missing or corrupt material
+    or pin, and ``Unavailable`` for an unreachable broker or IdP; the host then marks the lane
+    ``retrying``.
+    """
+    holders: dict[str, str] = {}  # one plane claim holder id per space, across restarts
+
+    def start_lane(entry: SpaceEntry) -> Startable:
+        config = LaneConfig(
+            space=entry.space, paths=root.space(entry.space), server_url=server_url, idp_keys=_no_keys,
+            limits=limits, callout_only=callout_only, clock=clock, reconnect=reconnect,
+            http_port=(http_ports or {}).get(entry.space, 0), service_endpoints=entry.service_endpoints,
+            public=PublicFace.of(entry), dev_idp_url=dev_idp_url, connect_limits=connect_limits,
+            holder=holders.setdefault(entry.space, holder_id()),
+            tool_result_consent=entry.tool_result_consent and not callout_only, events=events,
+            wrap_ledger=wrap_ledger, probe_every_s=probe_every_s,
+        )
+        return functools.partial(_run_space, config, root=root)
+    return start_lane
+
+
+async def _run_space(
+    config: LaneConfig, *, root: RootPaths,
+    task_status: trio.TaskStatus[LaneInfo] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve ``config.space`` until cancelled (startable; ``started`` with its :class:`LaneInfo`).
+
+    ``config.idp_keys`` is replaced here by the space's pinned key set (full lanes).
+    """
+    async with trio.open_nursery() as nursery:
+        if not config.callout_only:
+            keys = await _idp_keys(nursery, root, config.space)
+            config = dataclasses.replace(config, idp_keys=keys.keys, refetch_idp_keys=keys.refetch)
+        await run_lane(config, task_status=task_status)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _no_keys() -> Mapping[str, VerifyKey]:
+    return {}
+
+
+async def _idp_keys(nursery: trio.Nursery, root: RootPaths, space: str) -> IdpKeyCache:
+    """The key set of ``space``'s pinned IdP (an oidc pin's is refreshed in ``nursery``, and
+    re-read for an unknown ``kid``; a dev pin's never changes).
+
+    Raises:
+        ConfigError: no pin, a corrupt pin or ``devidp.json``, or a dev pin naming another IdP.
+        Unavailable: the oidc pin's JWKS could not be read in time.
+    """
+    pin = load_idp_pin(root.space(space).idp_json)
+    if pin.kind == "dev":
+        return IdpKeyCache(parse_jwks(jwks(load_pinned_dev_idp(root, space, pin.issuer))))
+    return await open_pinned_keys(pin.jwks_uri, nursery)
+
+
+# --- the service: a host on a manifest, or one lane ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceConfig:
+    """``cotal auth-service``'s flags as a value.
+
+    Attributes:
+        root: the root holding each space's material.
+        server_url: the broker, which already trusts the spaces' accounts.
+        space: serve this one space alone (exclusive with ``manifest``).
+        manifest: serve the spaces this manifest lists, live (exclusive with ``space``).
+        callout_only: replica lanes: no HTTP face, no ``auth-service.json``.
+        service_endpoints: with ``space``, open its service-endpoint admission (nothing closes
+            it); a manifest sets ``serviceEndpoints`` per entry instead.
+        exchange_public_port, exchange_public_url, exchange_trusted_proxy, advertised_server:
+            with ``space``, its public face (``--exchange-public-port`` and friends). They
+            become the fields of the space's :class:`SpaceEntry`, so the lane gets its face
+            exactly as a manifest entry gives it one; a manifest sets them per entry instead.
+        limits: callout limits (the broker's auth timeout).
+        connect_limits: the hosted composition's ``connectLimits`` (spec "Connect limits"); no
+            flag sets them.
+        clock: wall time, unix seconds.
+
+    Raises:
+        ConfigError: neither or both of ``space`` and ``manifest``; ``service_endpoints`` or a
+            public-face setting with ``callout_only`` or with ``manifest``; connect limits other
+            than the defaults with ``callout_only``; a public-face setting the manifest would
+            refuse (:func:`check_public_flags`).
+    """
+
+    root: RootPaths
+    server_url: str
+    space: str | None = None
+    manifest: Path | None = None
+    callout_only: bool = False
+    service_endpoints: bool = False
+    exchange_public_port: int | None = None
+    exchange_public_url: str | None = None
+    exchange_trusted_proxy: bool = False
+    advertised_server: str | None = None
+    limits: CalloutLimits = field(default_factory=CalloutLimits)
+    connect_limits: ConnectLimits = DEFAULT_LIMITS
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        if (self.space is None) == (self.manifest is None):
+            raise ConfigError("pass exactly one of --space (one space) and --spaces (a manifest of spaces)")
+        if self.service_endpoints and self.callout_only:
+            raise ConfigError(
+                "--service-endpoints needs the full auth service, and a callout-only replica cannot"
+                " issue service-endpoint connections - drop --callout-only or --service-endpoints"
+            )
+        if self.callout_only and self.connect_limits != DEFAULT_LIMITS:
+            raise ConfigError(REPLICA_LIMITS)
+        if self.service_endpoints and self.manifest is not None:
+            raise ConfigError(
+                "--service-endpoints applies to --space only - with --spaces, set"
+                ' "serviceEndpoints": true on the space\'s manifest entry instead'
+            )
+        _refuse_public_flags(self)
+        check_public_flags(public_fields(self))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceInfo:
+    """A started service: the host's manifest and its ``.applied`` file and spaces, or one lane.
+
+    Attributes:
+        spaces: the spaces being started or served.
+        manifest: the manifest (``None`` for one space).
+        applied: ``<manifest>.applied`` (``None`` for one space).
+        lane: the single lane's :class:`LaneInfo` (``None`` for a host).
+    """
+
+    spaces: tuple[str, ...]
+    manifest: Path | None = None
+    applied: Path | None = None
+    lane: LaneInfo | None = None
+
+
+async def run_service(
+    config: ServiceConfig, *, task_status: trio.TaskStatus[ServiceInfo] = trio.TASK_STATUS_IGNORED
+) -> NoReturn:
+    """Run the auth service until cancelled (startable; ``started`` with a :class:`ServiceInfo`).
+
+    With a manifest, a lane failure is retried by the host and never ends this function. With
+    one space, a lane failure propagates (a single-space replica exits non-zero).
+
+    Under systemd (``$NOTIFY_SOCKET``) it sends READY once every lane has its outcome (serving,
+    or retrying with its reason), STATUS on lane changes, WATCHDOG pings and STOPPING when
+    cancelled (:mod:`cotal_trio.service.notify`).
+
+    Raises:
+        ConfigError, Unavailable: one space's lane could not start, or ended.
+    """
+    events = EventBus(clock=config.clock)  # one per process: the lanes' /events (issue 7 item 1)
+    start_lane = lane_factory(
+        root=config.root, server_url=config.server_url, limits=config.limits,
+        callout_only=config.callout_only, clock=config.clock, connect_limits=config.connect_limits,
+        reconnect=config.manifest is not None,  # one space: a lost broker ends the process
+        events=events,
+    )
+    notifier = ServiceNotifier.from_environ()  # systemd's Type=notify (service/notify.py; issue 7 item 4)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(notifier.run)
+        if config.manifest is None:
+            assert config.space is not None  # __post_init__
+            entry = SpaceEntry(space=config.space, service_endpoints=config.service_endpoints, **public_fields(config))
+            events.publish(lane_event(config.space, "starting"))
+            lane = await nursery.start(start_lane(entry))
+            events.publish(lane_event(config.space, "serving"))
+            notifier.serving(config.space)
+            task_status.started(ServiceInfo(spaces=(config.space,), lane=lane))
+        else:
+            host = await nursery.start(run_host, HostConfig(
+                manifest=config.manifest, start_lane=start_lane, callout_only=config.callout_only,
+                clock=config.clock, events=events,
+            ))
+            nursery.start_soon(notifier.follow, host)
+            task_status.started(ServiceInfo(
+                spaces=tuple(host.current_states()), manifest=config.manifest,
+                applied=_applied(config.manifest),
+            ))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _applied(manifest: Path) -> Path:
+    """``<manifest>.applied``, as the host writes it (beside the manifest's own path)."""
+    path = Path(os.path.abspath(manifest))
+    return path.with_name(path.name + ".applied")
