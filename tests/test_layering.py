@@ -84,7 +84,8 @@ def _targets(rel: str, node: ast.Import | ast.ImportFrom, modules: set[str]) -> 
     """The cotal_trio modules one import statement names (others are not this check's business).
 
     ``from P import name`` names the module ``P.name`` when that is a module (a subpackage named
-    as an imported name counts as importing it), else ``P`` itself.
+    as an imported name counts as importing it), else ``P`` itself; from the face it names
+    ``cotal_trio.<name>`` (so ``cotal_trio.__version__`` can be told from the lazy exports).
     """
     if isinstance(node, ast.Import):
         for alias in node.names:
@@ -99,7 +100,8 @@ def _targets(rel: str, node: ast.Import | ast.ImportFrom, modules: set[str]) -> 
     if source != TOP and not source.startswith(TOP + "."):
         return
     for alias in node.names:
-        yield f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source
+        named = f"{source}.{alias.name}"
+        yield named if named in modules or source == TOP else source
 
 
 def edges(sources: Mapping[str, str]) -> list[Edge]:
@@ -114,9 +116,13 @@ def edges(sources: Mapping[str, str]) -> list[Edge]:
 
 
 def _folder_of(target: str) -> str | None:
-    """``cotal_trio.lane.run`` -> ``lane``; ``cotal_trio`` (the face) -> None."""
+    """``cotal_trio.lane.run`` -> ``lane``; the face (``cotal_trio``, its ``__version__``) -> None.
+
+    Any other name of the face (its lazy exports, which reach into lane/) is no folder of RANKS,
+    so importing it is reported.
+    """
     parts = target.split(".")
-    return parts[1] if len(parts) > 1 else None
+    return parts[1] if len(parts) > 1 and target != f"{TOP}.__version__" else None
 
 
 def _may_import(folder: str) -> list[str]:
@@ -309,11 +315,18 @@ def test_the_checker_reports_a_relative_upward_import():
     ]
 
 
-def test_the_checker_reports_a_subpackage_named_as_an_import():
+def test_the_checker_reports_a_subpackage_named_as_an_import_and_spares_only_the_version():
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cotal_trio import natsio\n"
-    planted = {**STUBS, "core/y.py": source, "core/z.py": "from cotal_trio import __version__\n"}
+    planted = {
+        **STUBS,
+        "core/y.py": source,
+        "core/z.py": "import cotal_trio\nfrom cotal_trio import __version__\n",
+        "stores/w.py": "from .. import admits_service_endpoints\n",
+    }
     assert order_violations(planted) == [
-        "core/y.py imports cotal_trio.natsio (line 3): core may import only core; move the shared part down"
+        "core/y.py imports cotal_trio.natsio (line 3): core may import only core; move the shared part down",
+        "stores/w.py imports cotal_trio.admits_service_endpoints (line 1): stores may import only core, natsio, "
+        "state, broker, stores; move the shared part down",
     ]
 
 
