@@ -6,23 +6,56 @@ chain to its authority root, checking each hop's scope, role and channel pattern
 (:func:`cotal_trio.core.ledger.authorize_agent_exchange`) run it; the rows come from a
 :data:`~cotal_trio.core.ledger.RowLookup` port the shell reads fresh.
 
+The walk reads a row through :class:`Grant`, the fields it needs, so this module imports nothing
+of ``ledger.py`` and ``ledger.py`` imports it one way (issue 16: no circles).
+
 Pure and synchronous.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from cotal_trio.core.errors import RefusalCode, Refused
 from cotal_trio.core.identity import split_principal
 
-if TYPE_CHECKING:  # ledger.py imports this module: the row types are for annotations only
-    from cotal_trio.core.ledger import LedgerRow, RowLookup
-
-__all__ = ["ADMIN_SCOPE", "check_within_spawner_grant", "pattern_contains"]
+__all__ = ["ADMIN_SCOPE", "Grant", "check_within_spawner_grant", "pattern_contains"]
 
 # A spawner holding this scope is an authority root: the envelope walk stops there.
 ADMIN_SCOPE = "admin"
+
+
+class Grant(Protocol):
+    """What the envelope walk reads of a ledger row (a :class:`~cotal_trio.core.ledger.LedgerRow` is one).
+
+    Attributes:
+        principal: ``<owner>.<actor>``.
+        owner: derived owner ``u_…``.
+        parent: ``<owner>.<actor>`` of the spawner, or ``None``.
+        scope: scope tokens (``admin``, ``spawn``, ``role:<r>`` …).
+        allow_subscribe, allow_publish: channel patterns.
+        role: role name or ``None``.
+    """
+
+    @property
+    def principal(self) -> str: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def parent(self) -> str | None: ...
+    @property
+    def scope(self) -> tuple[str, ...]: ...
+    @property
+    def allow_subscribe(self) -> tuple[str, ...]: ...
+    @property
+    def allow_publish(self) -> tuple[str, ...]: ...
+    @property
+    def role(self) -> str | None: ...
+
+
+# The row type the caller passes in comes back out (the root is one of its rows).
+RowT = TypeVar("RowT", bound=Grant)
 
 
 def _not_granted(sentence: str) -> Refused:
@@ -51,7 +84,7 @@ def _acl_within(child: tuple[str, ...], parent: tuple[str, ...]) -> list[str]:
     return [p for p in child if not any(pattern_contains(outer, p) for outer in parent)]
 
 
-def _check_hop(child: LedgerRow, parent: LedgerRow) -> None:
+def _check_hop(child: Grant, parent: Grant) -> None:
     """One envelope hop: the child holds nothing its spawner does not."""
     fix = f"narrow the grant of {child.principal} or widen its spawner {parent.principal}"
     wider = sorted(set(child.scope) - set(parent.scope))
@@ -68,7 +101,7 @@ def _check_hop(child: LedgerRow, parent: LedgerRow) -> None:
         raise _not_granted(f"{child.principal} has role {child.role} but its spawner lacks scope role:{child.role} - {fix}")
 
 
-def _spawner_row(child: LedgerRow, lookup: RowLookup, seen: set[str]) -> LedgerRow:
+def _spawner_row(child: RowT, lookup: Callable[[str, str], RowT | None], seen: set[str]) -> RowT:
     assert child.parent is not None
     parent_owner, parent_actor = split_principal(child.parent)
     if parent_owner != child.owner:
@@ -82,7 +115,7 @@ def _spawner_row(child: LedgerRow, lookup: RowLookup, seen: set[str]) -> LedgerR
     return parent
 
 
-def check_within_spawner_grant(row: LedgerRow, lookup: RowLookup) -> LedgerRow:
+def check_within_spawner_grant(row: RowT, lookup: Callable[[str, str], RowT | None]) -> RowT:
     """Walk ``row``'s spawner chain to its authority root (upstream ``assertWithinSpawnerGrant``).
 
     From ``row``, follow ``parent`` links. Each hop must stay with the same owner and must not
@@ -94,8 +127,9 @@ def check_within_spawner_grant(row: LedgerRow, lookup: RowLookup) -> LedgerRow:
     spawner's scope. Used by the CLI's managed grant and by every agent exchange.
 
     Args:
-        row: the row to check (normally managed).
-        lookup: ``lookup(owner, actor)`` returning the fresh row of either kind, or ``None``.
+        row: the row to check (normally managed): a :class:`Grant`, in practice a ``LedgerRow``.
+        lookup: ``lookup(owner, actor)`` returning the fresh row of either kind, or ``None``
+            (a :data:`~cotal_trio.core.ledger.RowLookup`).
 
     Returns:
         The authority root row (``row`` itself when it has no parent).

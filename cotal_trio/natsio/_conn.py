@@ -589,14 +589,26 @@ def _answer(subject: str, slot: _Reply) -> Message | Unavailable:
 async def _finish_stepped(coro: Coroutine[Any, Any, None], awaited: Any, subject: str) -> None:
     """Asyncio-flavoured: run a coroutine that suspended on ``awaited`` after one manual step.
 
-    Plays the part of the task that would have run it: wait for what it awaits, then resume it
-    (the awaited future's result or exception is read by the coroutine itself when resumed).
+    Plays the part of the task that would have run it, as asyncio's ``Task`` does: wait for the
+    future it yielded, then resume it (the coroutine reads the future's result or exception
+    itself). A cancel of this task is thrown into the coroutine, as under its own task, so the
+    publish stops there and this task ends cancelled.
     """
     try:
         while True:
             try:
-                await awaited
-            except BaseException:  # noqa: BLE001 - the coroutine reads the outcome itself
+                if awaited is None:  # a bare yield (``asyncio.sleep(0)``): one loop round
+                    await asyncio.sleep(0)
+                else:
+                    # Future.__await__ marked the future blocking when it yielded it to our manual
+                    # step; a task clears that mark before it waits (Task.__step), else awaiting
+                    # it again fails at once with "await wasn't used with future".
+                    awaited._asyncio_future_blocking = False
+                    await awaited
+            except asyncio.CancelledError as cancel:  # ours, or the future's: the coroutine's to see
+                awaited = coro.throw(cancel)
+                continue
+            except Exception:  # noqa: BLE001 - the future's failure: the coroutine reads it itself
                 pass
             awaited = coro.send(None)
     except StopIteration:

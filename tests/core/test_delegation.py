@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cotal_trio.core.delegation import check_within_spawner_grant, pattern_contains
+from cotal_trio.core.delegation import Grant, check_within_spawner_grant, pattern_contains
 from cotal_trio.core.errors import RefusalCode, Refused
 from cotal_trio.core.ledger import LedgerRow
 
@@ -25,6 +25,17 @@ def child(**overrides) -> LedgerRow:
     fields = {"actor": "kid", "parent": f"{OWNER}.root", "scope": ("spawn",),
               "allow_subscribe": ("team.a.b",), "allow_publish": ("team.x",)}  # fmt: skip
     return managed(**{**fields, **overrides})
+
+
+def test_a_ledger_row_is_a_grant():
+    # The walk reads rows through the Grant protocol (no import of ledger.py, issue 16): every
+    # field it reads is a LedgerRow field or property of the same value.
+    fields = sorted(name for name in vars(Grant) if not name.startswith("_"))
+    assert fields == ["allow_publish", "allow_subscribe", "owner", "parent", "principal", "role", "scope"]
+    assert {name: getattr(ROOT, name) for name in fields} == {
+        "allow_publish": ("team.*",), "allow_subscribe": ("team.>",), "owner": OWNER, "parent": None,
+        "principal": f"{OWNER}.root", "role": None, "scope": ("spawn", "run", "role:worker"),
+    }  # fmt: skip
 
 
 def test_envelope_accepts_contained_chains():

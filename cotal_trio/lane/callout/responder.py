@@ -311,7 +311,7 @@ class CalloutResponder:
         would need a hook in the workers, the deadline keeper and the withdrawals alike, and only
         a stopping lane waits here (at most ``DRAIN_S / DRAIN_POLL_S`` looks, once per stop).
         """
-        while self._queue or self._stats.in_flight or self._withdrawing or any(
+        while self._queue or self._stats.in_flight or self._withdrawing or any(  # noqa: ASYNC110 - the docstring's why
             not pending.answered for pending in self._pending
         ):
             await trio.sleep(DRAIN_POLL_S)
