@@ -52,8 +52,9 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 from quart import request, websocket
 from quart_trio import QuartTrio
@@ -76,9 +77,8 @@ from cotal_trio.http.faces import (
 )
 from cotal_trio.http.mesh_routes import MANAGER_AUTHORITY_PATH, answer_mesh_route
 from cotal_trio.http.status_page import cookie_ok, face_port, session_cookie_name, status_routes
-from cotal_trio.lane.events import EventBus
 
-__all__ = ["EVENTS_PATH", "JWKS_MAX_AGE_S", "PROOF_PATH", "UNKNOWN_PATH", "build_loopback_app"]
+__all__ = ["EVENTS_PATH", "JWKS_MAX_AGE_S", "PROOF_PATH", "UNKNOWN_PATH", "EventFeed", "EventSource", "build_loopback_app"]
 
 PROOF_PATH = "/tool-result-human-proof/verify"
 EVENTS_PATH = "/events"
@@ -164,10 +164,34 @@ class _LoopbackFace:
         return answer_password_proof(self._ctx, body, admit_refusal=self._refusals.try_acquire)
 
 
+class EventFeed(Protocol):
+    """One consumer's feed of an :class:`EventSource` (``lane.events.Subscription`` is one).
+
+    Attributes:
+        events: the stamped events (JSON-ready mappings), the hello first; the iteration ends
+            once the consumer is dropped and drained.
+        reason: why the source dropped this consumer (a slow consumer), or None.
+    """
+
+    @property
+    def events(self) -> AsyncIterable[Mapping[str, Any]]: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+
+class EventSource(Protocol):
+    """The port ``/events`` streams from (``lane.events.EventBus`` is one; the lane passes it):
+    ``subscribe(space)`` enters a feed of the events the face of ``space`` streams, removed on exit.
+    """
+
+    def subscribe(self, space: str | None) -> AbstractAsyncContextManager[EventFeed]: ...
+
+
 class _EventsDoor:
     """``/events``: the lane's event bus over a websocket (issue 7 item 1; docs/events.md)."""
 
-    def __init__(self, face: _LoopbackFace, ctx: ExchangeContext, bus: EventBus) -> None:
+    def __init__(self, face: _LoopbackFace, ctx: ExchangeContext, bus: EventSource) -> None:
         self._face, self._ctx, self._bus = face, ctx, bus
 
     def _refusal(self) -> tuple[dict[str, object], int, dict[str, str]] | None:
@@ -233,7 +257,7 @@ capability, then the JSON body) and its shared refused-request window."""
 
 def build_loopback_app(
     ctx: ExchangeContext, *, metrics: Callable[[], tuple[bytes, str]] | None = None, doors: Sequence[DoorTable] = (),
-    events: EventBus | None = None,
+    events: EventSource | None = None,
 ) -> QuartTrio:
     """Build the loopback face for one space (DESIGN 7; upstream-notes 4.1).
 
@@ -244,8 +268,9 @@ def build_loopback_app(
             path is a 404.
         doors: host-only door tables (:data:`DoorTable`), each given the face's guard and
             its shared window; a door path is served only when a table names it.
-        events: the host's event bus, streamed on the ``/events`` websocket (module
-            docstring); without it that path is a 404.
+        events: the host's event source (an :class:`EventSource` port: the lane passes its
+            ``EventBus``), streamed on the ``/events`` websocket (module docstring); without
+            it that path is a 404.
 
     Returns:
         A quart-trio app; serve it with :func:`cotal_trio.http.serve.serve_app`. Each call
