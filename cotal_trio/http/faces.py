@@ -36,7 +36,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 import trio
@@ -58,9 +58,14 @@ from cotal_trio.core.bridge import (
 )
 from cotal_trio.core.errors import CodecError, ConfigError, RateLimited, RefusalCode, Refused, Unavailable
 from cotal_trio.core.exchange import (
+    MANAGER_CALLER,
     AgentExchange,
+    ExchangeFacts,
+    ExchangeStep,
     HumanExchange,
     agent_bearer_ttl,
+    decide_exchange,
+    exchange_arm,
     grant_from_row,
     parse_exchange_body,
 )
@@ -77,7 +82,7 @@ from cotal_trio.core.ledger import (
 from cotal_trio.core.limits import Limited
 from cotal_trio.core.managers import SHED_PINNED, SHED_UNPINNED, ManagerInstance, SelectionRefused, select_manager
 from cotal_trio.core.sessions import ChatSession
-from cotal_trio.core.views import SessionBinding, TransferTarget, check_exchange_view, check_view_scope, view_ttl_cap
+from cotal_trio.core.views import SessionBinding, TransferTarget, view_ttl_cap
 from cotal_trio.core.windows import WindowLru
 from cotal_trio.http.errors import BODY_TOO_LARGE, LOGGER, MAX_BODY_BYTES, REFUSAL_STATUS, Handler, Rejected
 from cotal_trio.state import row_lookup
@@ -148,7 +153,6 @@ class RecordsPort(Protocol):
     async def retire_session(self, session_id: str) -> bool: ...
 
 
-MANAGER_CALLER = "manager-caller"
 SESSION_CALLER = "session-caller"
 
 
@@ -267,11 +271,6 @@ class ExchangeContext:
         limited = None if self.peek_limits is None else self.peek_limits(owner, actor)
         if limited is not None:
             raise limited.error()
-
-
-def exchange_arm(request: HumanExchange | AgentExchange) -> str:
-    """``"agent"`` or ``"human"``: which arm a parsed request takes (for the refusal log line)."""
-    return "agent" if isinstance(request, AgentExchange) else "human"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -605,9 +604,11 @@ async def answer_exchange(
 ) -> tuple[dict[str, Any], int, dict[str, str]]:
     """Trio: answer one ``POST /exchange`` body: parse it, mint, or refuse within the face's budget.
 
-    Order (upstream-notes 3.5, 3.4): parse; the view against the face and arm (400, before any
-    ledger read); the credential and its ledger grant; the view's required scope; for
-    ``manager-caller`` the manager selection (:func:`select_manager_for`); connect limits; sign.
+    Order (upstream-notes 3.5, 3.4): parse, then :func:`~cotal_trio.core.exchange.decide_exchange`'s
+    (the view against the face and arm, 400 before any ledger read; the credential and its
+    ledger grant; the view's required scope; for ``manager-caller`` the manager selection,
+    :func:`select_manager_for`; provisioning; connect limits; sign). This function does the
+    steps' I/O and the answer.
 
     Reads ``ctx.clock()`` after the body arrived, to check the IdP token and date refusals,
     and again just before signing (waiting shortens the bearer, never extends it). A refusal (a
@@ -646,25 +647,7 @@ async def answer_exchange(
         arm = exchange_arm(parsed)
         if tally is not None:
             tally.arm = arm
-        check_exchange_view(parsed.view, face=face, arm=arm)
-        caller = await authenticate(ctx, parsed, now=now)
-        view = ViewGrant(view=parsed.view, transfer_writer=getattr(parsed, "transfer_writer", None))
-        extra: dict[str, object] = {}
-        if parsed.view is not None:
-            check_view_scope(
-                parsed.view, row_scope=caller.row.scope, bearer_scope=caller.row.scope, owner=caller.owner,
-                actor=caller.row.actor,
-            )
-        if parsed.view == MANAGER_CALLER:
-            instance = await select_manager_for(
-                ctx, caller, parsed.manager_instance_id, face=face, windows=selection_windows, now=now
-            )
-            view = ViewGrant(view=MANAGER_CALLER, manager_instance_id=instance.instance_id)
-            extra["managerInstanceId"] = instance.instance_id
-        if parsed.view is None and ctx.provision is not None:
-            ctx.check_limits(caller.row.owner, caller.row.actor)  # a limited caller provisions nothing
-            await ctx.provision(caller.row)
-        minted = mint_for(ctx, caller, ttl_s=parsed.ttl_s, view=view, extra=extra)
+        minted = await _performed(ctx, parsed, face=face, windows=selection_windows, now=now)
     except RateLimited as limited:  # not a refused exchange: no budget spent (spec "Connect limits")
         LOGGER.info("auth-service: rate-limited %s exchange: %s", arm, limited.detail)
         raise
@@ -674,6 +657,38 @@ async def answer_exchange(
     except Refused as refusal:
         raise _throttled(ctx, refusal, arm=arm, source=_source(peer), admitted=admit_refusal(now)) from None
     return minted.body(), 200, {"Cache-Control": "no-store"}
+
+
+async def _performed(
+    ctx: ExchangeContext, parsed: HumanExchange | AgentExchange, *, face: str, windows: WindowLru | None, now: float
+) -> Minted:
+    """Trio: perform each step :func:`~cotal_trio.core.exchange.decide_exchange` names, in its
+    order, and mint once it says so; the refusals are the steps' own (:func:`answer_exchange`)."""
+    facts = ExchangeFacts(face=face, provisioning=ctx.provision is not None)
+    caller: Caller | None = None
+    for _ in ExchangeStep:  # each step records one fact, so MINT comes within as many rounds
+        step = decide_exchange(parsed, facts)
+        if step is ExchangeStep.AUTHENTICATE:
+            caller = await authenticate(ctx, parsed, now=now)
+            facts = replace(facts, row=caller.row)
+            continue
+        assert caller is not None  # every later step follows AUTHENTICATE
+        if step is ExchangeStep.SELECT_MANAGER:
+            instance = await select_manager_for(ctx, caller, parsed.manager_instance_id, face=face, windows=windows, now=now)
+            facts = replace(facts, manager_instance_id=instance.instance_id)
+        elif step is ExchangeStep.PROVISION:
+            assert ctx.provision is not None  # decided only when the face provisions
+            ctx.check_limits(caller.row.owner, caller.row.actor)  # a limited caller provisions nothing
+            await ctx.provision(caller.row)
+            facts = replace(facts, provisioned=True)
+        else:
+            chosen = facts.manager_instance_id
+            view = ViewGrant(
+                view=parsed.view, manager_instance_id=chosen, transfer_writer=getattr(parsed, "transfer_writer", None)
+            )
+            extra: dict[str, object] = {} if chosen is None else {"managerInstanceId": chosen}
+            return mint_for(ctx, caller, ttl_s=parsed.ttl_s, view=view, extra=extra)
+    raise AssertionError(f"decide_exchange named no mint within {len(ExchangeStep)} steps")
 
 
 def _source(peer: str | None) -> str:
