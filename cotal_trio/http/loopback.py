@@ -12,7 +12,7 @@ Closed, exact-match route table (anything else is a JSON 404, a wrong method a J
                    when the lane has an event bus; a plain HTTP request to it is a JSON 426
 ``POST /tool-result-human-proof/verify``
                    host-only door: is ``{idpToken, subject}`` a fresh password proof of the
-                   host's session subject? (``faces.answer_password_proof``; decides only)
+                   host's session subject? (``face_routes.answer_password_proof``; decides only)
 ``POST /manager-service-authority``
                    register or retire a manager instance (``mesh_routes.py``)
 the other doors    ``/interactive-lifecycle/retire``, ``/managed-lifecycle/activate``,
@@ -31,7 +31,7 @@ local reader learns load, not who connects.
 browser may drive this face); ``Content-Type`` must start with ``application/json`` (415);
 ``Authorization: Bearer <capability>`` must match (401; its own 30-per-60-s window, then 429);
 the body is at most 65536 bytes (413); it must be JSON (400). Then the exchange itself
-(``faces.py``, shared with the public face). Every refusal from the body on counts against one
+(``face_routes.py``, shared with the public face). Every refusal from the body on counts against one
 shared refused-exchange window (spec "Listener policy": 30 per rolling 60 s); once it is full a
 refusal answers 429 instead of its reason, while a valid credential still mints. The proof door
 takes the same pre-checks and counts its refusals in the same window.
@@ -64,19 +64,18 @@ from cotal_trio.core.errors import RefusalCode, Refused
 from cotal_trio.core.events import SLOW_CONSUMER_CODE
 from cotal_trio.core.windows import SlidingWindow
 from cotal_trio.http.errors import Handler, Rejected, answer_error, install_edge
-from cotal_trio.http.faces import (
+from cotal_trio.http.face_routes import (
     JWKS_MAX_AGE_S,
-    ExchangeContext,
     answer_exchange,
     answer_password_proof,
-    check_transport,
     counted_exchange,
     info_routes,
-    read_json_body,
     refetch_for_unknown_idp_key,
 )
+from cotal_trio.http.faces import ExchangeContext
 from cotal_trio.http.mesh_routes import MANAGER_AUTHORITY_PATH, answer_mesh_route
 from cotal_trio.http.status_page import cookie_ok, face_port, session_cookie_name, status_routes
+from cotal_trio.http.transport import check_transport, read_json_body
 
 __all__ = ["EVENTS_PATH", "JWKS_MAX_AGE_S", "PROOF_PATH", "UNKNOWN_PATH", "EventFeed", "EventSource", "build_loopback_app"]
 
