@@ -17,12 +17,20 @@ runs it). Bearer lifetimes: a human bearer lives ``min(ttlSec or 900, cap, idp_e
 300, cap)``, where ``cap`` is :func:`cotal_trio.core.views.view_ttl_cap` of the view (300 s for
 ``transfer-writer``, else 900 s).
 
+The decision order of one exchange (upstream-notes 3.5, 3.4) is :func:`decide_exchange`: given
+what the face has learned so far (:class:`ExchangeFacts`), it refuses, or names the next
+:class:`ExchangeStep` the face performs (the ledger, the records store, the provisioner, the
+signer are I/O and stay in the face); the face records the outcome and asks again, until
+:attr:`ExchangeStep.MINT`.
+
 Pure and synchronous: the HTTP layer parses JSON and passes the object in; time comes in as
-``now`` (unix seconds).
+``now`` (unix seconds). The decision order reads no time: each refusal that depends on time (an
+IdP token's ``exp``, a window, a bucket) is made by the step that reads it.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,14 +38,26 @@ from cotal_trio.core.bearer import BearerGrant
 from cotal_trio.core.errors import RefusalCode, Refused
 from cotal_trio.core.identity import check_actor, check_owner, is_lifecycle_uid
 from cotal_trio.core.ledger import LedgerRow
-from cotal_trio.core.views import SessionBinding, TransferTarget, check_view, check_view_scope, view_ttl_cap
+from cotal_trio.core.views import (
+    SessionBinding,
+    TransferTarget,
+    check_exchange_view,
+    check_view,
+    check_view_scope,
+    view_ttl_cap,
+)
 
 __all__ = [
     "AGENT_BEARER_TTL_S",
     "HUMAN_TTL_DEFAULT_S",
+    "MANAGER_CALLER",
     "AgentExchange",
+    "ExchangeFacts",
+    "ExchangeStep",
     "HumanExchange",
     "agent_bearer_ttl",
+    "decide_exchange",
+    "exchange_arm",
     "grant_from_row",
     "human_bearer_ttl",
     "parse_exchange_body",
@@ -47,6 +67,8 @@ __all__ = [
 HUMAN_TTL_DEFAULT_S = 900
 # Default and cap of an agent bearer (upstream AGENT_BEARER_TTL_SEC).
 AGENT_BEARER_TTL_S = 300
+# The view bound to a selected live manager instance (spec "Proxy attribution").
+MANAGER_CALLER = "manager-caller"
 
 _HUMAN_KEYS = frozenset({"idpToken", "actor", "ttlSec", "view", "managerInstanceId", "transferWriter"})
 _AGENT_KEYS = frozenset({"owner", "actor", "actorToken", "ttlSec", "view", "managerInstanceId"})
@@ -297,3 +319,84 @@ def grant_from_row(
         parent=row.parent, credential_id=credential_id, view=view, manager_instance_id=manager_instance_id,
         session=session, transfer_writer=transfer_writer,
     )  # fmt: skip
+
+
+def exchange_arm(request: HumanExchange | AgentExchange) -> str:
+    """``"agent"`` or ``"human"``: which arm a parsed request takes."""
+    return "agent" if isinstance(request, AgentExchange) else "human"
+
+
+class ExchangeStep(enum.Enum):
+    """The next thing a face does for an exchange, as :func:`decide_exchange` names it.
+
+    * ``AUTHENTICATE``: verify the credential and its ledger grant (the human arm's IdP token
+      against the pinned keys, then the interactive row; the agent arm's managed row, secret and
+      spawner envelope; spec "Bridge contract" steps 1-3), then record the authorized row;
+    * ``SELECT_MANAGER``: select the live manager instance a ``manager-caller`` bearer binds
+      (spec "Proxy attribution": the principal's selection window first on the public face),
+      then record its id;
+    * ``PROVISION``: check the caller's connect limits (a limited caller provisions nothing:
+      spec "Connect limits"), pre-create its DM inbox and task queue (credential-authority
+      "Provisioning"), then record that;
+    * ``MINT``: check the connect limits and sign (the face's ``mint_for``).
+    """
+
+    AUTHENTICATE = "authenticate"
+    SELECT_MANAGER = "select-manager"
+    PROVISION = "provision"
+    MINT = "mint"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExchangeFacts:
+    """What a face knows about one exchange so far; each step's outcome is one field.
+
+    Attributes:
+        face: ``"public"`` or ``"loopback"`` (which views it mints).
+        provisioning: the face provisions an agent-profile bearer's subjects before minting it.
+        row: the authorized ledger row, once ``AUTHENTICATE`` succeeded; None before.
+        manager_instance_id: the selected manager instance, once ``SELECT_MANAGER`` succeeded.
+        provisioned: ``PROVISION`` succeeded.
+    """
+
+    face: str
+    provisioning: bool = False
+    row: LedgerRow | None = None
+    manager_instance_id: str | None = None
+    provisioned: bool = False
+
+
+def decide_exchange(request: HumanExchange | AgentExchange, facts: ExchangeFacts) -> ExchangeStep:
+    """The exchange's decision order (upstream-notes 3.5, 3.4; spec "Listener policy"): refuse
+    now, or the next :class:`ExchangeStep` for the face to perform.
+
+    The order, after :func:`parse_exchange_body` (400 for a bad body, before anything else):
+
+    1. the view against the face and arm (:func:`~cotal_trio.core.views.check_exchange_view`:
+       400 before any ledger read);
+    2. ``AUTHENTICATE`` until the row is known (its refusals are the step's: 401);
+    3. the view's required ledger scope (:func:`~cotal_trio.core.views.check_view_scope`: 401
+       NOT_GRANTED naming ``cotal actor grant``);
+    4. ``SELECT_MANAGER`` for a ``manager-caller`` view until an instance is selected;
+    5. ``PROVISION`` for a bearer with no view (the agent profile) when the face provisions;
+    6. ``MINT``.
+
+    Pure and idempotent: asked again with the same facts it answers the same, and a check
+    passed once passes again, so the face just asks after each step.
+
+    Raises:
+        Refused: BAD_REQUEST for a view this face or arm does not mint; NOT_GRANTED for a row
+            without the view's scope.
+        ConfigError: ``facts.face`` is not a face (a bug in the caller).
+    """
+    check_exchange_view(request.view, face=facts.face, arm=exchange_arm(request))
+    row = facts.row
+    if row is None:
+        return ExchangeStep.AUTHENTICATE
+    if request.view is not None:
+        check_view_scope(request.view, row_scope=row.scope, bearer_scope=row.scope, owner=row.owner, actor=row.actor)
+    if request.view == MANAGER_CALLER and facts.manager_instance_id is None:
+        return ExchangeStep.SELECT_MANAGER
+    if request.view is None and facts.provisioning and not facts.provisioned:
+        return ExchangeStep.PROVISION
+    return ExchangeStep.MINT

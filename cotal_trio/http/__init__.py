@@ -3,7 +3,8 @@
 Two faces per space: the loopback face (capability-gated, ``loopback.py``) and the optional
 public face (no capability, per-peer refusal budgets, the bootstrap document; ``public.py``).
 Handlers are thin: parse, call the pure core, and let the one error edge (``errors.py``) turn
-any exception into a JSON answer. The request hygiene both faces share is in ``faces.py``.
+any exception into a JSON answer. What both faces share: the request hygiene (``transport.py``),
+the routes (``face_routes.py``), the ports and the minting (``faces.py``).
 """
 
 from cotal_trio.http.errors import REFUSAL_STATUS, Rejected, answer_error, install_edge

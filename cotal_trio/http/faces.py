@@ -1,4 +1,4 @@
-"""What an HTTP face needs to mint a bearer, the exchange itself, and the code both faces share.
+"""What an HTTP face needs to mint a bearer: its ports, the caller's verification, the signing.
 
 :class:`ExchangeContext` holds the ports one space's face uses. :func:`authenticate` verifies
 a parsed credential and its ledger grant, :func:`mint_for` signs the bearer (upstream-notes 3.5;
@@ -21,31 +21,23 @@ awaits ``read_in_threads`` (issue 15 item 7). The decisions stay in core
 :func:`~cotal_trio.core.ledger.authorize_agent_exchange`). A ``manager-caller`` view adds the
 manager selection in the records store (:func:`select_manager_for`).
 
-The loopback and the public face (``loopback.py``, ``public.py``) share the rest of the route
-through the helpers below, so the two cannot drift apart (DESIGN 7; spec "Proxy attribution"):
-:func:`info_routes` (``GET /health``, ``GET /jwks``), :func:`check_transport` (``Origin`` 403,
-media type 415), :func:`read_json_body` (413, malformed JSON 400) and :func:`answer_exchange`
-(parse, mint, and a refusal counted against the face's budget, 429 once it is full). No CORS
-header is ever set. Each face runs its whole ``POST /exchange`` inside :func:`counted_exchange`,
-which reports every answer once to ``ExchangeContext.metrics`` by arm and HTTP status.
+The routes built on these are ``face_routes.py`` (``/health``, ``/jwks``, ``POST /exchange`` in
+the order of :func:`~cotal_trio.core.exchange.decide_exchange`, the password-proof door) and
+the doors and mesh routes; the transport pre-checks and the JSON body are ``transport.py``
+(:func:`check_transport` and :func:`read_json_body` are re-exported here).
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import trio
 from nacl.signing import VerifyKey
-from quart import request
-from werkzeug.datastructures import Headers
-from werkzeug.exceptions import HTTPException
 
-from cotal_trio.core.bearer import BearerGrant, issue_bearer, space_issuer
+from cotal_trio.core.bearer import BearerGrant, issue_bearer
 from cotal_trio.core.bridge import (
     Authenticated,
     AuthorizeActor,
@@ -56,17 +48,11 @@ from cotal_trio.core.bridge import (
     bounded_lifetime,
     no_root_credential,
 )
-from cotal_trio.core.errors import CodecError, ConfigError, RateLimited, RefusalCode, Refused, Unavailable
-from cotal_trio.core.exchange import (
-    AgentExchange,
-    HumanExchange,
-    agent_bearer_ttl,
-    grant_from_row,
-    parse_exchange_body,
-)
-from cotal_trio.core.identity import MIN_OWNER_SECRET_BYTES, check_space, derive_owner
-from cotal_trio.core.idp import IdpPin, check_password_proof, parse_password_proof_body, verify_idp_token
-from cotal_trio.core.jose import IssuerKey, header_kid
+from cotal_trio.core.errors import CodecError, ConfigError, RefusalCode, Refused, Unavailable
+from cotal_trio.core.exchange import MANAGER_CALLER, AgentExchange, HumanExchange, agent_bearer_ttl, exchange_arm, grant_from_row
+from cotal_trio.core.identity import MIN_OWNER_SECRET_BYTES, check_space
+from cotal_trio.core.idp import IdpPin
+from cotal_trio.core.jose import IssuerKey
 from cotal_trio.core.ledger import (
     AGENT_EXCHANGE_REFUSAL,
     LedgerRow,
@@ -77,9 +63,9 @@ from cotal_trio.core.ledger import (
 from cotal_trio.core.limits import Limited
 from cotal_trio.core.managers import SHED_PINNED, SHED_UNPINNED, ManagerInstance, SelectionRefused, select_manager
 from cotal_trio.core.sessions import ChatSession
-from cotal_trio.core.views import SessionBinding, TransferTarget, check_exchange_view, check_view_scope, view_ttl_cap
+from cotal_trio.core.views import SessionBinding, TransferTarget, view_ttl_cap
 from cotal_trio.core.windows import WindowLru
-from cotal_trio.http.errors import BODY_TOO_LARGE, LOGGER, MAX_BODY_BYTES, REFUSAL_STATUS, Handler, Rejected
+from cotal_trio.http.transport import check_transport, read_json_body  # re-exported: doors and tests read them here
 from cotal_trio.state import row_lookup
 from cotal_trio.state.ledger_threads import BlockingCalls
 
@@ -92,37 +78,21 @@ __all__ = [
     "Uncounted",
     "ViewGrant",
     "authenticate",
-    "JWKS_MAX_AGE_S",
     "LEDGER_READ_S",
     "LEDGER_THREADS",
     "LEDGER_STALLED",
-    "NO_ARM",
     "ExchangeContext",
-    "ExchangeTally",
     "Minted",
-    "answer_exchange",
-    "answer_password_proof",
     "check_transport",
-    "counted_exchange",
     "exchange_arm",
-    "info_routes",
     "mint_for",
     "select_manager_for",
     "read_json_body",
-    "refetch_for_unknown_idp_key",
     "stock_authorizer",
 ]
 
 _CAPABILITY = re.compile(r"[0-9a-f]{64}")
-# How long clients may cache the JWKS (upstream JWKS_MAX_AGE_SEC); a retired kid stays
-# published at least this long plus the longest bearer lifetime.
-JWKS_MAX_AGE_S = 300
-BROWSER_ORIGIN = "browser-origin requests are not served here"
-NOT_JSON_MEDIA = "send the exchange body as JSON with Content-Type: application/json"
-NOT_JSON = "request body is not valid JSON"
 TOO_MANY_REFUSALS = "too many refused exchanges - wait a minute and retry"
-# The arm of an exchange answered before its body named one (transport, capability, body shape).
-NO_ARM = "none"
 T = TypeVar("T")
 # The ledger step of one request waits at most this long (seconds) for its read, then answers
 # 503; read at each request. At most LEDGER_THREADS reads of one face run at once.
@@ -148,7 +118,6 @@ class RecordsPort(Protocol):
     async def retire_session(self, session_id: str) -> bool: ...
 
 
-MANAGER_CALLER = "manager-caller"
 SESSION_CALLER = "session-caller"
 
 
@@ -267,11 +236,6 @@ class ExchangeContext:
         limited = None if self.peek_limits is None else self.peek_limits(owner, actor)
         if limited is not None:
             raise limited.error()
-
-
-def exchange_arm(request: HumanExchange | AgentExchange) -> str:
-    """``"agent"`` or ``"human"``: which arm a parsed request takes (for the refusal log line)."""
-    return "agent" if isinstance(request, AgentExchange) else "human"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -462,257 +426,3 @@ NO_MANAGER_REGISTRY = (
     "this auth service keeps no manager registry (a callout replica or a hosted composition without one) - "
     "exchange view manager-caller at the space's full auth service"
 )
-
-
-# --- what both faces share (DESIGN 7; upstream-notes 3.5) ----------------------------------------
-
-
-def info_routes(ctx: ExchangeContext) -> dict[str, dict[str, Handler]]:
-    """The two read-only routes both faces serve, for :func:`~cotal_trio.http.errors.install_edge`.
-
-    * ``GET /health``: ``{"ok": true, "issuer": "urn:cotal:auth:<space>"}``;
-    * ``GET /jwks``: ``{"keys": [<public JWK>]}`` with ``Cache-Control: max-age=300``
-      (:data:`JWKS_MAX_AGE_S`, upstream-notes 3.1).
-    """
-
-    async def health() -> dict[str, Any]:
-        return {"ok": True, "issuer": space_issuer(ctx.space)}
-
-    async def jwks() -> tuple[dict[str, Any], int, dict[str, str]]:
-        return {"keys": [ctx.issuer_key.public_jwk()]}, 200, {"Cache-Control": f"max-age={JWKS_MAX_AGE_S}"}
-
-    return {"/health": {"GET": health}, "/jwks": {"GET": jwks}}
-
-
-def check_transport(headers: Headers) -> None:
-    """Origin (403) then media type (415) (upstream-notes 3.5 pre-checks 2 and 3).
-
-    Raises:
-        Rejected: 403 for any ``Origin`` header (no browser may drive an exchange face); 415
-            when ``Content-Type`` does not start with ``application/json``.
-    """
-    if "Origin" in headers:
-        raise Rejected(403, BROWSER_ORIGIN)
-    if not headers.get("Content-Type", "").strip().lower().startswith("application/json"):
-        raise Rejected(415, NOT_JSON_MEDIA)
-
-
-async def _read_body() -> bytes:
-    """The request body, at most :data:`MAX_BODY_BYTES`.
-
-    A ``Content-Length`` over the limit is refused before any byte is read; a chunked body is
-    refused as soon as it passes the limit (quart's ``MAX_CONTENT_LENGTH``, set by the edge).
-
-    Raises:
-        Rejected: 413.
-    """
-    declared = request.content_length
-    if declared is not None and declared > MAX_BODY_BYTES:
-        raise Rejected(413, BODY_TOO_LARGE)
-    return await request.get_data(cache=False, as_text=False)
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _decode_json(raw: bytes) -> object:
-    """Strict UTF-8 JSON (RFC 8259: no ``NaN``/``Infinity``), any value.
-
-    Raises:
-        Refused: BAD_REQUEST :data:`NOT_JSON`; not counted as a refused exchange.
-    """
-    try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise Refused(RefusalCode.BAD_REQUEST, NOT_JSON) from None
-
-
-async def read_json_body() -> object:
-    """The current request's body as a JSON value of any type (the caller checks the shape).
-
-    A checkpoint (it awaits the body). Runs inside a quart request context.
-
-    Raises:
-        Rejected: 413, the body (declared or received) is over :data:`MAX_BODY_BYTES`.
-        Refused: BAD_REQUEST :data:`NOT_JSON` for bytes that are not strict UTF-8 JSON; the
-            caller does not count it against a refusal budget (spec "Proxy attribution":
-            malformed JSON keeps its named 400).
-    """
-    return _decode_json(await _read_body())
-
-
-def _throttled(ctx: ExchangeContext, refusal: Refused, *, arm: str, source: str, admitted: bool) -> Refused:
-    """Log one refusal and return what to answer: itself, or 429 once the budget is full."""
-    what = "an agent exchange" if arm == "agent" else "an exchange"
-    LOGGER.warning("auth-service: refused %s%s: %s", what, source, refusal.detail)
-    if admitted:
-        return refusal
-    return Refused(RefusalCode.RATE_LIMITED, TOO_MANY_REFUSALS)
-
-
-def answer_password_proof(
-    ctx: ExchangeContext, body: object, *, admit_refusal: Callable[[float], bool]
-) -> tuple[dict[str, Any], int, dict[str, str]]:
-    """Answer one ``POST /tool-result-human-proof/verify`` body (spec "Host-only routes" and
-    "Password proof"): does the IdP token prove that the host's session subject signed in with a
-    password in the last 300 s? It decides only: it issues no consent and no credential.
-
-    Reads ``ctx.clock()`` once. A refusal is logged and offered to ``admit_refusal`` (the
-    loopback face's shared refusal window), as an exchange refusal is.
-
-    Returns:
-        ``({"verified": true, "sub", "owner", "authTime"}, 200, {"Cache-Control": "no-store"})``:
-        ``owner`` is the owner the exchange derives for that subject, ``authTime`` unix seconds.
-
-    Raises:
-        Refused: BAD_REQUEST 400 for a body that is not exactly ``{idpToken, subject}``;
-            BAD_CREDENTIAL 401 for a token the pin refuses or that is no fresh password proof
-            for ``subject``; RATE_LIMITED 429 :data:`TOO_MANY_REFUSALS` once the window is full.
-    """
-    now = ctx.clock()
-    try:
-        token, subject = parse_password_proof_body(body)
-        identity = verify_idp_token(token, pin=ctx.idp_pin, keys=ctx.idp_keys(), now=now)
-        check_password_proof(identity, subject=subject, now=now)
-    except Refused as refusal:
-        LOGGER.warning("auth-service: refused a password proof: %s", refusal.detail)
-        if admit_refusal(now):
-            raise
-        raise Refused(RefusalCode.RATE_LIMITED, TOO_MANY_REFUSALS) from None
-    owner = derive_owner(ctx.owner_secret, ctx.idp_pin.issuer, identity.sub)
-    body_out = {"verified": True, "sub": identity.sub, "owner": owner, "authTime": identity.auth_time}
-    return body_out, 200, {"Cache-Control": "no-store"}
-
-
-async def refetch_for_unknown_idp_key(ctx: ExchangeContext, body: object) -> None:
-    """Trio: before a human exchange is decided, re-read the IdP's JWKS if its token names a
-    ``kid`` the pinned key set lacks (the IdP rotated its keys); see ``refetch_idp_keys``.
-
-    Trusts nothing in the token: it only decides whether a re-read is worth it, and the token
-    is verified afterwards against whatever keys there are. Never raises for a bad body.
-    """
-    if ctx.refetch_idp_keys is None or not isinstance(body, dict):
-        return
-    kid = header_kid(body.get("idpToken"))
-    if kid is not None and kid not in ctx.idp_keys():
-        await ctx.refetch_idp_keys(kid)
-
-
-async def answer_exchange(
-    ctx: ExchangeContext, body: object, *, face: str, admit_refusal: Callable[[float], bool], peer: str | None = None,
-    tally: ExchangeTally | None = None, selection_windows: WindowLru | None = None,
-) -> tuple[dict[str, Any], int, dict[str, str]]:
-    """Trio: answer one ``POST /exchange`` body: parse it, mint, or refuse within the face's budget.
-
-    Order (upstream-notes 3.5, 3.4): parse; the view against the face and arm (400, before any
-    ledger read); the credential and its ledger grant; the view's required scope; for
-    ``manager-caller`` the manager selection (:func:`select_manager_for`); connect limits; sign.
-
-    Reads ``ctx.clock()`` after the body arrived, to check the IdP token and date refusals,
-    and again just before signing (waiting shortens the bearer, never extends it). A refusal (a
-    body that is not a JSON object, a bad field, a refused credential) is logged at warning on
-    ``cotal.http`` and offered to ``admit_refusal``; while the budget admits it the caller sees
-    its reason, once it is full a 429. A valid credential mints whatever the budget says (spec
-    "Proxy attribution": successes are never throttled).
-
-    Args:
-        ctx: the face's ports.
-        body: the decoded JSON body (any JSON value).
-        face: ``"public"`` or ``"loopback"`` (which views it mints).
-        admit_refusal: the face's budget: called with the wall time (unix seconds) once per
-            refusal; returns ``True`` while the refusal fits (``SlidingWindow.try_acquire``).
-        peer: the source a public face attributes the request to; named in the log line.
-        tally: the request's :func:`counted_exchange` tally; its ``arm`` is set once the body
-            names one.
-        selection_windows: the public face's per-principal ``manager-caller`` selection
-            windows (a 1024-key LRU); None on the loopback face.
-
-    Returns:
-        ``({"token", "owner", "exp"[, "managerInstanceId"]}, 200, {"Cache-Control": "no-store"})``
-        (``exp`` unix s).
-
-    Raises:
-        Refused: BAD_REQUEST 400, BAD_CREDENTIAL/NOT_GRANTED 401, or RATE_LIMITED 429
-            :data:`TOO_MANY_REFUSALS` once the budget is full, or a selection class's 429.
-        RateLimited: 429 with the typed body and ``Retry-After`` while the actor or its owner
-            is out of connects; logged at info, not offered to ``admit_refusal``.
-        Exception: a port's I/O error (the edge answers a generic 500, or 503 for Unavailable).
-    """
-    now = ctx.clock()
-    arm = "human"
-    try:
-        parsed = parse_exchange_body(body)
-        arm = exchange_arm(parsed)
-        if tally is not None:
-            tally.arm = arm
-        check_exchange_view(parsed.view, face=face, arm=arm)
-        caller = await authenticate(ctx, parsed, now=now)
-        view = ViewGrant(view=parsed.view, transfer_writer=getattr(parsed, "transfer_writer", None))
-        extra: dict[str, object] = {}
-        if parsed.view is not None:
-            check_view_scope(
-                parsed.view, row_scope=caller.row.scope, bearer_scope=caller.row.scope, owner=caller.owner,
-                actor=caller.row.actor,
-            )
-        if parsed.view == MANAGER_CALLER:
-            instance = await select_manager_for(
-                ctx, caller, parsed.manager_instance_id, face=face, windows=selection_windows, now=now
-            )
-            view = ViewGrant(view=MANAGER_CALLER, manager_instance_id=instance.instance_id)
-            extra["managerInstanceId"] = instance.instance_id
-        if parsed.view is None and ctx.provision is not None:
-            ctx.check_limits(caller.row.owner, caller.row.actor)  # a limited caller provisions nothing
-            await ctx.provision(caller.row)
-        minted = mint_for(ctx, caller, ttl_s=parsed.ttl_s, view=view, extra=extra)
-    except RateLimited as limited:  # not a refused exchange: no budget spent (spec "Connect limits")
-        LOGGER.info("auth-service: rate-limited %s exchange: %s", arm, limited.detail)
-        raise
-    except Uncounted as uncounted:
-        LOGGER.warning("auth-service: refused a manager selection%s: %s", _source(peer), uncounted.refusal.detail)
-        raise uncounted.refusal from None
-    except Refused as refusal:
-        raise _throttled(ctx, refusal, arm=arm, source=_source(peer), admitted=admit_refusal(now)) from None
-    return minted.body(), 200, {"Cache-Control": "no-store"}
-
-
-def _source(peer: str | None) -> str:
-    return "" if peer is None else f" from {peer}"
-
-
-@dataclass(slots=True)
-class ExchangeTally:
-    """The arm of one ``POST /exchange`` being answered: :data:`NO_ARM` until the body names one."""
-
-    arm: str = NO_ARM
-
-
-@contextmanager
-def counted_exchange(ctx: ExchangeContext) -> Iterator[ExchangeTally]:
-    """Report the ``POST /exchange`` answered inside the block to ``ctx.count``, exactly once.
-
-    The status is 200 when the block returns (a face's exchange returns only a mint), else the
-    status the edge answers the exception with (:func:`_answered_status`); the exception
-    propagates unchanged. A cancelled request got no answer and is not reported.
-
-    Yields:
-        The request's :class:`ExchangeTally`; pass it to :func:`answer_exchange`.
-    """
-    tally = ExchangeTally()
-    try:
-        yield tally
-    except Exception as error:
-        ctx.count(tally.arm, _answered_status(error))
-        raise
-    ctx.count(tally.arm, 200)
-
-
-def _answered_status(error: Exception) -> int:
-    """The HTTP status :func:`~cotal_trio.http.errors.answer_error` gives ``error`` (same order)."""
-    if isinstance(error, Refused):
-        return REFUSAL_STATUS[error.code]
-    if isinstance(error, Rejected):
-        return error.status
-    if isinstance(error, HTTPException) and error.code is not None and error.code < 500:
-        return error.code
-    return 503 if isinstance(error, Unavailable) else 500

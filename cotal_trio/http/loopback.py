@@ -12,7 +12,7 @@ Closed, exact-match route table (anything else is a JSON 404, a wrong method a J
                    when the lane has an event bus; a plain HTTP request to it is a JSON 426
 ``POST /tool-result-human-proof/verify``
                    host-only door: is ``{idpToken, subject}`` a fresh password proof of the
-                   host's session subject? (``faces.answer_password_proof``; decides only)
+                   host's session subject? (``face_routes.answer_password_proof``; decides only)
 ``POST /manager-service-authority``
                    register or retire a manager instance (``mesh_routes.py``)
 the other doors    ``/interactive-lifecycle/retire``, ``/managed-lifecycle/activate``,
@@ -31,7 +31,7 @@ local reader learns load, not who connects.
 browser may drive this face); ``Content-Type`` must start with ``application/json`` (415);
 ``Authorization: Bearer <capability>`` must match (401; its own 30-per-60-s window, then 429);
 the body is at most 65536 bytes (413); it must be JSON (400). Then the exchange itself
-(``faces.py``, shared with the public face). Every refusal from the body on counts against one
+(``face_routes.py``, shared with the public face). Every refusal from the body on counts against one
 shared refused-exchange window (spec "Listener policy": 30 per rolling 60 s); once it is full a
 refusal answers 429 instead of its reason, while a valid credential still mints. The proof door
 takes the same pre-checks and counts its refusals in the same window.
@@ -52,8 +52,9 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 from quart import request, websocket
 from quart_trio import QuartTrio
@@ -63,22 +64,20 @@ from cotal_trio.core.errors import RefusalCode, Refused
 from cotal_trio.core.events import SLOW_CONSUMER_CODE
 from cotal_trio.core.windows import SlidingWindow
 from cotal_trio.http.errors import Handler, Rejected, answer_error, install_edge
-from cotal_trio.http.faces import (
+from cotal_trio.http.face_routes import (
     JWKS_MAX_AGE_S,
-    ExchangeContext,
     answer_exchange,
     answer_password_proof,
-    check_transport,
     counted_exchange,
     info_routes,
-    read_json_body,
     refetch_for_unknown_idp_key,
 )
+from cotal_trio.http.faces import ExchangeContext
 from cotal_trio.http.mesh_routes import MANAGER_AUTHORITY_PATH, answer_mesh_route
 from cotal_trio.http.status_page import cookie_ok, face_port, session_cookie_name, status_routes
-from cotal_trio.lane.events import EventBus
+from cotal_trio.http.transport import check_transport, read_json_body
 
-__all__ = ["EVENTS_PATH", "JWKS_MAX_AGE_S", "PROOF_PATH", "UNKNOWN_PATH", "build_loopback_app"]
+__all__ = ["EVENTS_PATH", "JWKS_MAX_AGE_S", "PROOF_PATH", "UNKNOWN_PATH", "EventFeed", "EventSource", "build_loopback_app"]
 
 PROOF_PATH = "/tool-result-human-proof/verify"
 EVENTS_PATH = "/events"
@@ -164,10 +163,34 @@ class _LoopbackFace:
         return answer_password_proof(self._ctx, body, admit_refusal=self._refusals.try_acquire)
 
 
+class EventFeed(Protocol):
+    """One consumer's feed of an :class:`EventSource` (``lane.events.Subscription`` is one).
+
+    Attributes:
+        events: the stamped events (JSON-ready mappings), the hello first; the iteration ends
+            once the consumer is dropped and drained.
+        reason: why the source dropped this consumer (a slow consumer), or None.
+    """
+
+    @property
+    def events(self) -> AsyncIterable[Mapping[str, Any]]: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+
+class EventSource(Protocol):
+    """The port ``/events`` streams from (``lane.events.EventBus`` is one; the lane passes it):
+    ``subscribe(space)`` enters a feed of the events the face of ``space`` streams, removed on exit.
+    """
+
+    def subscribe(self, space: str | None) -> AbstractAsyncContextManager[EventFeed]: ...
+
+
 class _EventsDoor:
     """``/events``: the lane's event bus over a websocket (issue 7 item 1; docs/events.md)."""
 
-    def __init__(self, face: _LoopbackFace, ctx: ExchangeContext, bus: EventBus) -> None:
+    def __init__(self, face: _LoopbackFace, ctx: ExchangeContext, bus: EventSource) -> None:
         self._face, self._ctx, self._bus = face, ctx, bus
 
     def _refusal(self) -> tuple[dict[str, object], int, dict[str, str]] | None:
@@ -233,7 +256,7 @@ capability, then the JSON body) and its shared refused-request window."""
 
 def build_loopback_app(
     ctx: ExchangeContext, *, metrics: Callable[[], tuple[bytes, str]] | None = None, doors: Sequence[DoorTable] = (),
-    events: EventBus | None = None,
+    events: EventSource | None = None,
 ) -> QuartTrio:
     """Build the loopback face for one space (DESIGN 7; upstream-notes 4.1).
 
@@ -244,8 +267,9 @@ def build_loopback_app(
             path is a 404.
         doors: host-only door tables (:data:`DoorTable`), each given the face's guard and
             its shared window; a door path is served only when a table names it.
-        events: the host's event bus, streamed on the ``/events`` websocket (module
-            docstring); without it that path is a 404.
+        events: the host's event source (an :class:`EventSource` port: the lane passes its
+            ``EventBus``), streamed on the ``/events`` websocket (module docstring); without
+            it that path is a 404.
 
     Returns:
         A quart-trio app; serve it with :func:`cotal_trio.http.serve.serve_app`. Each call

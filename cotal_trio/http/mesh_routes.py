@@ -285,7 +285,7 @@ async def answer_mesh_route(
         ctx: the face's ports; ``ctx.records`` holds the stores.
         path: one of :data:`MESH_PATHS`.
         body: the decoded JSON body.
-        admit_refusal: the face's refused-request budget, as :func:`faces.answer_exchange`.
+        admit_refusal: the face's refused-request budget, as :func:`face_routes.answer_exchange`.
         peer: the public face's source, named in the log line.
 
     Raises:

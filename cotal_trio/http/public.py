@@ -28,7 +28,7 @@ per-principal windows (:func:`~cotal_trio.http.faces.select_manager_for`). Not s
 ``/service-endpoint-authority`` and ``/service-endpoint-host`` (this service hosts no service
 endpoints on this face), and every host-only door of the loopback face.
 
-``POST /exchange`` pre-checks, in order, shared with the loopback face (``faces.py``): an
+``POST /exchange`` pre-checks, in order, shared with the loopback face (``transport.py``, ``face_routes.py``): an
 ``Origin`` header is 403; ``Content-Type`` must start with ``application/json`` (415); the body
 is at most 65536 bytes (413); it must be JSON (400, not counted). Every refusal from the body on
 (a body that is not an object, a bad field, a refused credential) counts against the **peer's**
@@ -54,16 +54,10 @@ from cotal_trio.core.creds import parse_creds
 from cotal_trio.core.errors import CodecError, ConfigError
 from cotal_trio.core.windows import WindowLru
 from cotal_trio.http.errors import Handler, install_edge
-from cotal_trio.http.faces import (
-    ExchangeContext,
-    answer_exchange,
-    check_transport,
-    counted_exchange,
-    info_routes,
-    read_json_body,
-    refetch_for_unknown_idp_key,
-)
+from cotal_trio.http.face_routes import answer_exchange, counted_exchange, info_routes, refetch_for_unknown_idp_key
+from cotal_trio.http.faces import ExchangeContext
 from cotal_trio.http.mesh_routes import MESH_PATHS, answer_mesh_route
+from cotal_trio.http.transport import check_transport, read_json_body
 
 __all__ = ["AUTH_PROVIDER", "MESH_DOCUMENT_PATH", "UNKNOWN_PATH", "build_public_app", "mesh_document", "peer_key"]
 

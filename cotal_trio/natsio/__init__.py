@@ -27,7 +27,9 @@ How a call crosses the bridge (every async method of :class:`Connection`):
 * If the caller is cancelled, the asyncio task is cancelled and its end awaited in a shielded,
   bounded scope, so no asyncio work outlives the call; then ``Cancelled`` propagates.
 * nats-py errors become ``Unavailable`` (broker's fault) or ``ValueError`` (a malformed subject,
-  header or payload: our bug), chained ``from`` the original (STYLE 19).
+  header or payload: our bug), chained ``from`` the original (STYLE 19); JetStream's answers
+  become the typed errors of the one table in ``_js.py`` (:data:`ERRORS`), which callers catch
+  by type.
 * Subscriptions use nats-py callbacks that call ``on_message`` synchronously; never
   ``async for`` over ``aio_as_trio(sub.messages)``. ``error_cb``/``closed_cb`` become
   :attr:`Connection.last_error` and the :attr:`Connection.closed` event; logs go to the
@@ -41,7 +43,11 @@ from ._js import (
     ERRORS,
     Publish,
     BucketMissing,
+    ConsumerExists,
+    ConsumerNotFound,
     JetStreamError,
+    NoMessageFound,
+    StreamNameInUse,
     StoreUnreachable,
     StreamNotFound,
     SubjectFull,
@@ -87,7 +93,11 @@ __all__ = [
     "ERRORS",
     "Publish",
     "BucketMissing",
+    "ConsumerExists",
+    "ConsumerNotFound",
     "JetStreamError",
+    "NoMessageFound",
+    "StreamNameInUse",
     "StoreUnreachable",
     "StreamNotFound",
     "SubjectFull",

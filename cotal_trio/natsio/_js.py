@@ -12,27 +12,40 @@ connection's requests leave in the order they were made.
   JSON (``{"seq": n}``); ``js_publish_many`` sends a batch in one socket write and awaits the
   acks together (:meth:`~cotal_trio.natsio.Connection.request_many`), one round trip for the lot.
 
-Errors (issue 14 item 3): the broker's answers are mapped to typed errors in ONE table,
-:data:`ERRORS`, keyed by JetStream's ``err_code`` (nats-server errors.json); callers catch the
-type and never read ``exc.__cause__.err_code``. Every one is an
-:class:`~cotal_trio.core.errors.Unavailable` except :class:`WrongLastSequence` (the caller's
-compare-and-set lost, which is not the broker's fault), carries ``err_code`` (None when the
-broker sent none), and is chained ``from`` nats-py's typed ``APIError`` for the log:
+Errors (issue 14 item 3, issue 16): the broker's answers become typed errors in ONE place, the
+table :data:`ERRORS` keyed by JetStream's ``err_code`` (nats-server errors.json), plus the four
+rows of answers that carry no code. Callers catch the type and never read ``err_code`` or
+``exc.__cause__``. Every one is an :class:`~cotal_trio.core.errors.Unavailable` except
+:class:`WrongLastSequence` (the caller's compare-and-set lost, which is not the broker's fault);
+a :class:`JetStreamError` carries ``err_code`` (None when the broker sent none) and is chained
+``from`` nats-py's typed ``APIError`` for the log. This docstring's table is the code's table
+(tests/natsio/test_js_live.py compares them):
 
-* :class:`StreamNotFound` (10059), and its :class:`BucketMissing` for a publish no stream took
-  (the broker's 503 "no responders" to a ``$KV.`` or stream subject) when the stream does not
-  exist. A clustered stream without a leader (an election, a lost quorum) gets no responders too,
-  so in that error path only one more request asks (:func:`_no_stream`, bounded by
-  :data:`PROBE_S`): ``$JS.API.STREAM.INFO.KV_<bucket>`` for a ``$KV.`` subject, else
-  ``$JS.API.STREAM.NAMES`` filtered by the subject. A stream that exists (or any answer but
-  10059 / no stream) is :class:`StoreUnreachable`, and so is a probe that gets no answer in time
-  (a cluster that lost quorum answers neither);
-* :class:`WrongLastSequence` (10071, 10164: the subject's last sequence is not the expected
-  one);
-* :class:`SubjectFull` (10077: the subject already holds the messages a
-  ``discard_new_per_subject`` stream allows, whatever the publish expected);
-* :class:`JetStreamError` for any other ``err_code`` (the server's text);
-* plain :class:`~cotal_trio.core.errors.Unavailable`: no answer, or an answer that is not JSON.
+========  ======================  ====================================================================
+err_code  raised                  the broker's answer
+========  ======================  ====================================================================
+10014     ConsumerNotFound        consumer not found (``CONSUMER.INFO`` of a durable that is not there)
+10037     NoMessageFound          no message found (``STREAM.MSG.GET``: :func:`js_msg_get` answers None)
+10058     StreamNameInUse         stream name already in use with a different configuration
+10059     StreamNotFound          stream not found
+10071     WrongLastSequence       wrong last sequence: the subject's last sequence is not the expected
+10077     SubjectFull             maximum messages per subject exceeded (``discard_new_per_subject``)
+10148     ConsumerExists          consumer already exists (action ``create``, another configuration)
+10164     WrongLastSequence       wrong last sequence (the constant form of 10071)
+other     JetStreamError          any other refusal, with the server's text
+none      BucketMissing           a publish reached no stream (503) and no stream takes its subject
+none      StoreUnreachable        a publish reached no stream, yet its stream exists (no leader)
+none      Unavailable             no answer (no JetStream responder included), or not JSON
+========  ======================  ====================================================================
+
+A publish no stream took (the broker's 503 "no responders" to a ``$KV.`` or stream subject) is
+:class:`BucketMissing` (a :class:`StreamNotFound`) when the stream does not exist. A clustered
+stream without a leader (an election, a lost quorum) gets no responders too, so in that error
+path only one more request asks (:func:`_no_stream`, bounded by :data:`PROBE_S`):
+``$JS.API.STREAM.INFO.KV_<bucket>`` for a ``$KV.`` subject, else ``$JS.API.STREAM.NAMES``
+filtered by the subject. A stream that exists (or any answer but 10059 / no stream) is
+:class:`StoreUnreachable`, and so is a probe that gets no answer in time (a cluster that lost
+quorum answers neither).
 
 nats-py internals relied on (nats-py 2.16): ``nats.js.errors.APIError.from_error(error)`` raises
 the typed error of a JetStream error object (it only builds the exception, for the chain).
@@ -48,6 +61,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import nats.js.errors
@@ -60,7 +74,11 @@ from ._conn import Connection, Message, NoResponders
 __all__ = [
     "ERRORS",
     "BucketMissing",
+    "ConsumerExists",
+    "ConsumerNotFound",
     "JetStreamError",
+    "NoMessageFound",
+    "StreamNameInUse",
     "StreamMessage",
     "StoreUnreachable",
     "StreamNotFound",
@@ -87,6 +105,25 @@ class JetStreamError(Unavailable):
 
 class StreamNotFound(JetStreamError):
     """The stream the request names does not exist (err_code 10059)."""
+
+
+class StreamNameInUse(JetStreamError):
+    """A ``STREAM.CREATE`` named a stream that exists with another configuration (err_code 10058):
+    a concurrent creator made it first."""
+
+
+class ConsumerNotFound(JetStreamError):
+    """The consumer the request names does not exist on its stream (err_code 10014)."""
+
+
+class ConsumerExists(JetStreamError):
+    """A ``CONSUMER.CREATE`` with action ``create`` named a durable that exists with another
+    configuration (err_code 10148)."""
+
+
+class NoMessageFound(JetStreamError):
+    """A ``STREAM.MSG.GET`` found no message to give (err_code 10037); :func:`js_msg_get`
+    answers None for it."""
 
 
 class BucketMissing(StreamNotFound):
@@ -118,13 +155,18 @@ class WrongLastSequence(AuthServiceError):
         self.subject = subject
 
 
-# The one table from JetStream's err_code to our error type; other codes are JetStreamError.
-ERRORS: Mapping[int, type[JetStreamError] | type[WrongLastSequence]] = {
+# The one table from JetStream's err_code to our error type (the module docstring's table, in
+# its order); other codes are JetStreamError.
+ERRORS: Mapping[int, type[JetStreamError] | type[WrongLastSequence]] = MappingProxyType({
+    10014: ConsumerNotFound,
+    10037: NoMessageFound,
+    10058: StreamNameInUse,
     10059: StreamNotFound,
     10071: WrongLastSequence,
-    10164: WrongLastSequence,
     10077: SubjectFull,
-}
+    10148: ConsumerExists,
+    10164: WrongLastSequence,
+})  # fmt: skip
 
 
 # How long the one STREAM.INFO/NAMES request of a no-responders publish may take (seconds). A
@@ -135,9 +177,6 @@ ERRORS: Mapping[int, type[JetStreamError] | type[WrongLastSequence]] = {
 PROBE_S = 0.5
 
 UNREACHABLE = "the store is unreachable: no stream leader - JetStream is electing or has lost quorum"
-
-# "no message found" (a STREAM.MSG.GET with nothing to give), read by js_msg_get.
-_NO_MESSAGE_FOUND = 10037
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -365,10 +404,8 @@ async def js_msg_get(conn: Connection, stream: str, body: Mapping[str, Any]) -> 
     """
     try:
         answer = await js_api(conn, f"$JS.API.STREAM.MSG.GET.{stream}", body)
-    except JetStreamError as exc:
-        if exc.err_code == _NO_MESSAGE_FOUND:
-            return None
-        raise
+    except NoMessageFound:
+        return None
     msg = answer.get("message") or {}
     try:
         return StreamMessage(

@@ -31,13 +31,11 @@ import trio
 from cotal_trio.core.errors import ConfigError, Unavailable
 
 from ._conn import Connection, Message
-from ._js import JetStreamError
+from ._js import ConsumerExists, ConsumerNotFound
 from ._js import js_api as _api
 
 __all__ = ["ConsumerDrift", "ack", "consumer_info", "consumer_names", "ensure_consumer", "pull_next"]
 
-_CONSUMER_NOT_FOUND = 10014
-_CONSUMER_EXISTS = 10148  # action "create" on an existing consumer with another configuration
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,255}")
 # A pull request's status answers (nats-server): no message now (404), request expired (408).
 _NO_MESSAGES = frozenset({"404", "408"})
@@ -96,10 +94,8 @@ async def consumer_info(conn: Connection, stream: str, name: str) -> dict[str, A
     subject = f"$JS.API.CONSUMER.INFO.{_check(stream, 'stream name')}.{_check(name, 'consumer name')}"
     try:
         return await _api(conn, subject)
-    except JetStreamError as exc:
-        if exc.err_code == _CONSUMER_NOT_FOUND:
-            return None
-        raise
+    except ConsumerNotFound:
+        return None
 
 
 async def consumer_names(conn: Connection, stream: str) -> list[str]:
@@ -131,9 +127,7 @@ async def ensure_consumer(
     subject = f"$JS.API.CONSUMER.CREATE.{_check(stream, 'stream name')}.{name}.{filter_subject}"
     try:
         answer = await _api(conn, subject, {"stream_name": stream, "config": want, "action": "create"})
-    except JetStreamError as exc:
-        if exc.err_code != _CONSUMER_EXISTS:
-            raise
+    except ConsumerExists:  # action "create" on an existing consumer with another configuration
         answer = await consumer_info(conn, stream, name) or {}
     have = dict(answer.get("config") or {})
     differences = _drift(have, want)

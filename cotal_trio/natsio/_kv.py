@@ -30,7 +30,7 @@ from nats.js import api
 from cotal_trio.core.errors import AuthServiceError, ConfigError
 
 from ._conn import Connection
-from ._js import JetStreamError, StreamNotFound, WrongLastSequence, js_api, js_msg_get, js_publish
+from ._js import StreamNameInUse, StreamNotFound, WrongLastSequence, js_api, js_msg_get, js_publish
 
 __all__ = [
     "KeyExists",
@@ -51,8 +51,6 @@ MARKER_REASON = "Nats-Marker-Reason"  # placed by the server itself (MaxAge, Pur
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 MSG_TTL = "Nats-TTL"  # whole seconds; nats-server 2.11+
 _TOMBSTONE_OPS = frozenset({"DEL", "PURGE"})
-# JetStream API err_code (nats-server errors.json): a create raced another creator.
-_STREAM_NAME_IN_USE = 10058
 # nats-py's KV limits: history is a per-subject message count the server caps at 64.
 MAX_HISTORY = 64
 # kv_create reads the key again after each conflict; a marker can expire between the read and
@@ -257,9 +255,7 @@ async def _ensure(conn: Connection, want: api.StreamConfig) -> api.StreamConfig:
         pass
     try:
         answer = await js_api(conn, f"$JS.API.STREAM.CREATE.{want.name}", want.as_dict())
-    except JetStreamError as exc:
-        if exc.err_code != _STREAM_NAME_IN_USE:  # created meanwhile by someone else
-            raise
+    except StreamNameInUse:  # created meanwhile by someone else
         answer = await js_api(conn, info)
     return api.StreamConfig.from_response(answer.get("config") or {})
 

@@ -42,7 +42,7 @@ import trio
 from cotal_trio.core.errors import AuthServiceError, ConfigError
 
 from ._conn import Connection
-from ._js import JetStreamError, StreamMessage, StreamNotFound, SubjectFull, WrongLastSequence, js_api, js_msg_get, js_publish
+from ._js import StreamMessage, StreamNameInUse, StreamNotFound, SubjectFull, WrongLastSequence, js_api, js_msg_get, js_publish
 from ._kv import EXPECTED_LAST_SUBJECT_SEQ, _ttl_headers
 
 __all__ = [
@@ -60,8 +60,6 @@ __all__ = [
     "stream_config",
 ]
 
-# JetStream API err_code (nats-server errors.json): a create raced another creator.
-_STREAM_NAME_IN_USE = 10058
 _STREAM_NAME = re.compile(r"[A-Za-z0-9_-]{1,255}")
 # A stream's messages are read back one request each; this bounds a backup of a runaway stream.
 MAX_BACKUP_MESSAGES = 1_000_000
@@ -206,9 +204,7 @@ async def ensure_stream(conn: Connection, shape: StreamShape) -> None:
         try:
             answer = await _api(conn, f"$JS.API.STREAM.CREATE.{shape.name}", shape.config())
             config = dict(answer.get("config") or {})
-        except JetStreamError as exc:
-            if exc.err_code != _STREAM_NAME_IN_USE:  # someone made it meanwhile, another shape
-                raise
+        except StreamNameInUse:  # someone made it meanwhile, another shape
             config = await stream_config(conn, shape.name) or {}
     differences = shape.drift(config)
     if differences:

@@ -70,8 +70,8 @@ from cotal_trio.natsio import (
     Connection,
     KeyExists,
     KvEntry,
+    StreamNotFound,
     WrongRevision,
-    is_bucket_missing,
     kv_create,
     kv_delete_expiring,
     kv_entries,
@@ -216,9 +216,7 @@ def _bucket_errors(bucket: str) -> Iterator[None]:
     """Re-raise natsio's missing-bucket :class:`Unavailable` as :class:`AuthBucketMissing`."""
     try:
         yield
-    except Unavailable as exc:
-        if isinstance(exc, AuthBucketMissing) or not is_bucket_missing(exc):
-            raise
+    except StreamNotFound as exc:  # BucketMissing too: a publish no stream took
         raise AuthBucketMissing(f"bucket {bucket} does not exist ({exc})") from exc
 
 

@@ -82,7 +82,6 @@ from cotal_trio.natsio import (
     ensure_stream,
     expecting_headers,
     first_message,
-    is_bucket_missing,
     js_publish_many,
     js_publishes_sent,
     kv_keys,
@@ -283,9 +282,7 @@ class IssuedStores:
     def _errors(self, stream: str) -> Iterator[None]:
         try:
             yield
-        except Unavailable as exc:
-            if isinstance(exc, IssuedStoresMissing) or not is_bucket_missing(exc):
-                raise
+        except StreamNotFound as exc:  # BucketMissing too: a publish no stream took
             raise self._missing(stream) from exc
 
     def _subject(self, bucket: str, key: str) -> str:

@@ -51,9 +51,9 @@ from cotal_trio.core.sessions import (
 from cotal_trio.natsio import (
     Connection,
     KeyExists,
+    StreamNotFound,
     WrongRevision,
     ensure_bucket,
-    is_bucket_missing,
     kv_create,
     kv_delete_expiring,
     kv_get,
@@ -340,9 +340,7 @@ class RecordsStore:
         """Re-raise natsio's missing-bucket :class:`Unavailable` as :class:`StoresMissing`."""
         try:
             yield
-        except Unavailable as exc:
-            if isinstance(exc, StoresMissing) or not is_bucket_missing(exc):
-                raise
+        except StreamNotFound as exc:  # BucketMissing too: a publish no stream took
             raise StoresMissing(
                 f"space {self.space} has no store {bucket} - start the space's full auth service once:"
                 " it creates the stores"
