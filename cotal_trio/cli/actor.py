@@ -17,12 +17,11 @@ no service running the commands edit the files directly.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
@@ -31,7 +30,7 @@ import cyclopts
 from cyclopts import Parameter
 
 from ..core.delegation import check_within_spawner_grant
-from ..core.errors import CodecError, ConfigError, Refused
+from ..core.errors import CodecError, ConfigError
 from ..core.identity import (
     check_actor,
     check_channel_pattern,
@@ -55,6 +54,7 @@ from ..state import (
     row_path,
     write_row,
 )
+from ..ops.errors import as_config_error
 from ._actor_output import ledger_problems, print_granted, row_line, row_object
 from .common import Where
 
@@ -75,17 +75,6 @@ ACTOR_TOKEN_RANDOM_BYTES = 32
 LIFECYCLE_UID_RANDOM_BYTES = 20
 
 Flag = Parameter(negative="")
-
-
-@contextlib.contextmanager
-def as_config_error() -> Iterator[None]:
-    """Turn a core refusal or a corrupt-row error into the CLI's one-sentence ConfigError."""
-    try:
-        yield
-    except Refused as exc:
-        raise ConfigError(exc.detail) from None
-    except CodecError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def provisioned(where: Where) -> SpacePaths:

@@ -1,4 +1,4 @@
-"""``cotal auth``: mint and revoke the credentials of a static space (issue 6 item 3).
+"""Static-space credentials: mint and revoke them (issue 6 item 3; the I/O ``cotal auth`` runs).
 
 Spec "Credential authority", section "Provisioning"; docs/static-credentials.md. The rules
 (lifetime, ``--replace``, the record, the principal) are :mod:`cotal_trio.core.credentials`;
@@ -8,39 +8,36 @@ static space has no callout). A revocation re-signs the data account JWT with th
 signing key, its ``revocations`` rebuilt from every record of the space, saves it in
 ``accounts.json`` and pushes it to the running broker the way ``cotal space add`` does.
 
-``cotal auth mint --endpoint E --out PATH [--channels a,b]`` (issue 6 item 7; spec "Standalone
-callers") mints a standalone caller: it asks the endpoint for its surface now, then records the
-label pending, creates the private create-only issuance intent, provisions the native footprint
-and writes the file, in that order (``cli/_auth_caller.py``; the I/O steps are
-:mod:`cotal_trio.ops.callers`, the rules :mod:`cotal_trio.core.callers`).
+A mint is :func:`plan_mint` (the space, lifetime, key, principal, label and file), then under
+the credential lock :func:`check_label_state`, :func:`new_credential` and :func:`creds_text`;
+:func:`mint_native` writes a profile credential, :func:`cotal_trio.ops.caller_mint.mint_caller`
+a standalone caller with the same steps. ``cli/auth.py`` parses the flags into a
+:class:`MintRequest` and prints the receipt.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Literal
 
-import cyclopts
 import trio
-from cyclopts import Parameter
 
-from .. import natsio
-from ..broker import provision
-from ..broker.accounts import open_system_connection, push_accounts
-from ..broker.spaces import MODE_STATIC, resolve_server_url, space_mode
-from ..core import callers, natsjwt, profiles
-from ..core import credentials as rules
-from ..core.credentials import Credential, LabelRecord
-from ..core.creds import format_creds, parse_creds
-from ..core.errors import CodecError, ConfigError
-from ..core.identity import check_channel_pattern, check_role, mint_lifecycle_uid
-from ..core.nkeys import KeyPair, Prefix
-from ..state import (
+from cotal_trio import natsio
+from cotal_trio.broker import provision
+from cotal_trio.broker.accounts import open_system_connection, push_accounts
+from cotal_trio.broker.spaces import MODE_STATIC, resolve_server_url, space_mode
+from cotal_trio.core import callers, natsjwt, profiles
+from cotal_trio.core import credentials as rules
+from cotal_trio.core.credentials import Credential, LabelRecord
+from cotal_trio.core.creds import format_creds, parse_creds
+from cotal_trio.core.errors import CodecError, ConfigError
+from cotal_trio.core.identity import mint_lifecycle_uid
+from cotal_trio.core.nkeys import KeyPair, Prefix
+from cotal_trio.ops.errors import as_config_error
+from cotal_trio.state import (
     RootPaths,
     SpaceMaterial,
     SpacePaths,
@@ -50,7 +47,7 @@ from ..state import (
     read_json,
     save_accounts,
 )
-from ..state.credentials import (
+from cotal_trio.state.credentials import (
     default_creds_path,
     hold_credentials,
     list_records,
@@ -59,27 +56,27 @@ from ..state.credentials import (
     save_record,
     write_creds,
 )
-from ._servers import resolve_servers
-from .actor import as_config_error, provisioned, split_list
-from .common import Where
 
 __all__ = [
-    "MintFlags",
+    "INBOX_NONCE_BYTES",
+    "LIFECYCLE_UID_RANDOM_BYTES",
+    "PUSH_DEADLINE_S",
     "MintPlan",
-    "auth_app",
+    "MintRequest",
+    "Revoked",
     "check_label_state",
     "creds_text",
-    "mint",
     "mint_native",
     "new_credential",
+    "permissions_of",
     "plan_mint",
+    "read_identity",
     "revoke_credential",
+    "revoke_in_root",
+    "static_space",
     "trust_conflict",
     "undo_record",
 ]
-
-auth_app = cyclopts.App(name="auth", help="Mint and revoke the credentials of a static space.")
-auth_app.command("cotal_trio.cli._auth_caller:recreate_issued_stores", name="recreate-issued-stores")
 
 LIFECYCLE_UID_RANDOM_BYTES = 20
 INBOX_NONCE_BYTES = 16
@@ -87,23 +84,16 @@ ROOT_MARKER = "broker.json"  # a folder holding it is a root
 DOT_ROOT = ".cotal"
 PUSH_DEADLINE_S = 30
 
-Flag = Parameter(negative="")
-Json = Annotated[bool, Parameter(name="--json", negative="", help="Print a JSON object.")]
-Server = Annotated[str | None, Parameter(help="Broker URL (default: the root's broker on 127.0.0.1, if it runs).")]
-CallerServer = Annotated[str | None, Parameter(
-    help="With --endpoint: the broker URL (default: the root's broker on 127.0.0.1, if it runs).")]
-
 
 # -- checks before anything is signed --------------------------------------------------------------
 
 
-def static_space(where: Where) -> tuple[SpacePaths, SpaceMaterial]:
-    """The selected space's paths and material, once it is a provisioned static space.
+def static_space(sp: SpacePaths) -> tuple[SpacePaths, SpaceMaterial]:
+    """``sp`` (a provisioned space) and its material, once it is a static space.
 
     Raises:
-        ConfigError: not provisioned, or a user-auth space (the sentence says why it refuses).
+        ConfigError: a user-auth space (the sentence says why it refuses).
     """
-    sp = provisioned(where)
     if space_mode(sp) != MODE_STATIC:
         raise ConfigError(
             f"space {sp.space} is a user-auth space: its agents join under a logged-in user (`cotal actor "
@@ -150,23 +140,6 @@ def trust_conflict(paths: RootPaths, space: str, data_account: str, folders: lis
                 f"--out outside {folder}, or pass --root {other} to mint there"
             )
     return None
-
-
-def agent_grant(profile: str, allow_subscribe: str | None, allow_publish: str | None, role: str | None) -> dict:
-    """The agent-only flags as record fields; ConfigError for another profile or a bad entry."""
-    given = [name for name, value in (("--allow-subscribe", allow_subscribe), ("--allow-publish", allow_publish),
-                                      ("--role", role)) if value is not None]  # fmt: skip
-    if given and profile != "agent":
-        shape, them = ("shapes", "it") if len(given) == 1 else ("shape", "them")
-        raise ConfigError(f"{', '.join(given)} {shape} an agent's grant; profile {profile} has a fixed one - drop {them}")
-    if role is not None:
-        with as_config_error():
-            check_role(role)
-    return {
-        "allow_subscribe": split_list(allow_subscribe, check_channel_pattern),
-        "allow_publish": split_list(allow_publish, check_channel_pattern),
-        "role": role,
-    }
 
 
 def read_identity(path: str, material: SpaceMaterial) -> tuple[KeyPair, str, str]:
@@ -230,8 +203,19 @@ def _check_out(out: Path, record: LabelRecord | None, identity: str | None) -> N
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MintFlags:
-    """The flags every mint shares (``cotal auth mint``'s parameters, as given).
+class MintRequest:
+    """What every mint is asked for (``cotal auth mint``'s shared flags, as given, and its space).
+
+    Attributes:
+        profile: ``agent``, ``observer`` or ``admin``.
+        label: the record's label, or None (the ``identity``'s actor, else the profile).
+        out: the file to write, or None (``ROOT/auth/creds/SPACE/LABEL.creds``).
+        expires_in, expires_at: the lifetime in seconds, or the expiry in unix seconds.
+        no_expiry: no expiry at all.
+        replace: replace the label's credential (:func:`~cotal_trio.core.credentials.check_replace`).
+        identity: a ``.creds`` file this root minted whose key and principal the mint keeps.
+        paths: the root.
+        sp: the space's paths, already found in the root (``Where.provisioned``).
 
     Spec "Provisioning" / "Standalone callers".
     """
@@ -244,7 +228,8 @@ class MintFlags:
     no_expiry: bool
     replace: bool
     identity: str | None
-    where: Where
+    paths: RootPaths
+    sp: SpacePaths
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -266,7 +251,7 @@ class MintPlan:
     target: Path
 
 
-def plan_mint(flags: MintFlags) -> MintPlan:
+def plan_mint(flags: MintRequest) -> MintPlan:
     """The space, lifetime, key, principal, label and file of a mint (blocking file reads).
 
     Raises:
@@ -275,7 +260,7 @@ def plan_mint(flags: MintFlags) -> MintPlan:
 
     Spec "Provisioning" / "Standalone callers".
     """
-    sp, material = static_space(flags.where)
+    sp, material = static_space(flags.sp)
     now = int(time.time())
     exp = rules.choose_expiry(now=now, expires_in=flags.expires_in, expires_at=flags.expires_at, no_expiry=flags.no_expiry)
     if flags.identity is not None:
@@ -283,7 +268,7 @@ def plan_mint(flags: MintFlags) -> MintPlan:
     else:
         key, owner, actor = KeyPair.generate(Prefix.USER), rules.static_owner(load_owner_secret(sp.owner_secret_json)), None
     name = rules.check_label(flags.label if flags.label is not None else actor or flags.profile)
-    paths = flags.where.paths()
+    paths = flags.paths
     target = Path(flags.out).expanduser().absolute() if flags.out is not None else default_creds_path(paths, sp.space, name)
     conflict = trust_conflict(paths, sp.space, material.data_account, [Path.cwd(), target.parent])
     if conflict is not None:
@@ -292,7 +277,7 @@ def plan_mint(flags: MintFlags) -> MintPlan:
                     actor=actor or name, label=name, target=target)  # fmt: skip
 
 
-def check_label_state(plan: MintPlan, flags: MintFlags) -> tuple[LabelRecord | None, int]:
+def check_label_state(plan: MintPlan, flags: MintRequest) -> tuple[LabelRecord | None, int]:
     """``(the label's record, the new JWT's iat)``; hold the credential lock (blocking reads).
 
     Raises:
@@ -314,7 +299,7 @@ def check_label_state(plan: MintPlan, flags: MintFlags) -> tuple[LabelRecord | N
     return record, iat
 
 
-def new_credential(plan: MintPlan, flags: MintFlags, *, iat: int, grant: dict, uid: str | None = None, **caller) -> Credential:
+def new_credential(plan: MintPlan, flags: MintRequest, *, iat: int, grant: dict, uid: str | None = None, **caller) -> Credential:
     """The credential a mint records: lifecycle ``uid`` (default a fresh one) and a fresh inbox
     nonce (``caller``: a standalone caller's ``endpoint``, ``surface_digest``, ``verbs``, ``pending``).
 
@@ -354,7 +339,7 @@ def undo_record(sp: SpacePaths, label: str, record: LabelRecord | None) -> None:
         save_record(sp, record)
 
 
-def mint_native(flags: MintFlags, grant: dict) -> tuple[Credential, LabelRecord, bool]:
+def mint_native(flags: MintRequest, grant: dict) -> tuple[Credential, LabelRecord, bool]:
     """A profile mint (blocking): checks, the record, then the file; a failed write undoes the record.
 
     Returns:
@@ -377,116 +362,16 @@ def mint_native(flags: MintFlags, grant: dict) -> tuple[Credential, LabelRecord,
     return cred, fresh, record is not None
 
 
-@auth_app.command
-async def mint(
-    *,
-    profile: Literal["agent", "observer", "admin"] = "agent",
-    label: str | None = None,
-    out: str | None = None,
-    expires_in: int | None = None,
-    expires_at: int | None = None,
-    no_expiry: Annotated[bool, Flag] = False,
-    replace: Annotated[bool, Flag] = False,
-    identity: str | None = None,
-    allow_subscribe: str | None = None,
-    allow_publish: str | None = None,
-    role: str | None = None,
-    endpoint: str | None = None,
-    channels: str | None = None,
-    server: CallerServer = None,
-    as_json: Json = False,
-    where: Where = Where(),
-) -> None:
-    """Mint a NATS credential file of a static space (0600) and print its receipt.
-
-    Parameters
-    ----------
-    profile
-        What it may do: agent (its channels, DMs and inbox), observer (read-only), admin
-        (read-only, DMs too).
-    label
-        Names the credential in the root's records, and the actor of a fresh principal
-        (letters, digits and _; default: the --identity principal's actor, else the profile).
-    out
-        Where to write the file (default ROOT/auth/creds/SPACE/LABEL.creds).
-    expires_in
-        Lifetime in seconds (default 24 h).
-    expires_at
-        Expiry as unix seconds.
-    no_expiry
-        No expiry at all (cotal doctor auth warns about it).
-    replace
-        Replace the label's credential; allowed once it expired, when it has no expiry, or
-        when its key was revoked with cotal auth revoke-credential.
-    identity
-        A file this root minted: keep its nkey and principal (a new lifecycle UID).
-    allow_subscribe
-        Agent only: comma-separated channel patterns it may read.
-    allow_publish
-        Agent only: comma-separated channel patterns it may post to.
-    role
-        Agent only: its role (its task queue).
-    endpoint
-        A standalone caller of this endpoint: its describe and surface verbs, from the surface
-        the endpoint answers now (needs --out and a running broker).
-    channels
-        With --endpoint: comma-separated channel patterns it may read and post to.
-    """
-    flags = MintFlags(profile=profile, label=label, out=out, expires_in=expires_in, expires_at=expires_at,
-                      no_expiry=no_expiry, replace=replace, identity=identity, where=where)  # fmt: skip
-    if endpoint is None:
-        if channels is not None or server is not None:
-            raise ConfigError(f"{'--channels' if channels is not None else '--server'} goes with --endpoint (a standalone "
-                              "caller) - for an agent pass --allow-subscribe and --allow-publish, or add --endpoint")  # fmt: skip
-        grant = agent_grant(profile, allow_subscribe, allow_publish, role)
-        cred, record, replaced = await trio.to_thread.run_sync(mint_native, flags, grant)
-    else:
-        from ._auth_caller import check_caller_flags, mint_caller  # it builds on this module's mint steps
-
-        check_caller_flags(flags, allow_subscribe, allow_publish, role)
-        chosen = split_list(channels, check_channel_pattern)
-        cred, record, replaced = await mint_caller(flags, callers.check_endpoint(endpoint), chosen, server)
-    _print_receipt(cred, record, replaced=replaced, as_json=as_json, server=_receipt_server(where, server))
-
-
-# The receipt's server line on a root without policy.json (a cluster's: docs/deploy.md).
-UNKNOWN_SERVER = "your broker's URL (this root has no policy.json; `cotal connect-info --server` takes it)"
-
-
-def _receipt_server(where: Where, server: str | None) -> str | None:
-    """The broker the credential's client connects to (issue 18 item 5): ``--server``, else the
-    root's ``cotal up`` broker (``policy.json``), else None."""
-    paths = where.paths()
-    if server is not None or not paths.policy_json.exists():
-        return server
-    return ",".join(resolve_servers(paths, None))
-
-
-def _print_receipt(cred: Credential, record: LabelRecord, *, replaced: bool, as_json: bool, server: str | None) -> None:
-    if as_json:
-        print(json.dumps({**rules.receipt(cred, replaced=replaced), "server": server}, indent=2))
-        return
-    expiry = "never (--no-expiry: `cotal doctor auth` warns about it)" if cred.expires_at is None else (
-        f"{cred.expires_at} ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(cred.expires_at))})")
-    print(f"{'replaced' if replaced else 'minted'} {cred.profile} credential {cred.label} in space {cred.space}")
-    rows = [("principal", cred.principal), ("lifecycle", cred.lifecycle_uid), ("user key", cred.user_key),
-            ("expires", expiry), ("file", cred.path), ("inbox", f"_INBOX_{cred.inbox_nonce} (the client's inbox prefix)")]  # fmt: skip
-    if cred.endpoint is not None:
-        rows += [("endpoint", cred.endpoint), ("surface", cred.surface_digest), ("verbs", ", ".join(cred.verbs)),
-                 ("channels", ", ".join(cred.allow_publish) or "none")]  # fmt: skip
-    rows.append(("server", server or UNKNOWN_SERVER))
-    for name, value in rows:
-        print(f"  {name:<10}{value}")
-    for old in rules.unbounded_replaced(record):
-        print(f"  note: the replaced credential {old.user_key} has no expiry and still connects - revoke it with "
-              f"`cotal auth revoke-credential {cred.label} --space {cred.space} --key {old.user_key}`")  # fmt: skip
-
-
 # -- revoke-credential -----------------------------------------------------------------------------
 
 
-def _revoke_in_root(paths: RootPaths, sp: SpacePaths, label: str, key: str | None, now: int) -> tuple[Credential, str, int]:
-    """Mark the key revoked in the record, and sign the data account with every revocation.
+def revoke_in_root(paths: RootPaths, sp: SpacePaths, label: str, key: str | None, now: int) -> tuple[Credential, str, int]:
+    """Mark the key revoked in the record, and sign the data account with every revocation
+    (blocking; under the space's credential lock).
+
+    Raises:
+        ConfigError: no such label or key, or a record of the space cannot be read; nothing
+            was written.
 
     Returns:
         ``(the revoked credential, the new data account JWT, how many keys it revokes)``.
@@ -534,32 +419,34 @@ def _check_identity_label(sp: SpacePaths, label: str, user_key: str, identity: s
             )
 
 
-@auth_app.command(name="revoke-credential")
-async def revoke_credential(
-    label: str,
-    /,
-    *,
-    key: str | None = None,
-    server: Server = None,
-    as_json: Json = False,
-    where: Where = Where(),
-) -> None:
-    """Revoke a credential's key: record it, sign it into the space's account, push that to the broker.
+@dataclass(frozen=True, slots=True)
+class Revoked:
+    """What a revocation did: the revoked credential, where its account went, how many keys it revokes.
 
-    Running it again re-pushes the account (for a broker that was down the first time).
-
-    Parameters
-    ----------
-    label
-        The credential's label.
-    key
-        Revoke this earlier key of the label (a replaced credential) instead of the current one.
+    Attributes:
+        cred: the credential, ``revoked_at`` set.
+        pushed_to: the broker URL the account was pushed to, or None (no broker running).
+        revocations: how many keys the space's data account now revokes.
     """
-    with as_config_error():
-        rules.check_label(label)
-    sp = provisioned(where)
-    paths = where.paths()
-    cred, data_jwt, count = await trio.to_thread.run_sync(_revoke_in_root, paths, sp, label, key, int(time.time()))
+
+    cred: Credential
+    pushed_to: str | None
+    revocations: int
+
+
+async def revoke_credential(paths: RootPaths, sp: SpacePaths, label: str, key: str | None, server: str | None) -> Revoked:
+    """Trio: revoke ``label``'s key (its current one, or ``key``): record it, sign it into the
+    space's account (:func:`revoke_in_root`), push that to the broker at ``server`` (default: the
+    root's, if it runs). Running it again re-pushes the account.
+
+    Raises:
+        ConfigError: as :func:`revoke_in_root`; or the push did not finish within
+            :data:`PUSH_DEADLINE_S` (the record and account are written: the sentence says to
+            run it again).
+
+    Spec "Provisioning".
+    """
+    cred, data_jwt, count = await trio.to_thread.run_sync(revoke_in_root, paths, sp, label, key, int(time.time()))
     try:
         with trio.fail_after(PUSH_DEADLINE_S):
             url = await resolve_server_url(paths, server)
@@ -570,16 +457,4 @@ async def revoke_credential(
     except trio.TooSlowError:
         raise ConfigError(f"pushing space {sp.space}'s account did not finish within {PUSH_DEADLINE_S} s - "
                           f"run `cotal auth revoke-credential {label} --space {sp.space}` again") from None  # fmt: skip
-    _print_revoked(cred, url, count, as_json)
-
-
-def _print_revoked(cred: Credential, url: str | None, count: int, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps({"space": cred.space, "label": cred.label, "userKey": cred.user_key,
-                          "revokedAt": cred.revoked_at, "pushedTo": url, "revocations": count}, indent=2))  # fmt: skip
-        return
-    where = (f"the account ({count} revoked keys) was pushed to {url}" if url else
-             "no broker running: the revocation takes effect when the account is pushed - run "
-             f"`cotal auth revoke-credential {cred.label} --space {cred.space}` again while the broker runs")
-    print(f"revoked credential {cred.label} key {cred.user_key} in space {cred.space} ({where})")
-
+    return Revoked(cred, url, count)
