@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -42,10 +43,18 @@ __all__ = ["auth_service"]
 _SCHEMES = ("nats", "tls")
 
 
+@Parameter(name="*")
+@dataclass(frozen=True, kw_only=True)
+class Served:
+    """What the service serves: exactly one of ``--space`` and ``--spaces``."""
+
+    space: Annotated[str | None, Parameter(help="Serve this one space (exclusive with --spaces).")] = None
+    spaces: Annotated[Path | None, Parameter(help="Serve the spaces this manifest lists, following its changes live (exclusive with --space).")] = None
+
+
 async def auth_service(
     *,
-    space: Annotated[str | None, Parameter(help="Serve this one space (exclusive with --spaces).")] = None,
-    spaces: Annotated[Path | None, Parameter(help="Serve the spaces this manifest lists, following its changes live (exclusive with --space).")] = None,
+    served: Served = Served(),
     server: Annotated[str, Parameter(help="The broker, nats://host:port; it must already trust the spaces' accounts.")],
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
     callout_only: Annotated[bool, Parameter(help="Replica: the callout only (no HTTP face, no auth-service.json).")] = False,
@@ -60,6 +69,7 @@ async def auth_service(
     public-face flags are refused with --callout-only and with --spaces (set the manifest
     entry's fields instead).
     """
+    space, spaces = served.space, served.spaces
     if (space is None) == (spaces is None):
         raise ConfigError("pass exactly one of --space (one space) and --spaces (a manifest of spaces)")
     if space is not None:

