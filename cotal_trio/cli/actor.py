@@ -17,12 +17,11 @@ no service running the commands edit the files directly.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
@@ -31,7 +30,7 @@ import cyclopts
 from cyclopts import Parameter
 
 from ..core.delegation import check_within_spawner_grant
-from ..core.errors import CodecError, ConfigError, Refused
+from ..core.errors import CodecError, ConfigError
 from ..core.identity import (
     check_actor,
     check_channel_pattern,
@@ -55,6 +54,7 @@ from ..state import (
     row_path,
     write_row,
 )
+from ..ops.errors import as_config_error
 from ._actor_output import ledger_problems, print_granted, row_line, row_object
 from .common import Where
 
@@ -73,19 +73,6 @@ FULL_SCOPE = ("spawn", "role:default")
 FULL_ACL = (">",)
 ACTOR_TOKEN_RANDOM_BYTES = 32
 LIFECYCLE_UID_RANDOM_BYTES = 20
-
-Flag = Parameter(negative="")
-
-
-@contextlib.contextmanager
-def as_config_error() -> Iterator[None]:
-    """Turn a core refusal or a corrupt-row error into the CLI's one-sentence ConfigError."""
-    try:
-        yield
-    except Refused as exc:
-        raise ConfigError(exc.detail) from None
-    except CodecError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def provisioned(where: Where) -> SpacePaths:
@@ -278,20 +265,49 @@ def checked_parent(owner: str, parent: str | None, managed: bool) -> str | None:
 
 
 # Upstream-notes 1.3 (row shape, envelope) and 8 (`cotal actor grant` flags).
+@Parameter(name="*")
+@dataclass(frozen=True, kw_only=True)
+class GrantFlags:
+    """What a granted actor may do: ``--full`` or the scope and channel lists, and its role."""
+
+    full: Annotated[bool, Parameter(negative="", help="Scope spawn,role:default and > both ways; not with --scope or --allow-*.")] = False
+    scope: Annotated[str | None, Parameter(help="Comma-separated scope tokens, for example spawn,role:default.")] = None
+    allow_subscribe: Annotated[str | None, Parameter(help="Comma-separated channel patterns the actor may read.")] = None
+    allow_publish: Annotated[str | None, Parameter(help="Comma-separated channel patterns the actor may post to.")] = None
+    role: Annotated[str | None, Parameter(help="The actor's role name.")] = None
+
+    def grant(self) -> Grant:
+        """The row's scope and channel lists (:func:`grant_from_flags`); ConfigError as it raises."""
+        return grant_from_flags(self.full, self.scope, self.allow_subscribe, self.allow_publish)
+
+    def checked_role(self) -> str | None:
+        """``--role`` once it is a role name; ConfigError naming the grammar."""
+        if self.role is not None:
+            with as_config_error():
+                check_role(self.role)
+        return self.role
+
+
+@Parameter(name="*")
+@dataclass(frozen=True, kw_only=True)
+class ManagedFlags:
+    """A managed (agent) grant and its spawner."""
+
+    managed: Annotated[bool, Parameter(negative="", help="Write a managed (agent) row and print its actor token once.")] = False
+    parent: Annotated[str | None, Parameter(help=(
+        "With --managed: the spawning actor of the same owner; the grant must sit inside its own."))] = None
+
+
+# Upstream-notes 1.3 (row shape, envelope) and 8 (`cotal actor grant` flags).
 @actor_app.command
 def grant(
     actor: str,
     /,
     *,
     whose: Whose = Whose(),
-    full: Annotated[bool, Flag] = False,
-    scope: str | None = None,
-    allow_subscribe: str | None = None,
-    allow_publish: str | None = None,
-    role: str | None = None,
+    what: GrantFlags = GrantFlags(),
     label: str | None = None,
-    managed: Annotated[bool, Flag] = False,
-    parent: str | None = None,
+    managed: ManagedFlags = ManagedFlags(),
     as_json: Annotated[bool, Parameter(name="--json", negative="")] = False,
     where: Where = Where(),
 ) -> None:
@@ -306,22 +322,8 @@ def grant(
     ----------
     actor
         The actor name (letters, digits and _).
-    full
-        Scope spawn,role:default and > both ways; not with --scope or --allow-*.
-    scope
-        Comma-separated scope tokens, for example spawn,role:default.
-    allow_subscribe
-        Comma-separated channel patterns the actor may read.
-    allow_publish
-        Comma-separated channel patterns the actor may post to.
-    role
-        The actor's role name.
     label
         Free text for operators, for example "david laptop".
-    managed
-        Write a managed (agent) row and print its actor token once.
-    parent
-        With --managed: the spawning actor of the same owner; the grant must sit inside its own.
     as_json
         Print a JSON object instead of a sentence.
     """
@@ -329,13 +331,11 @@ def grant(
     with as_config_error():
         check_actor(actor)
     owner = whose.resolve(space_paths)
-    acl = grant_from_flags(full, scope, allow_subscribe, allow_publish)
-    if role is not None:
-        with as_config_error():
-            check_role(role)
-    spawner = checked_parent(owner, parent, managed)
-    token = new_actor_token(os.urandom(ACTOR_TOKEN_RANDOM_BYTES)) if managed else None
-    kind = LedgerKind.MANAGED if managed else LedgerKind.INTERACTIVE
+    acl = what.grant()
+    role = what.checked_role()
+    spawner = checked_parent(owner, managed.parent, managed.managed)
+    token = new_actor_token(os.urandom(ACTOR_TOKEN_RANDOM_BYTES)) if managed.managed else None
+    kind = LedgerKind.MANAGED if managed.managed else LedgerKind.INTERACTIVE
     row = build_row(
         kind, owner, actor, acl, role=role, parent=spawner, label=check_label(label),
         token_hash=None if token is None else hash_actor_token(token),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -32,29 +33,34 @@ from ..core.admission import CalloutLimits
 from ..broker.spaces import MODE_STATIC, space_mode
 from ..core.errors import ConfigError
 from ..core.manifest import ManifestRefused, parse_manifest
-from cotal_trio.service.hosting import ServiceConfig, ServiceInfo, run_service
+from cotal_trio.service.hosting import ServiceConfig, ServiceInfo, public_fields, run_service
 from cotal_trio.service.runtime import tune_for_serving
 from ..state.space_folders import migrate_space_folders, rename_note
-from .common import Where, check_auth_timeout, serve_until_signal
+from .common import PublicFaceFlags, Where, check_auth_timeout, serve_until_signal
 
 __all__ = ["auth_service"]
 
 _SCHEMES = ("nats", "tls")
 
 
+@Parameter(name="*")
+@dataclass(frozen=True, kw_only=True)
+class Served:
+    """What the service serves: exactly one of ``--space`` and ``--spaces``."""
+
+    space: Annotated[str | None, Parameter(help="Serve this one space (exclusive with --spaces).")] = None
+    spaces: Annotated[Path | None, Parameter(help="Serve the spaces this manifest lists, following its changes live (exclusive with --space).")] = None
+
+
 async def auth_service(
     *,
-    space: Annotated[str | None, Parameter(help="Serve this one space (exclusive with --spaces).")] = None,
-    spaces: Annotated[Path | None, Parameter(help="Serve the spaces this manifest lists, following its changes live (exclusive with --space).")] = None,
+    served: Served = Served(),
     server: Annotated[str, Parameter(help="The broker, nats://host:port; it must already trust the spaces' accounts.")],
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
     callout_only: Annotated[bool, Parameter(help="Replica: the callout only (no HTTP face, no auth-service.json).")] = False,
     auth_timeout: Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2); the callout deadline budget.")] = None,
     service_endpoints: Annotated[bool, Parameter(help="With --space: open the space's service-endpoint admission; nothing closes it, and callout-only replicas then refuse the space.")] = False,
-    exchange_public_port: Annotated[int | None, Parameter(help="With --space: serve the public exchange face on 127.0.0.1:N too (put a TLS reverse proxy in front).")] = None,
-    exchange_public_url: Annotated[str | None, Parameter(help="The https:// address clients reach the public face by (needs --exchange-public-port).")] = None,
-    exchange_trusted_proxy: Annotated[bool, Parameter(help="Attribute public-face peers by the last X-Forwarded-For hop (needs --exchange-public-port).")] = False,
-    advertised_server: Annotated[str | None, Parameter(help="The broker URL the public face advertises, nats/tls/ws/wss (needs --exchange-public-port; default --server).")] = None,
+    public: PublicFaceFlags = PublicFaceFlags(),
 ) -> int:
     """Run the auth service for one space or a manifest of spaces until Ctrl-C.
 
@@ -63,6 +69,7 @@ async def auth_service(
     public-face flags are refused with --callout-only and with --spaces (set the manifest
     entry's fields instead).
     """
+    space, spaces = served.space, served.spaces
     if (space is None) == (spaces is None):
         raise ConfigError("pass exactly one of --space (one space) and --spaces (a manifest of spaces)")
     if space is not None:
@@ -70,8 +77,7 @@ async def auth_service(
     config = ServiceConfig(
         root=Where(root=root).paths(), server_url=_check_server(server), space=space, manifest=spaces,
         callout_only=callout_only, service_endpoints=service_endpoints, limits=_limits(auth_timeout),
-        exchange_public_port=exchange_public_port, exchange_public_url=exchange_public_url,
-        exchange_trusted_proxy=exchange_trusted_proxy, advertised_server=advertised_server,
+        **public_fields(public),
     )
     # The flags first; then a root of an earlier version is renamed (state/space_folders.py), and
     # the space found: a mistyped --space or --root is named as every command names it.

@@ -21,7 +21,7 @@ from ..state.records import MAX_AUTH_TIMEOUT_S
 from . import INTERRUPTED
 from ..state.space_folders import require_space
 
-__all__ = ["DEFAULT_SPACE", "Where", "check_auth_timeout", "serve_until_signal", "stop_on_signal"]
+__all__ = ["DEFAULT_SPACE", "PublicFaceFlags", "Where", "check_auth_timeout", "serve_until_signal", "stop_on_signal"]
 
 DEFAULT_SPACE = "default"
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -64,6 +64,35 @@ class Where:
         """
         self.space_paths()  # the name first: a bad name is named as such
         return require_space(self.paths(), self.space)
+
+
+@Parameter(name="*")
+@dataclass(frozen=True, kw_only=True)
+class PublicFaceFlags:
+    """The public-face flags, declared once for ``cotal up``, ``cotal auth-service`` and ``cotal
+    service install|render auth-service`` (issue 5 item 1; issue 16).
+
+    Each is the :class:`~cotal_trio.core.manifest.SpaceEntry` field of the same name (its
+    manifest key in :data:`cotal_trio.service.hosting.PUBLIC_FLAGS`), so
+    :func:`cotal_trio.service.hosting.public_fields` reads them off this group as off the
+    configs; the manifest's own rules check them (:func:`~cotal_trio.service.hosting.check_public_flags`).
+
+    Attributes:
+        exchange_public_port: the public listener's port on 127.0.0.1, or None for no public face.
+        exchange_public_url: the ``https://`` address clients reach it by, or None.
+        exchange_trusted_proxy: attribute peers by the last ``X-Forwarded-For`` hop.
+        advertised_server: the broker URL the public face advertises (nats/tls/ws/wss), or None.
+    """
+
+    exchange_public_port: Annotated[int | None, Parameter(help=(
+        "Serve the space's public exchange face on 127.0.0.1:N too (put a TLS reverse proxy in front)."))] = None
+    exchange_public_url: Annotated[str | None, Parameter(help=(
+        "The https:// address clients reach the public face by (needs --exchange-public-port)."))] = None
+    exchange_trusted_proxy: Annotated[bool, Parameter(help=(
+        "Attribute public-face peers by the last X-Forwarded-For hop (needs --exchange-public-port)."))] = False
+    advertised_server: Annotated[str | None, Parameter(help=(
+        "The broker URL the public face advertises, nats/tls/ws/wss (needs --exchange-public-port; default: the "
+        "broker the service connects to)."))] = None
 
 
 def check_auth_timeout(seconds: float | None) -> float | None:

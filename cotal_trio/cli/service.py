@@ -46,7 +46,7 @@ from cyclopts import Parameter
 from ..core.errors import ConfigError
 from cotal_trio.service.hosting import ServiceConfig, public_fields
 from ..state.files import atomic_write
-from .common import Where, check_auth_timeout
+from .common import PublicFaceFlags, Where, check_auth_timeout
 
 __all__ = ["ExecUnit", "cotal_script", "render_unit", "service_app", "unwritable"]
 
@@ -83,10 +83,7 @@ class Full:
     """The flags only the full auth service takes (``cotal auth-service``'s, with ``--space``)."""
 
     service_endpoints: Annotated[bool, Parameter(help="With --space: open the space's service-endpoint admission.")] = False
-    exchange_public_port: Annotated[int | None, Parameter(help="With --space: serve the public exchange face on 127.0.0.1:N too.")] = None
-    exchange_public_url: Annotated[str | None, Parameter(help="The https:// address of the public face (needs --exchange-public-port).")] = None
-    exchange_trusted_proxy: Annotated[bool, Parameter(help="Attribute public-face peers by X-Forwarded-For (needs --exchange-public-port).")] = False
-    advertised_server: Annotated[str | None, Parameter(help="The broker URL the public face advertises (needs --exchange-public-port).")] = None
+    public: PublicFaceFlags = PublicFaceFlags()
 
 
 @Parameter(name="*")
@@ -263,8 +260,7 @@ def _config(serve: Serve, full: Full, *, callout_only: bool) -> ServiceConfig:
         root=Where(root=serve.root).paths(), server_url=serve.server, space=serve.space,
         manifest=Path(os.path.abspath(serve.spaces)) if serve.spaces is not None else None,
         callout_only=callout_only, service_endpoints=full.service_endpoints,
-        exchange_public_port=full.exchange_public_port, exchange_public_url=full.exchange_public_url,
-        exchange_trusted_proxy=full.exchange_trusted_proxy, advertised_server=full.advertised_server,
+        **public_fields(full.public),
     )
 
 

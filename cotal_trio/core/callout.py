@@ -6,13 +6,13 @@ them, with the wall time read once per request and passed in:
 1. :func:`open_request` - provenance. A failure raises :class:`Dropped`: the request gets no
    reply at all, only a log line (spec "Callout deadlines", last sentence).
 2. :func:`check_bearer` - the bearer in ``connect_opts.auth_token``.
-3. (lane) connect limits (:func:`cotal_trio.core.limits.check_connect`, which runs step 2 with
-   them), then a fresh ledger read of the principal's rows.
+3. :func:`check_connect` - step 2 with the connect limits (the buckets are
+   :mod:`cotal_trio.core.limits`); then (lane) a fresh ledger read of the principal's rows.
 4. :func:`decide_connect` - ledger match, the view's scope (when the bearer names a view) and the
    profile's permissions (the view's, else the agent's).
 5. :func:`mint_user_jwt` and :func:`encode_response` - the user JWT and the sealed response.
 
-Steps 2 and 4 raise :class:`~cotal_trio.core.errors.Refused`; the lane answers those with
+Steps 2 to 4 raise :class:`~cotal_trio.core.errors.Refused` (step 3 its RateLimited too); the lane answers those with
 :func:`encode_response` carrying ``error=refused.reason()``.
 """
 
@@ -21,13 +21,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from . import natsjwt
 from .admission import broker_gave_up
-from .bearer import BearerVerifier, ValidatedBearer
+from .bearer import BearerVerifier, ValidatedBearer, check_bearer_claims
 from .errors import AuthServiceError, CodecError, RefusalCode, Refused
-from .identity import check_inbox_nonce, principal
+from .identity import check_inbox_nonce, is_actor, is_owner, principal
 from .ledger import LedgerRow, authorize_connect
+from .limits import ConnectLimiter
 from .nkeys import KeyPair
 from .profiles import CAPABILITIES, Permissions, agent_permissions, view_permissions
 from .views import check_view_scope
@@ -42,6 +44,7 @@ __all__ = [
     "SERVER_XKEY_HEADER",
     "TIMEOUT_REASON",
     "check_bearer",
+    "check_connect",
     "decide_connect",
     "encode_response",
     "mint_user_jwt",
@@ -177,6 +180,67 @@ def check_bearer(
     if request.auth_token is None:
         raise Refused(RefusalCode.BAD_CREDENTIAL, NO_TOKEN_REASON)
     return verifier.validate(request.auth_token, space=space, now=now)
+
+
+def _principal_of(claims: Mapping[str, Any], *, space: str, now: float) -> tuple[str, str]:
+    """``(act.owner, act.actor)`` of claims whose signature verified.
+
+    Raises:
+        Refused: BAD_CREDENTIAL when they name no valid owner and actor (the claims check
+            names the broken rule).
+    """
+    act = claims.get("act")
+    owner, actor = (act.get("owner"), act.get("actor")) if isinstance(act, dict) else (None, None)
+    if is_owner(owner) and is_actor(actor):
+        return owner, actor
+    check_bearer_claims(claims, space=space, now=now)  # raises, naming the rule
+    raise Refused(RefusalCode.BAD_CREDENTIAL, "bearer names no owner and actor - exchange a fresh bearer")
+
+
+def check_connect(
+    request: natsjwt.AuthorizationRequest,
+    *,
+    space: str,
+    verifier: BearerVerifier,
+    limiter: ConnectLimiter,
+    now: float,
+    at: float,
+) -> ValidatedBearer:
+    """The bearer and the connect limits of one connect (DESIGN.md 6 steps 3-4; step 3 above).
+
+    Runs before any ledger read or store write (spec "Connect limits"). A bearer whose
+    signature verifies is charged to its actor and owner, then its claims are checked (so an
+    expired one is still charged); anything else is charged to ``request.client_host`` and
+    refused with its own reason unless that host is limited.
+
+    Args:
+        request: the opened authorization request.
+        space: this lane's space.
+        verifier: the space's bearer verifier.
+        limiter: the lane's connect limits (mutated: one connect charged, or none).
+        now: wall time, unix seconds (bearer times).
+        at: seconds on the limiter's monotonic clock.
+
+    Returns:
+        The validated bearer.
+
+    Raises:
+        RateLimited: a bucket the connect draws on is empty; ``reason()`` starts
+            ``RATE_LIMITED retry-after <n>s``.
+        Refused: BAD_CREDENTIAL: no bearer, or one that fails validation.
+    """
+    try:
+        if request.auth_token is None:
+            raise Refused(RefusalCode.BAD_CREDENTIAL, NO_TOKEN_REASON)
+        claims = verifier.verify(request.auth_token)
+        owner, actor = _principal_of(claims, space=space, now=now)
+    except Refused:
+        if (limited := limiter.charge_host(request.client_host, at)) is not None:
+            raise limited.error() from None
+        raise
+    if (limited := limiter.charge_principal(owner, actor, at)) is not None:
+        raise limited.error()
+    return check_bearer_claims(claims, space=space, now=now)
 
 
 def decide_connect(

@@ -6,7 +6,8 @@ reconnect loop cannot spend the callout for everyone else in the space. Each lan
 exchange faces:
 
 * a bearer whose **signature verifies** is charged to its actor (``<owner>.<actor>``) and to its
-  owner, even when it has expired (:func:`check_connect`);
+  owner, even when it has expired (:func:`cotal_trio.core.callout.check_connect`, which validates
+  the bearer and charges these buckets);
 * a bearer that **does not verify** (or no bearer at all) is charged to the client host the
   broker reports (``client_info.host``), and to nothing else;
 * a bucket holds one minute's allowance (:class:`ConnectLimits`: 60 per actor, 600 per owner,
@@ -37,14 +38,10 @@ from __future__ import annotations
 import enum
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from .bearer import BearerVerifier, ValidatedBearer, check_bearer_claims
-from .callout import NO_TOKEN_REASON
-from .errors import ConfigError, RateLimited, RefusalCode, Refused
-from .identity import is_actor, is_owner, principal
+from .errors import ConfigError, RateLimited
+from .identity import principal
 from .jose import shown
 from .natsjwt import MAX_CLIENT_HOST_CHARS, AuthorizationRequest, is_plain_host
 
@@ -58,7 +55,6 @@ __all__ = [
     "Limit",
     "Limited",
     "LimiterStatistics",
-    "check_connect",
 ]
 
 # A bucket holds one period's allowance and refills over one period (spec: "a minute's allowance").
@@ -366,64 +362,3 @@ class ConnectLimiter:
         for limit, key in draws:
             self._tables[limit].spend(key, now)
         return None
-
-
-def _principal_of(claims: Mapping[str, Any], *, space: str, now: float) -> tuple[str, str]:
-    """``(act.owner, act.actor)`` of claims whose signature verified.
-
-    Raises:
-        Refused: BAD_CREDENTIAL when they name no valid owner and actor (the claims check
-            names the broken rule).
-    """
-    act = claims.get("act")
-    owner, actor = (act.get("owner"), act.get("actor")) if isinstance(act, dict) else (None, None)
-    if is_owner(owner) and is_actor(actor):
-        return owner, actor
-    check_bearer_claims(claims, space=space, now=now)  # raises, naming the rule
-    raise Refused(RefusalCode.BAD_CREDENTIAL, "bearer names no owner and actor - exchange a fresh bearer")
-
-
-def check_connect(
-    request: AuthorizationRequest,
-    *,
-    space: str,
-    verifier: BearerVerifier,
-    limiter: ConnectLimiter,
-    now: float,
-    at: float,
-) -> ValidatedBearer:
-    """The bearer and the connect limits of one connect (DESIGN.md 6 steps 3-4).
-
-    Runs before any ledger read or store write (spec "Connect limits"). A bearer whose
-    signature verifies is charged to its actor and owner, then its claims are checked (so an
-    expired one is still charged); anything else is charged to ``request.client_host`` and
-    refused with its own reason unless that host is limited.
-
-    Args:
-        request: the opened authorization request.
-        space: this lane's space.
-        verifier: the space's bearer verifier.
-        limiter: the lane's connect limits (mutated: one connect charged, or none).
-        now: wall time, unix seconds (bearer times).
-        at: seconds on the limiter's monotonic clock.
-
-    Returns:
-        The validated bearer.
-
-    Raises:
-        RateLimited: a bucket the connect draws on is empty; ``reason()`` starts
-            ``RATE_LIMITED retry-after <n>s``.
-        Refused: BAD_CREDENTIAL: no bearer, or one that fails validation.
-    """
-    try:
-        if request.auth_token is None:
-            raise Refused(RefusalCode.BAD_CREDENTIAL, NO_TOKEN_REASON)
-        claims = verifier.verify(request.auth_token)
-        owner, actor = _principal_of(claims, space=space, now=now)
-    except Refused:
-        if (limited := limiter.charge_host(request.client_host, at)) is not None:
-            raise limited.error() from None
-        raise
-    if (limited := limiter.charge_principal(owner, actor, at)) is not None:
-        raise limited.error()
-    return check_bearer_claims(claims, space=space, now=now)

@@ -78,7 +78,8 @@ def public_fields(config: object) -> dict[str, object]:
     """``config``'s public-face settings as :class:`SpaceEntry` keyword arguments.
 
     ``config`` has the four attributes of that name (:class:`ServiceConfig`,
-    :class:`~cotal_trio.service.embedded.UpConfig`).
+    :class:`~cotal_trio.service.embedded.UpConfig`, and the CLI's one declaration of the flags,
+    ``cotal_trio.cli.common.PublicFaceFlags``, which the commands spread into those configs).
     """
     return {name: getattr(config, name) for name in _PUBLIC_FIELDS.values()}
 

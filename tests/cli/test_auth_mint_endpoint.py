@@ -67,10 +67,13 @@ def test_no_broker_is_refused_naming_the_fix(static, capsys, tmp_path):  # noqa:
 
 
 def test_the_caller_path_is_its_own_module_and_mint_stays_one_command():
-    from cotal_trio.cli import _auth_caller, auth
+    """Issue 16: the mint's I/O is ops/ (static_credentials, caller_mint); cli/auth.py is its skin."""
+    from cotal_trio.cli import auth
+    from cotal_trio.ops import caller_mint, static_credentials
 
-    assert _auth_caller.mint_caller.__module__ == "cotal_trio.cli._auth_caller"
-    assert not hasattr(auth, "mint_caller") and not hasattr(auth, "check_caller_flags")
+    assert caller_mint.mint_caller.__module__ == "cotal_trio.ops.caller_mint"
+    assert static_credentials.mint_native.__module__ == "cotal_trio.ops.static_credentials"
+    assert auth.mint_caller is caller_mint.mint_caller and auth.mint_native is static_credentials.mint_native
     assert "mint" in auth.auth_app and "recreate-issued-stores" in auth.auth_app
 
 

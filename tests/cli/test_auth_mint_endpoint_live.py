@@ -23,9 +23,8 @@ import trio
 from cotal_trio.broker.provision import mint_service_user
 from cotal_trio.broker.spaces import add_space
 from cotal_trio.cli import main
-from cotal_trio.cli._auth_caller import MINT_DEADLINE_S, CallerSteps, mint_caller
-from cotal_trio.cli.auth import MintFlags
-from cotal_trio.cli.common import Where
+from cotal_trio.ops.caller_mint import MINT_DEADLINE_S, CallerSteps, mint_caller
+from cotal_trio.ops.static_credentials import MintRequest
 from cotal_trio.core import callers, natsjwt
 from cotal_trio.core.creds import parse_creds
 from cotal_trio.core.errors import ConfigError, RefusalCode, Refused
@@ -406,13 +405,13 @@ async def test_a_revoked_jwt_is_refused_even_from_the_replacement_file(space, ho
             assert json.loads(answer.data)["uid"] == receipt["lifecycleUid"]
 
 
-# -- interruptions at each step after the intent (the steps are wrapped: cli/_auth_caller.CallerSteps) -
+# -- interruptions at each step after the intent (the steps are wrapped: ops/caller_mint.CallerSteps) --
 
 
-def flags_for(space, label: str, out: Path, **change) -> MintFlags:
+def flags_for(space, label: str, out: Path, **change) -> MintRequest:
     _, paths = space
-    flags = MintFlags(profile="agent", label=label, out=str(out), expires_in=None, expires_at=None, no_expiry=False,
-                      replace=False, identity=None, where=Where(root=str(paths.root), space=STATIC))  # fmt: skip
+    flags = MintRequest(profile="agent", label=label, out=str(out), expires_in=None, expires_at=None, no_expiry=False,
+                        replace=False, identity=None, paths=paths, sp=paths.space(STATIC))  # fmt: skip
     return replace(flags, **change)
 
 

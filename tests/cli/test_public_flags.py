@@ -166,3 +166,25 @@ def test_up_refuses_a_public_port_it_uses_itself(tmp_path: Path, flags, sentence
         _prepare(paths, **flags)
     assert str(refused.value) == sentence
     assert paths.spaces_manifest.read_bytes() == before
+
+
+PUBLIC_FACE_FLAGS = ("--exchange-public-port", "--exchange-public-url", "--exchange-trusted-proxy", "--advertised-server")
+PUBLIC_FACE_COMMANDS = (("up",), ("auth-service",), ("service", "install", "auth-service"), ("service", "render", "auth-service"))
+
+
+def _public_face_help(command: tuple[str, ...]) -> list[str]:
+    """The reference's lines of the four public-face flags under ``cotal <command>`` (docs/cli.md)."""
+    from cotal_trio.cli.reference import render
+
+    section = render().split(f"# cotal {' '.join(command)}\n", 1)[1].split("\n#", 1)[0]
+    return [line for line in section.splitlines() if line.startswith(tuple(f"* `{flag} " for flag in PUBLIC_FACE_FLAGS))
+            or line.startswith("* `--exchange-trusted-proxy,")]  # fmt: skip
+
+
+def test_the_public_face_flags_are_declared_once():
+    """Issue 16: one flag group (cli/common.py PublicFaceFlags) for every command that takes the
+    public face, so the four flags read the same in each command's reference; they were declared
+    three times in cli/ with three wordings."""
+    helps = {command: _public_face_help(command) for command in PUBLIC_FACE_COMMANDS}
+    assert [len(lines) for lines in helps.values()] == [4, 4, 4, 4], helps
+    assert len({tuple(lines) for lines in helps.values()}) == 1, helps

@@ -40,9 +40,9 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cotal_trio.core.callout import SERVER_XKEY_HEADER, Dropped, encode_response, open_request
+from cotal_trio.core.callout import SERVER_XKEY_HEADER, Dropped, check_connect, encode_response, open_request
 from cotal_trio.core.errors import RateLimited, Refused
-from cotal_trio.core.limits import ConnectLimiter, ConnectLimits, check_connect
+from cotal_trio.core.limits import ConnectLimiter, ConnectLimits
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.lane.callout.responder import CALLOUT_SUBJECT
 from cotal_trio.natsio import Message

@@ -14,7 +14,7 @@ that much early (at most ``KEEPER_MAX_LEAD_S``), and earlier still by the measur
 pass it is about to run, so the denial may leave a little before the deadline rather than after
 it. A request whose handling raises is dropped with its line, in the workers, the keeper and
 the shed path alike: the lane never dies of one request (issue 15 item 2). Connect limits are charged right after the bearer check, before any
-ledger read or store write, on trio time (:func:`~cotal_trio.core.limits.check_connect`; spec
+ledger read or store write, on trio time (:func:`~cotal_trio.core.callout.check_connect`; spec
 "Connect limits"). The wall clock is read once per request. Replies go out through
 ``publish_nowait`` (no await across the bridge per message).
 
@@ -56,6 +56,7 @@ from cotal_trio.core.callout import (
     CalloutKeys,
     ConnectGrant,
     Dropped,
+    check_connect,
     decide_connect,
     encode_response,
     mint_user_jwt,
@@ -66,7 +67,7 @@ from cotal_trio.core.connect_authority import widen
 from cotal_trio.core.errors import CodecError, RateLimited, RefusalCode, Refused, Unavailable
 from cotal_trio.core.issuance import issuance_row
 from cotal_trio.core.ledger import LedgerRow
-from cotal_trio.core.limits import ConnectLimiter, check_connect
+from cotal_trio.core.limits import ConnectLimiter
 from cotal_trio.core.natsjwt import AuthorizationRequest
 from cotal_trio.core.profiles import Permissions
 from cotal_trio.natsio import Message

@@ -1,8 +1,10 @@
-"""``cotal auth mint --endpoint``: a standalone caller (issue 6 item 7; spec "Standalone callers";
-docs/static-credentials.md "Standalone callers").
+"""Standalone callers: the mint of one (issue 6 item 7; spec "Standalone callers";
+docs/static-credentials.md "Standalone callers"), and the recovery of a static space's issued stores.
 
-``cotal auth mint`` stays one command (``cli/auth.py``); its ``--endpoint`` path is here. The
-rules are :mod:`cotal_trio.core.callers`, the I/O steps :mod:`cotal_trio.ops.callers`.
+``cotal auth mint --endpoint`` (``cli/auth.py``) runs :func:`mint_caller`: the steps every mint
+shares (:mod:`cotal_trio.ops.static_credentials`), then the surface, the intent and the footprint
+(the I/O steps :mod:`cotal_trio.ops.callers`, the rules :mod:`cotal_trio.core.callers`).
+``cotal auth recreate-issued-stores`` runs :func:`recreate_static_issued_stores`.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ from pathlib import Path
 
 import trio
 
-from .. import natsio
-from ..broker.provision import mint_service_user
-from ..broker.spaces import MODE_STATIC, resolve_server_url, space_mode
-from ..core import callers
-from ..core import credentials as rules
-from ..core.credentials import Credential, LabelRecord
-from ..core.errors import ConfigError, Unavailable, leaves
-from ..core.identity import mint_lifecycle_uid
+from cotal_trio import natsio
+from cotal_trio.broker.provision import mint_service_user
+from cotal_trio.broker.spaces import MODE_STATIC, resolve_server_url, space_mode
+from cotal_trio.core import callers
+from cotal_trio.core import credentials as rules
+from cotal_trio.core.credentials import Credential, LabelRecord
+from cotal_trio.core.errors import ConfigError, Unavailable, leaves
+from cotal_trio.core.identity import mint_lifecycle_uid
+from cotal_trio.lane.service_users import new_inbox_nonce, recreate_permissions
 from cotal_trio.ops.callers import (
     IntentExists,
     IntentNotCreated,
@@ -35,35 +38,31 @@ from cotal_trio.ops.callers import (
     open_minter,
     provision_caller,
 )
-from cotal_trio.stores.issued import check_backup_dir
-from cotal_trio.stores.issued import recreate_issued_stores as lanes_recreate
-from cotal_trio.lane.service_users import new_inbox_nonce, recreate_permissions
-from ..state import SpacePaths, load_space
-from ..state.credentials import hold_credentials, save_record, write_creds
-from .actor import as_config_error, provisioned
-from .auth import (
+from cotal_trio.ops.errors import as_config_error
+from cotal_trio.ops.static_credentials import (
     INBOX_NONCE_BYTES,
     LIFECYCLE_UID_RANDOM_BYTES,
-    MintFlags,
     MintPlan,
-    Server,
+    MintRequest,
     check_label_state,
     creds_text,
     new_credential,
     plan_mint,
     undo_record,
 )
-from .common import Where
+from cotal_trio.state import RootPaths, SpacePaths, load_space
+from cotal_trio.state.credentials import hold_credentials, save_record, write_creds
+from cotal_trio.stores.issued import check_backup_dir
+from cotal_trio.stores.issued import recreate_issued_stores as recreate_stores
 
 __all__ = [
     "DESCRIBE_DEADLINE_S",
     "HANDOUT_MARGIN_S",
     "MINT_DEADLINE_S",
     "CallerSteps",
-    "check_caller_flags",
     "check_handout",
     "mint_caller",
-    "recreate_issued_stores",
+    "recreate_static_issued_stores",
 ]
 
 # The endpoint must answer describe within this long, and the whole mint (describe, stores,
@@ -77,31 +76,6 @@ CLEANUP_S = 5
 # `cotal auth recreate-issued-stores`: its temporary store user's lifetime and the step's bound.
 RECREATE_USER_LIFETIME_S = 300
 RECREATE_DEADLINE_S = 120
-
-
-def check_caller_flags(flags: MintFlags, allow_subscribe: str | None, allow_publish: str | None, role: str | None) -> None:
-    """Refuse what ``--endpoint`` does not combine with (spec "Standalone callers": "arbitrary raw
-    files, different profiles and issued-generation files are not reinterpreted").
-
-    Raises:
-        ConfigError: another profile, ``--identity``, no ``--out``, ``--allow-subscribe``,
-            ``--allow-publish`` or ``--role``, or ``--no-expiry``; each sentence names the fix.
-    """
-    given = [name for name, value in (("--allow-subscribe", allow_subscribe), ("--allow-publish", allow_publish),
-                                      ("--role", role)) if value is not None]  # fmt: skip
-    if flags.profile != "agent":
-        raise ConfigError(f"--endpoint mints an agent footprint; profile {flags.profile} does not combine with it - drop --profile")
-    if flags.identity is not None:
-        raise ConfigError("--identity does not combine with --endpoint: another file is not reinterpreted as a standalone "
-                          "caller - drop --identity (the mint makes a fresh key)")  # fmt: skip
-    if flags.out is None:
-        raise ConfigError("--endpoint needs --out PATH: a standalone caller file is private and handed out by you - pass --out")
-    if given:
-        raise ConfigError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not combine with --endpoint - use --channels (read and post), "
-                          "a standalone caller has no role")  # fmt: skip
-    if flags.no_expiry:
-        raise ConfigError("--no-expiry is refused with --endpoint: an issuance with no lifecycle gate must carry an "
-                          "expiry - pass --expires-in or --expires-at, or neither for 24 h")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,7 +126,7 @@ async def fresh_surface(conn: natsio.Connection, plan: MintPlan, endpoint: str) 
 
 
 async def mint_caller(
-    flags: MintFlags, endpoint: str, channels: tuple[str, ...], server: str | None, *,
+    flags: MintRequest, endpoint: str, channels: tuple[str, ...], server: str | None, *,
     steps: CallerSteps = CallerSteps(), deadline_s: float = MINT_DEADLINE_S,
 ) -> tuple[Credential, LabelRecord, bool]:
     """Trio: mint a standalone caller (spec "Standalone callers"; docs/static-credentials.md).
@@ -332,22 +306,30 @@ def _sentence(exc: BaseException) -> str:
 # -- cotal auth recreate-issued-stores -------------------------------------------------------------
 
 
-async def recreate_issued_stores(
-    backup_dir: Path, /, *, server: Server = None, where: Where = Where(),
-) -> None:
-    """Back a static space's issued stores up into BACKUP_DIR, delete them and create them again.
+async def recreate_static_issued_stores(
+    paths: RootPaths, sp: SpacePaths, backup_dir: Path, server: str | None,
+) -> dict[str, int]:
+    """Trio: back a static space's issued stores up into ``backup_dir``, delete them and create
+    them again (the recovery for a store refused as drifted; docs/issued-authority.md).
 
-    The recovery for a store refused as drifted (`cotal auth mint --endpoint` names it). Stop every
-    process using the space's issued stores first (its endpoint hosts, and anything else reading
-    them): a write between the backup and the delete is lost, and callers minted before lose their
-    intents (they are in the backup) - mint them again.
+    Every process using the space's issued stores must be stopped first: a write between the
+    backup and the delete is lost, and callers minted before lose their intents (in the backup).
+    The step's user is a temporary data-account user holding only the two stores
+    (:func:`~cotal_trio.lane.service_users.recreate_permissions`), alive
+    :data:`RECREATE_USER_LIFETIME_S`.
 
-    Parameters
-    ----------
-    backup_dir
-        A new or empty folder for the backup.
+    Args:
+        paths: the root; sp: the space, already found in it; backup_dir: a new or empty folder;
+        server: the broker URL, or None for the root's (if it runs).
+
+    Returns:
+        The messages backed up, by stream (empty: there were no old stores).
+
+    Raises:
+        ConfigError: a user-auth space (its stores are its auth service's: names ``cotal up``),
+            a backup folder that is not new or empty, no broker, or the step did not finish
+            within :data:`RECREATE_DEADLINE_S`.
     """
-    sp = provisioned(where)
     if space_mode(sp) != MODE_STATIC:  # its stores are its auth service's (a lane creates them)
         raise ConfigError(
             f"space {sp.space} is a user-auth space: its issued stores belong to its auth service - stop it, its "
@@ -355,7 +337,6 @@ async def recreate_issued_stores(
         )
     material = load_space(sp.callout_json, sp.space)
     check_backup_dir(backup_dir)
-    paths = where.paths()
     url = await resolve_server_url(paths, server)
     if url is None:
         raise ConfigError(f"no broker answers for the root {paths.root} - start it (`cotal up`), or pass --server "
@@ -369,9 +350,7 @@ async def recreate_issued_stores(
         with trio.fail_after(RECREATE_DEADLINE_S), _one_sentence():
             async with natsio.open_loop(), natsio.open_connection(url, creds=creds, name=f"cotal-recreate-issued-{sp.space}",
                                                                   inbox_prefix=f"_INBOX_{nonce}", reconnect=False) as conn:  # fmt: skip
-                counts = await lanes_recreate(conn, sp.space, backup_dir)
+                return await recreate_stores(conn, sp.space, backup_dir)
     except trio.TooSlowError:
         raise ConfigError(f"recreating space {sp.space}'s issued stores did not finish within {RECREATE_DEADLINE_S} s - "
                           f"check the broker, then run it again with a new empty folder (see {backup_dir})") from None  # fmt: skip
-    kept = ", ".join(f"{stream}: {count} messages" for stream, count in counts.items()) or "no old stores"
-    print(f"recreated space {sp.space}'s issued stores; the old ones are backed up in {backup_dir} ({kept})")
