@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from .errors import ConfigError, RateLimited
 from .identity import principal
 from .jose import shown
-from .natsjwt import MAX_CLIENT_HOST_CHARS, AuthorizationRequest, is_plain_host
+from .natsjwt import MAX_CLIENT_HOST_CHARS, is_plain_host
 
 __all__ = [
     "DEFAULT_LIMITS",
