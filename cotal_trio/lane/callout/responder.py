@@ -37,7 +37,6 @@ import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -70,11 +69,9 @@ from cotal_trio.core.limits import ConnectLimiter, check_connect
 from cotal_trio.core.natsjwt import AuthorizationRequest
 from cotal_trio.core.profiles import Permissions
 from cotal_trio.natsio import Message
-from cotal_trio.state.ledger_threads import ReadLedger, read_in_threads  # the one port, shared with the faces
+from cotal_trio.state.ledger_threads import read_in_threads
 from cotal_trio.stores.issuance import Issuance, IssuanceFailed, RowExpiries, RowStore
-
-if TYPE_CHECKING:
-    from cotal_trio.lane.callout.authority import Prepared
+from cotal_trio.lane.callout.ports import ConfirmView, IssueAuthority, Prepared, Publish, ReadLedger, RecallLedger
 
 __all__ = [
     "CalloutResponder", "CALLOUT_QUEUE_GROUP", "CALLOUT_SUBJECT", "IssueAuthority", "ReadLedger", "RecallLedger",
@@ -113,26 +110,9 @@ MAX_TIMEOUTS_WARNED = 16
 DRAIN_POLL_S = 0.01
 
 INTERNAL_ERROR_REASON = "internal error in the auth callout - see the auth service log"
-Publish = Callable[[str, bytes], None]
-
-ConfirmView = Callable[[ValidatedBearer, float], Awaitable[None]]
-"""``await confirm_view(bearer, now)``: the record a view bearer is bound to is still live (its
-manager instance, its chat session); raises Refused NOT_GRANTED naming the fix, Unavailable when
-the store does not answer (``lane.callout.views.confirm_view``)."""
-
-IssueAuthority = Callable[[ValidatedBearer, ConnectGrant, LedgerRow, str, float], Awaitable[Permissions | None]]
-"""``await issue_authority(bearer, grant, row, inbox_nonce, now)``: the ``ep.v1`` rows to add to
-the grant (issued authority at connect, issue 6 item 6), or None for none; raises Refused to deny
-(``lane.callout.authority.ConnectAuthority``)."""
-
 # Views whose bearer names a record the callout confirms at connect (spec "Listener policy").
 RECORD_BOUND_VIEWS = frozenset({"manager-caller", "session-caller"})
 NO_CONFIRM = "connect to a member of the space's callout queue that reads its records store"
-
-RecallLedger = Callable[[str, str], tuple[LedgerRow | None, LedgerRow | None] | None]
-"""Sync, no I/O: ``recall(owner, actor) -> (interactive, managed)`` as last read, or None
-(:meth:`~cotal_trio.state.LedgerReader.recall`). Possibly stale; see :class:`CalloutResponder`."""
-
 
 @dataclass(slots=True, kw_only=True)
 class _Statistics:
