@@ -35,16 +35,18 @@ apply (``applied``, with the reconcile) and every refusal (``refused``).
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import hashlib
 import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import NoReturn
 
 import trio
@@ -66,7 +68,7 @@ from cotal_trio.state.files import atomic_write
 from cotal_trio.lane.events import EventBus
 from cotal_trio.lane.plane import Fenced
 
-__all__ = ["DEFAULT_SETTLE_S", "Host", "HostConfig", "HostStatistics", "LaneOutcome", "run_host"]
+__all__ = ["DEFAULT_SETTLE_S", "Host", "HostConfig", "HostStatistics", "LaneInput", "LaneOutcome", "LaneState", "run_host"]
 
 log = logging.getLogger("cotal.host")
 
@@ -91,16 +93,37 @@ _MAX_HOPS = 40  # symlink hops followed when locating the manifest's file
 # and the broker's URL (a missing auth_users entry, lane/refusals.py) before it is cut.
 _REASON_CHARS = 600
 
-# (state, event) -> next state; the only place lane states change (STYLE.md practice 3).
-_NEXT = {
-    ("starting", "started"): "serving",
-    ("starting", "failed"): "retrying",
-    ("serving", "failed"): "retrying",
-    ("retrying", "retry"): "starting",
-    **{(state, "stop"): "stopping" for state in ("starting", "serving", "retrying")},
+
+class LaneState(enum.StrEnum):
+    """A lane's state; its value is the ``state`` ``.applied`` and the ``lane`` event name
+    (:data:`~cotal_trio.core.manifest.LANE_STATES`)."""
+
+    STARTING = "starting"
+    SERVING = "serving"
+    RETRYING = "retrying"
+    STOPPING = "stopping"
+
+
+class LaneInput(enum.StrEnum):
+    """What happens to a lane: its start ended ``STARTED`` or ``FAILED`` (or its run failed),
+    its retry delay passed (``RETRY``), or the manifest or the host stops it (``STOP``)."""
+
+    STARTED = "started"
+    FAILED = "failed"
+    RETRY = "retry"
+    STOP = "stop"
+
+
+# (state, input) -> next state; the only place lane states change (STYLE.md practice 3).
+_NEXT: Mapping[tuple[LaneState, LaneInput], LaneState] = MappingProxyType({
+    (LaneState.STARTING, LaneInput.STARTED): LaneState.SERVING,
+    (LaneState.STARTING, LaneInput.FAILED): LaneState.RETRYING,
+    (LaneState.SERVING, LaneInput.FAILED): LaneState.RETRYING,
+    (LaneState.RETRYING, LaneInput.RETRY): LaneState.STARTING,
+    **{(state, LaneInput.STOP): LaneState.STOPPING for state in (LaneState.STARTING, LaneState.SERVING, LaneState.RETRYING)},
     # A stopping lane's supervisor may still report what it saw before the cancel reached it.
-    **{("stopping", event): "stopping" for event in ("started", "failed", "retry")},
-}
+    **{(LaneState.STOPPING, event): LaneState.STOPPING for event in (LaneInput.STARTED, LaneInput.FAILED, LaneInput.RETRY)},
+})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -182,7 +205,7 @@ class _Lane:
     """One space's lane: the entry it runs, its state, its scope and its exit signal."""
 
     entry: SpaceEntry
-    status: LaneStatus = field(default_factory=lambda: LaneStatus(state="starting"))
+    status: LaneStatus = field(default_factory=lambda: LaneStatus(state=LaneState.STARTING))
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     done: trio.Event = field(default_factory=trio.Event)
     outcomes: int = 0  # starts that ended in `started` or `failed`, so far
@@ -241,7 +264,7 @@ class Host:
         """
         while True:
             lane = self._lanes.get(space)
-            if lane is None or lane.status.state == "stopping":
+            if lane is None or lane.status.state == LaneState.STOPPING:
                 raise KeyError(space)
             if lane.outcomes > seen:
                 return LaneOutcome(count=lane.outcomes, status=lane.status, failure=lane.failure)
@@ -302,7 +325,7 @@ class Host:
         """Cancel these lanes and wait until each lane task and its nursery have exited."""
         lanes = [self._lanes[space] for space in spaces]
         for lane in lanes:
-            self._mark(lane, "stop")
+            self._mark(lane, LaneInput.STOP)
             lane.scope.cancel()
         self._wake_waiters()  # a stopping lane has no next outcome
         if lanes:
@@ -331,9 +354,9 @@ class Host:
             with lane.scope:
                 while True:
                     reason = await self._serve_once(lane)
-                    await self._move(lane, "failed", reason)
+                    await self._move(lane, LaneInput.FAILED, reason)
                     await trio.sleep(self._config.retry_s)
-                    await self._move(lane, "retry")
+                    await self._move(lane, LaneInput.RETRY)
         finally:
             lane.done.set()
 
@@ -350,7 +373,7 @@ class Host:
                 await nursery.start(self._config.start_lane(lane.entry))
                 log.info("space %s: lane serving", space)
                 lane.failure = None
-                await self._move(lane, "started")
+                await self._move(lane, LaneInput.STARTED)
         except* Exception as group:  # noqa: BLE001 - one lane fails alone (STYLE.md practice 10)
             failure = group  # `return` is not allowed in except*
         lane.failure = failure
@@ -358,7 +381,7 @@ class Host:
             log.warning("space %s: lane ended without an error, retrying in %g s", space, self._config.retry_s)
             return "the lane ended without an error"
         reason = _one_line(failure)
-        if any(isinstance(leaf, Fenced) for leaf in leaves(failure)) and lane.status.state != "stopping":
+        if any(isinstance(leaf, Fenced) for leaf in leaves(failure)) and lane.status.state != LaneState.STOPPING:
             self._emit(lane_event(space, "fenced", reason))  # DESIGN.md 8: it lost its plane claim
         bug = not all(isinstance(leaf, AuthServiceError) for leaf in leaves(failure))
         log.warning(
@@ -367,7 +390,7 @@ class Host:
         )
         return reason
 
-    def _mark(self, lane: _Lane, event: str, reason: str | None = None) -> bool:
+    def _mark(self, lane: _Lane, event: LaneInput, reason: str | None = None) -> bool:
         """Apply ``event`` to the lane's state (:data:`_NEXT`); True when the status changed.
 
         Raises:
@@ -377,7 +400,7 @@ class Host:
             state = _NEXT[(lane.status.state, event)]
         except KeyError:
             raise RuntimeError(f"no lane transition from {lane.status.state} on {event} (a host bug)") from None
-        status = LaneStatus(state=state, reason=reason if state == "retrying" else None)
+        status = LaneStatus(state=state, reason=reason if state is LaneState.RETRYING else None)
         changed, lane.status = status != lane.status, status
         if changed:
             self._emit(lane_event(lane.entry.space, status.state, status.reason))
@@ -388,9 +411,9 @@ class Host:
         self._outcome.set()
         self._outcome = trio.Event()
 
-    async def _move(self, lane: _Lane, event: str, reason: str | None = None) -> None:
+    async def _move(self, lane: _Lane, event: LaneInput, reason: str | None = None) -> None:
         changed = self._mark(lane, event, reason)
-        if event in ("started", "failed"):
+        if event in (LaneInput.STARTED, LaneInput.FAILED):
             lane.outcomes += 1
             self._wake_waiters()
         if changed:
@@ -399,7 +422,7 @@ class Host:
     async def _stopping(self) -> None:
         """The host is being cancelled: every lane is ``stopping`` (its scope is cancelled with
         the host's nursery); say so in ``.applied``."""
-        changed = [self._mark(lane, "stop") for lane in self._lanes.values() if lane.status.state != "stopping"]
+        changed = [self._mark(lane, LaneInput.STOP) for lane in self._lanes.values() if lane.status.state != LaneState.STOPPING]
         self._wake_waiters()
         if any(changed):
             await self._publish()
