@@ -133,7 +133,7 @@ class HostConfig:
     Attributes:
         manifest: the manifest file (may be a symlink); ``.applied`` is written beside it.
         start_lane: for one entry, a startable ``f(*, task_status)`` running that space's lane
-            until cancelled (production: ``functools.partial(run_lane, LaneConfig(...))``).
+            until cancelled (production: ``functools.partial(run_lane, FullLane(...))``).
         callout_only: parse the manifest as a callout-only host (only ``space`` is read).
         retry_s: seconds between a lane's failure and its next start (DESIGN.md 5: 5 s).
         backstop_s: seconds without a trigger after which the manifest is reread anyway.
