@@ -21,6 +21,7 @@ from cotal_trio.core.ledger import ReadRows
 from cotal_trio.state import SpaceMaterial
 from cotal_trio.stores.issuance import issuance_store
 from cotal_trio.lane.callout.authority import ConnectAuthority
+from cotal_trio.lane.callout.ports import AnswerPorts, ConnectPorts
 from cotal_trio.lane.callout.responder import CalloutResponder, read_in_threads
 from cotal_trio.lane.callout.views import view_confirmer
 from cotal_trio.lane.events import callout_hook
@@ -57,20 +58,21 @@ def build_responder(spec: LaneSpec, start: LaneStart, sessions: Sessions) -> tup
     )
     answered = callout_hook(start.metrics.callout_answered, common.events)  # metrics, then the event (issue 7)
     responder = CalloutResponder(
-        keys=callout_keys(start.material),
-        verifier=BearerVerifier(BearerKeySet.from_keys(start.issuer.keys)),
-        read_ledger=read_ledger,
-        recall_ledger=ledger.recall,
-        row_expiries=start.row_expiries,
-        limits=common.limits,
-        clock=common.clock,
-        publish=sessions.callout.publish_nowait,
-        store=issuance_store(sessions.store, space),
-        connect_limits=start.limiter,
-        on_answer=functools.partial(_answered, answered, health),
-        confirm_view=view_confirmer(sessions.records),
-        # issue 6 item 6, over the lane's own issuer session (issue 15 item 4)
-        issue_authority=ConnectAuthority(sessions.issued, read_ledger=read_ledger),
+        AnswerPorts(
+            keys=callout_keys(start.material), limits=common.limits, clock=common.clock,
+            publish=sessions.callout.publish_nowait, on_answer=functools.partial(_answered, answered, health),
+        ),
+        ConnectPorts(
+            verifier=BearerVerifier(BearerKeySet.from_keys(start.issuer.keys)),
+            read_ledger=read_ledger,
+            store=issuance_store(sessions.store, space),
+            connect_limits=start.limiter,
+            recall_ledger=ledger.recall,
+            row_expiries=start.row_expiries,
+            confirm_view=view_confirmer(sessions.records),
+            # issue 6 item 6, over the lane's own issuer session (issue 15 item 4)
+            issue_authority=ConnectAuthority(sessions.issued, read_ledger=read_ledger),
+        ),
     )
     start.metrics.watch(responder.statistics, limits=start.limiter.statistics)
     return responder, health
