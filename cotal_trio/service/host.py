@@ -8,7 +8,7 @@
     └─ lane[S]               one supervisor per space, in its own CancelScope
 
 Every trigger (a file event touching the manifest, SIGHUP, or ``backstop_s`` without one) wakes
-the reconcile loop through a one-slot channel, so triggers coalesce; the loop then waits until
+the reconcile loop through a one-slot channel (:mod:`cotal_trio.service.triggers`), so triggers coalesce; the loop then waits until
 no trigger has arrived for ``settle_s`` (a burst of edits applies once) and rereads the file.
 Bytes with an unchanged SHA-256 change nothing. New bytes are parsed (``parse_manifest``) and
 reconciled (``diff``): removed and changed lanes are cancelled and awaited until fully exited,
@@ -34,23 +34,19 @@ apply (``applied``, with the reconcile) and every refusal (``refused``).
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import functools
 import hashlib
 import logging
 import os
-import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import NoReturn
 
 import trio
-from watchfiles import Change, awatch
 
 from cotal_trio.core.errors import AuthServiceError, ConfigError, leaves
 from cotal_trio.core.events import lane_event, manifest_applied, manifest_refused
@@ -67,6 +63,7 @@ from cotal_trio.core.manifest import (
 from cotal_trio.state.files import atomic_write
 from cotal_trio.lane.events import EventBus
 from cotal_trio.lane.plane import Fenced
+from cotal_trio.service.triggers import receive_sighup, settle, watch_manifest
 
 __all__ = ["DEFAULT_SETTLE_S", "Host", "HostConfig", "HostStatistics", "LaneInput", "LaneOutcome", "LaneState", "run_host"]
 
@@ -74,11 +71,6 @@ log = logging.getLogger("cotal.host")
 
 StartLane = Callable[[SpaceEntry], Callable[..., Awaitable[object]]]
 
-# The watcher thread returns at least this often (ms): the watcher is armed by its first return,
-# and a cancelled watcher whose stop event was not set exits within this bound.
-WATCH_POLL_MS = 250
-# Wait before watching again when the manifest's folder cannot be watched (missing, no access).
-WATCH_RETRY_S = 5.0
 # Quiet awaited after a trigger before rereading: longer than the gaps inside one burst of edits
 # (watchfiles reports a busy folder in batches up to ~0.1 s apart, more on a loaded host), short enough that an add
 # still serves well inside a second.
@@ -88,7 +80,6 @@ APPLIED_MODE = 0o644
 # The last `.applied` writes of a host being stopped are bounded (seconds): a hung disk must
 # not hold the process's exit.
 FINAL_WRITE_S = 5.0
-_MAX_HOPS = 40  # symlink hops followed when locating the manifest's file
 # A reason's cap in `.applied`: room for a sentence that names its remedy with the root's path
 # and the broker's URL (a missing auth_users entry, lane/refusals.py) before it is cut.
 _REASON_CHARS = 600
@@ -277,7 +268,7 @@ class Host:
         while True:
             with trio.move_on_after(self._config.backstop_s):
                 await wake.receive()
-            await _settle(wake, self._config.settle_s, cap_s=self._config.backstop_s)
+            await settle(wake, self._config.settle_s, cap_s=self._config.backstop_s)
             await self._reread(nursery)
 
     async def _reread(self, nursery: trio.Nursery) -> None:
@@ -479,9 +470,9 @@ async def run_host(config: HostConfig, *, task_status: trio.TaskStatus[Host] = t
     stop_watching = trio.Event()  # watchfiles polls is_set() from its thread
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(_receive_sighup, wake_tx)
+            await nursery.start(receive_sighup, wake_tx)
             if config.watch:
-                await nursery.start(_watch_manifest, host._path, wake_tx, stop_watching)
+                await nursery.start(watch_manifest, host._path, wake_tx, stop_watching)
             try:
                 await host._reread(nursery)
                 task_status.started(host)
@@ -495,92 +486,7 @@ async def run_host(config: HostConfig, *, task_status: trio.TaskStatus[Host] = t
             await host._stopped()
 
 
-# --- triggers -----------------------------------------------------------------------------------
-
-
-def _wake(wake: trio.MemorySendChannel[None]) -> None:
-    """Ask for a reread; a request already pending absorbs this one."""
-    with contextlib.suppress(trio.WouldBlock):
-        wake.send_nowait(None)
-
-
-async def _settle(wake: trio.MemoryReceiveChannel[None], settle_s: float, *, cap_s: float) -> None:
-    """Return once no trigger has arrived for ``settle_s`` seconds, or after ``cap_s`` seconds."""
-    with trio.move_on_after(cap_s):
-        while True:
-            with trio.move_on_after(settle_s) as quiet:
-                await wake.receive()
-            if quiet.cancelled_caught:
-                return
-
-
-async def _receive_sighup(
-    wake: trio.MemorySendChannel[None], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-) -> NoReturn:
-    """Wake the host on each SIGHUP; ``started`` once the handler is installed. Runs until cancelled."""
-    with trio.open_signal_receiver(signal.SIGHUP) as signals:
-        task_status.started()
-        async for _ in signals:
-            log.info("SIGHUP: rereading the manifest")
-            _wake(wake)
-    raise AssertionError("a signal receiver never ends")  # pragma: no cover
-
-
-async def _watch_manifest(
-    manifest: Path, wake: trio.MemorySendChannel[None], stop: trio.Event,
-    *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Wake the host on file events touching the manifest, until cancelled or ``stop`` is set.
-
-    ``started`` once the first watch is armed (or has failed: the backstop still rereads).
-    The folders watched follow the manifest's symlinks and are re-derived after each event.
-    """
-    ready = _Once(task_status.started)
-    while not stop.is_set():
-        folders = await trio.to_thread.run_sync(_folders, manifest)
-        try:
-            await _watch_folders(manifest, folders, wake, stop, ready)
-        except OSError as exc:
-            log.warning("cannot watch %s (%s); retrying in %g s, SIGHUP and the backstop still reread",
-                        manifest.parent, exc, WATCH_RETRY_S)
-            ready()
-            await trio.sleep(WATCH_RETRY_S)
-
-
-async def _watch_folders(
-    manifest: Path, folders: frozenset[Path], wake: trio.MemorySendChannel[None], stop: trio.Event,
-    ready: Callable[[], None],
-) -> None:
-    """Watch ``folders`` (not recursively); return when the folders to watch have changed."""
-    batches = awatch(
-        *folders, watch_filter=None, recursive=False, stop_event=stop,
-        rust_timeout=WATCH_POLL_MS, yield_on_timeout=True,
-    )
-    async with aclosing(batches):
-        async for batch in batches:
-            ready()
-            if not batch:
-                continue
-            touched, now = await trio.to_thread.run_sync(_inspect, manifest, folders, batch)
-            if touched:
-                _wake(wake)
-            if now != folders:
-                return
-
-
-class _Once:
-    """Call ``fn`` on the first call only (``task_status.started`` may be called once)."""
-
-    def __init__(self, fn: Callable[[], None]) -> None:
-        self._fn: Callable[[], None] | None = fn
-
-    def __call__(self) -> None:
-        fn, self._fn = self._fn, None
-        if fn is not None:
-            fn()
-
-
-# --- files (blocking; called through trio.to_thread) --------------------------------------------
+# --- files ---------------------------------------------------------------------------------------
 
 
 async def _read_manifest(path: Path) -> bytes | str:
@@ -591,34 +497,6 @@ async def _read_manifest(path: Path) -> bytes | str:
         return f'{path} does not exist - write it (an empty manifest is {{"version": 2, "spaces": []}})'
     except OSError as exc:
         return f"{path} cannot be read ({exc.strerror or exc}) - check that it is a readable file"
-
-
-def _route(manifest: Path) -> set[Path]:
-    """The manifest's path, each symlink hop toward its file, and its resolved file."""
-    route, hop = {manifest}, manifest
-    for _ in range(_MAX_HOPS):
-        try:
-            target = os.readlink(hop)
-        except OSError:  # not a symlink (or gone): the chain ends here
-            break
-        hop = Path(os.path.normpath(hop.parent / target))
-        route.add(hop)
-    route.add(manifest.resolve())
-    return route
-
-
-def _folders(manifest: Path) -> frozenset[Path]:
-    """The folders to watch: the manifest's own, and each existing folder on its route."""
-    return frozenset({manifest.parent} | {p.parent for p in _route(manifest) if p.parent.is_dir()})
-
-
-def _inspect(manifest: Path, watched: frozenset[Path], batch: set[tuple[Change, str]]) -> tuple[bool, frozenset[Path]]:
-    """Whether ``batch`` touches the manifest's route (a path on it, or a folder it goes
-    through, such as a swapped ``..data`` link), and the folders to watch now."""
-    route = _route(manifest)
-    paths = {Path(p) for _, p in batch} - watched
-    touched = any(p == hop or p in hop.parents for p in paths for hop in route)
-    return touched, _folders(manifest)
 
 
 def _one_line(error: BaseException) -> str:

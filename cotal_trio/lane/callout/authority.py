@@ -30,7 +30,7 @@ row makes the seat a listing caller, never a refused connect.
 
 A store that fails (missing, drifted, unreachable), one that hangs (the callout awaits the
 issued authority only until ``AUTHORITY_MARGIN_S`` before its deadline, then counts each write
-Unavailable: lane/callout/responder.py) or a lost race for the token costs the connect its rows, never
+Unavailable: lane/callout/connect.py) or a lost race for the token costs the connect its rows, never
 the connect: the credential is minted on the legacy rail, as one issued
 before this existed (spec "User-auth manager callers": a failed issuance never retries on that
 rail). Cancellation (the callout's deadline) propagates; rows left written by a connect that
