@@ -175,9 +175,29 @@ def lane_factory(
                     holder=holders.setdefault(entry.space, holder_id()), tool_result_consent=entry.tool_result_consent,
                 )
             case ReplicaLanes():
+                _refuse_full_fields(entry)
                 spec = ReplicaLane(space=entry.space, paths=paths, common=common)
         return functools.partial(_run_space, spec, root=root)
     return start_lane
+
+
+def _refuse_full_fields(entry: SpaceEntry) -> None:
+    """A replica's entry names nothing only a full lane has (a callout-only manifest reads only
+    ``space``, so only an entry built by hand can).
+
+    Raises:
+        ConfigError: the entry names a public exchange face or service endpoints.
+    """
+    if entry.exchange_public_port is not None:
+        raise ConfigError(
+            f"space {entry.space}: a callout-only replica has no HTTP face - drop the public"
+            " exchange settings from its entry, or run the full auth service for it"
+        )
+    if entry.service_endpoints:
+        raise ConfigError(
+            f"space {entry.space}: a callout-only replica cannot open service endpoints"
+            " - run the full auth service with them, or leave them off the replica"
+        )
 
 
 async def _run_space(
