@@ -419,4 +419,4 @@ def test_the_walk_sees_imports():
     # ... and the order's walk sees today's tree (an empty model would pass every check).
     model = edges(package_sources())
     assert any(e.importer == "core/ledger.py" and e.target == "cotal_trio.core.errors" for e in model)
-    assert any(e.importer == "cli/_auth_caller.py" and e.target == "cotal_trio.natsio" for e in model)
+    assert any(e.importer == "ops/caller_mint.py" and e.target == "cotal_trio.natsio" for e in model)

@@ -83,7 +83,7 @@ def _positive_int(value: object, name: str) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectLimits:
-    """``connectLimits`` of the spec, for a hosted composition (``LaneConfig.connect_limits``).
+    """``connectLimits`` of the spec, for a hosted composition (``FullLane.connect_limits``).
 
     No flag sets them, and a callout replica always uses the defaults.
 

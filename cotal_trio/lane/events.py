@@ -1,7 +1,7 @@
 """The event bus of one host process: publish is sync, consumers are bounded (issue 7 item 1).
 
 One :class:`EventBus` per process (``cotal up``, ``cotal auth-service``), created where the
-host is and handed to each lane (``LaneConfig.events``). Producers call :meth:`EventBus.publish`
+host is and handed to each lane (``LaneCommon.events``). Producers call :meth:`EventBus.publish`
 with an event built by :mod:`cotal_trio.core.events`:
 
 =====================  ==========================================================================

@@ -27,7 +27,7 @@ import trio
 from cotal_trio.core.callout_log import CalloutRecord, Outcome, Step
 from cotal_trio.core.errors import AuthServiceError, Unavailable
 from cotal_trio.state.ledger_threads import LedgerPort
-from cotal_trio.lane.callout.responder import ReadLedger
+from cotal_trio.lane.callout.ports import ReadLedger
 from cotal_trio.stores.issuance import AuthBucketMissing, RowStore
 
 __all__ = ["PROBE_EVERY_S", "PROBE_FAILURES", "PROBE_RETRY_S", "LaneHealth", "LaneUnhealthy"]

@@ -3,7 +3,7 @@
 A broker whose auth account does not list the space's callout user in ``auth_users`` sends the
 lane's own callout connection through the auth callout, which nothing answers, and refuses it
 with a bare ``Authorization Violation``. :func:`name_callout_refusal` is called where a lane's
-callout connect is refused (lane/run.py), so every host names it the same way: ``cotal
+callout connect is refused (lane/sessions.py), so every host names it the same way: ``cotal
 auth-service --space`` on exit, a ``--spaces`` host and ``cotal up`` in the lane's ``retrying``
 reason (``.applied``, the unit's STATUS, the log). It reads back the auth account JWT the broker
 holds (LOOKUP, as the root's system user) and, when that lacks the callout user, returns the

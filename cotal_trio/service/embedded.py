@@ -76,13 +76,13 @@ from cotal_trio.state import (
 from cotal_trio.state.space_folders import rename_note, rename_space_folders
 from cotal_trio.lane.events import EventBus
 from cotal_trio.service.host import Host, HostConfig, run_host
-from cotal_trio.service.hosting import check_public_flags, given_public_flags, lane_factory, public_fields
+from cotal_trio.service.hosting import FullLanes, check_public_flags, given_public_flags, lane_factory, public_fields
 from cotal_trio.service.idp_keys import fetch_jwks
 from cotal_trio.stores.issued import check_backup_dir, recreate_issued_stores
 from cotal_trio.service.pins import dev_pin, ensure_dev_idp, oidc_pin
 from cotal_trio.lane.plane import DEFAULT_LEASE, ClaimRefused
 from cotal_trio.lane.service_users import open_service_user, recreate_permissions
-from cotal_trio.lane.run import PublicFace
+from cotal_trio.lane.spec import LaneCommon, PublicFace
 
 __all__ = ["DEFAULT_PORT", "UpConfig", "UpInfo", "prepare_root", "run_up"]
 
@@ -464,9 +464,8 @@ async def _serve(
         dev_url = await _start_idp(nursery, config, prepared)
         events = config.events if config.events is not None else EventBus()  # one per process (issue 7)
         start_lane = lane_factory(
-            root=config.paths, server_url=server_url, limits=limits, callout_only=False,
-            http_ports={config.space: config.http_port},
-            dev_idp_url=dev_url, events=events,
+            root=config.paths, common=LaneCommon(server_url=server_url, limits=limits, events=events),
+            lanes=FullLanes(http_ports={config.space: config.http_port}, dev_idp_url=dev_url),
         )
         host = await nursery.start(run_host, HostConfig(
             manifest=config.paths.spaces_manifest, start_lane=start_lane, events=events,

@@ -8,7 +8,7 @@
     └─ lane[S]               one supervisor per space, in its own CancelScope
 
 Every trigger (a file event touching the manifest, SIGHUP, or ``backstop_s`` without one) wakes
-the reconcile loop through a one-slot channel, so triggers coalesce; the loop then waits until
+the reconcile loop through a one-slot channel (:mod:`cotal_trio.service.triggers`), so triggers coalesce; the loop then waits until
 no trigger has arrived for ``settle_s`` (a burst of edits applies once) and rereads the file.
 Bytes with an unchanged SHA-256 change nothing. New bytes are parsed (``parse_manifest``) and
 reconciled (``diff``): removed and changed lanes are cancelled and awaited until fully exited,
@@ -34,21 +34,19 @@ apply (``applied``, with the reconcile) and every refusal (``refused``).
 
 from __future__ import annotations
 
-import contextlib
+import enum
 import functools
 import hashlib
 import logging
 import os
-import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import NoReturn
 
 import trio
-from watchfiles import Change, awatch
 
 from cotal_trio.core.errors import AuthServiceError, ConfigError, leaves
 from cotal_trio.core.events import lane_event, manifest_applied, manifest_refused
@@ -65,18 +63,14 @@ from cotal_trio.core.manifest import (
 from cotal_trio.state.files import atomic_write
 from cotal_trio.lane.events import EventBus
 from cotal_trio.lane.plane import Fenced
+from cotal_trio.service.triggers import receive_sighup, settle, watch_manifest
 
-__all__ = ["DEFAULT_SETTLE_S", "Host", "HostConfig", "HostStatistics", "LaneOutcome", "run_host"]
+__all__ = ["DEFAULT_SETTLE_S", "Host", "HostConfig", "HostStatistics", "LaneInput", "LaneOutcome", "LaneState", "run_host"]
 
 log = logging.getLogger("cotal.host")
 
 StartLane = Callable[[SpaceEntry], Callable[..., Awaitable[object]]]
 
-# The watcher thread returns at least this often (ms): the watcher is armed by its first return,
-# and a cancelled watcher whose stop event was not set exits within this bound.
-WATCH_POLL_MS = 250
-# Wait before watching again when the manifest's folder cannot be watched (missing, no access).
-WATCH_RETRY_S = 5.0
 # Quiet awaited after a trigger before rereading: longer than the gaps inside one burst of edits
 # (watchfiles reports a busy folder in batches up to ~0.1 s apart, more on a loaded host), short enough that an add
 # still serves well inside a second.
@@ -86,21 +80,41 @@ APPLIED_MODE = 0o644
 # The last `.applied` writes of a host being stopped are bounded (seconds): a hung disk must
 # not hold the process's exit.
 FINAL_WRITE_S = 5.0
-_MAX_HOPS = 40  # symlink hops followed when locating the manifest's file
 # A reason's cap in `.applied`: room for a sentence that names its remedy with the root's path
 # and the broker's URL (a missing auth_users entry, lane/refusals.py) before it is cut.
 _REASON_CHARS = 600
 
-# (state, event) -> next state; the only place lane states change (STYLE.md practice 3).
-_NEXT = {
-    ("starting", "started"): "serving",
-    ("starting", "failed"): "retrying",
-    ("serving", "failed"): "retrying",
-    ("retrying", "retry"): "starting",
-    **{(state, "stop"): "stopping" for state in ("starting", "serving", "retrying")},
+
+class LaneState(enum.StrEnum):
+    """A lane's state; its value is the ``state`` ``.applied`` and the ``lane`` event name
+    (:data:`~cotal_trio.core.manifest.LANE_STATES`)."""
+
+    STARTING = "starting"
+    SERVING = "serving"
+    RETRYING = "retrying"
+    STOPPING = "stopping"
+
+
+class LaneInput(enum.StrEnum):
+    """What happens to a lane: its start ended ``STARTED`` or ``FAILED`` (or its run failed),
+    its retry delay passed (``RETRY``), or the manifest or the host stops it (``STOP``)."""
+
+    STARTED = "started"
+    FAILED = "failed"
+    RETRY = "retry"
+    STOP = "stop"
+
+
+# (state, input) -> next state; the only place lane states change (STYLE.md practice 3).
+_NEXT: Mapping[tuple[LaneState, LaneInput], LaneState] = MappingProxyType({
+    (LaneState.STARTING, LaneInput.STARTED): LaneState.SERVING,
+    (LaneState.STARTING, LaneInput.FAILED): LaneState.RETRYING,
+    (LaneState.SERVING, LaneInput.FAILED): LaneState.RETRYING,
+    (LaneState.RETRYING, LaneInput.RETRY): LaneState.STARTING,
+    **{(state, LaneInput.STOP): LaneState.STOPPING for state in (LaneState.STARTING, LaneState.SERVING, LaneState.RETRYING)},
     # A stopping lane's supervisor may still report what it saw before the cancel reached it.
-    **{("stopping", event): "stopping" for event in ("started", "failed", "retry")},
-}
+    **{(LaneState.STOPPING, event): LaneState.STOPPING for event in (LaneInput.STARTED, LaneInput.FAILED, LaneInput.RETRY)},
+})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,7 +124,7 @@ class HostConfig:
     Attributes:
         manifest: the manifest file (may be a symlink); ``.applied`` is written beside it.
         start_lane: for one entry, a startable ``f(*, task_status)`` running that space's lane
-            until cancelled (production: ``functools.partial(run_lane, LaneConfig(...))``).
+            until cancelled (production: ``functools.partial(run_lane, FullLane(...))``).
         callout_only: parse the manifest as a callout-only host (only ``space`` is read).
         retry_s: seconds between a lane's failure and its next start (DESIGN.md 5: 5 s).
         backstop_s: seconds without a trigger after which the manifest is reread anyway.
@@ -182,7 +196,7 @@ class _Lane:
     """One space's lane: the entry it runs, its state, its scope and its exit signal."""
 
     entry: SpaceEntry
-    status: LaneStatus = field(default_factory=lambda: LaneStatus(state="starting"))
+    status: LaneStatus = field(default_factory=lambda: LaneStatus(state=LaneState.STARTING))
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     done: trio.Event = field(default_factory=trio.Event)
     outcomes: int = 0  # starts that ended in `started` or `failed`, so far
@@ -241,7 +255,7 @@ class Host:
         """
         while True:
             lane = self._lanes.get(space)
-            if lane is None or lane.status.state == "stopping":
+            if lane is None or lane.status.state == LaneState.STOPPING:
                 raise KeyError(space)
             if lane.outcomes > seen:
                 return LaneOutcome(count=lane.outcomes, status=lane.status, failure=lane.failure)
@@ -254,7 +268,7 @@ class Host:
         while True:
             with trio.move_on_after(self._config.backstop_s):
                 await wake.receive()
-            await _settle(wake, self._config.settle_s, cap_s=self._config.backstop_s)
+            await settle(wake, self._config.settle_s, cap_s=self._config.backstop_s)
             await self._reread(nursery)
 
     async def _reread(self, nursery: trio.Nursery) -> None:
@@ -302,7 +316,7 @@ class Host:
         """Cancel these lanes and wait until each lane task and its nursery have exited."""
         lanes = [self._lanes[space] for space in spaces]
         for lane in lanes:
-            self._mark(lane, "stop")
+            self._mark(lane, LaneInput.STOP)
             lane.scope.cancel()
         self._wake_waiters()  # a stopping lane has no next outcome
         if lanes:
@@ -331,9 +345,9 @@ class Host:
             with lane.scope:
                 while True:
                     reason = await self._serve_once(lane)
-                    await self._move(lane, "failed", reason)
+                    await self._move(lane, LaneInput.FAILED, reason)
                     await trio.sleep(self._config.retry_s)
-                    await self._move(lane, "retry")
+                    await self._move(lane, LaneInput.RETRY)
         finally:
             lane.done.set()
 
@@ -350,7 +364,7 @@ class Host:
                 await nursery.start(self._config.start_lane(lane.entry))
                 log.info("space %s: lane serving", space)
                 lane.failure = None
-                await self._move(lane, "started")
+                await self._move(lane, LaneInput.STARTED)
         except* Exception as group:  # noqa: BLE001 - one lane fails alone (STYLE.md practice 10)
             failure = group  # `return` is not allowed in except*
         lane.failure = failure
@@ -358,7 +372,7 @@ class Host:
             log.warning("space %s: lane ended without an error, retrying in %g s", space, self._config.retry_s)
             return "the lane ended without an error"
         reason = _one_line(failure)
-        if any(isinstance(leaf, Fenced) for leaf in leaves(failure)) and lane.status.state != "stopping":
+        if any(isinstance(leaf, Fenced) for leaf in leaves(failure)) and lane.status.state != LaneState.STOPPING:
             self._emit(lane_event(space, "fenced", reason))  # DESIGN.md 8: it lost its plane claim
         bug = not all(isinstance(leaf, AuthServiceError) for leaf in leaves(failure))
         log.warning(
@@ -367,7 +381,7 @@ class Host:
         )
         return reason
 
-    def _mark(self, lane: _Lane, event: str, reason: str | None = None) -> bool:
+    def _mark(self, lane: _Lane, event: LaneInput, reason: str | None = None) -> bool:
         """Apply ``event`` to the lane's state (:data:`_NEXT`); True when the status changed.
 
         Raises:
@@ -377,7 +391,7 @@ class Host:
             state = _NEXT[(lane.status.state, event)]
         except KeyError:
             raise RuntimeError(f"no lane transition from {lane.status.state} on {event} (a host bug)") from None
-        status = LaneStatus(state=state, reason=reason if state == "retrying" else None)
+        status = LaneStatus(state=state, reason=reason if state is LaneState.RETRYING else None)
         changed, lane.status = status != lane.status, status
         if changed:
             self._emit(lane_event(lane.entry.space, status.state, status.reason))
@@ -388,9 +402,9 @@ class Host:
         self._outcome.set()
         self._outcome = trio.Event()
 
-    async def _move(self, lane: _Lane, event: str, reason: str | None = None) -> None:
+    async def _move(self, lane: _Lane, event: LaneInput, reason: str | None = None) -> None:
         changed = self._mark(lane, event, reason)
-        if event in ("started", "failed"):
+        if event in (LaneInput.STARTED, LaneInput.FAILED):
             lane.outcomes += 1
             self._wake_waiters()
         if changed:
@@ -399,7 +413,7 @@ class Host:
     async def _stopping(self) -> None:
         """The host is being cancelled: every lane is ``stopping`` (its scope is cancelled with
         the host's nursery); say so in ``.applied``."""
-        changed = [self._mark(lane, "stop") for lane in self._lanes.values() if lane.status.state != "stopping"]
+        changed = [self._mark(lane, LaneInput.STOP) for lane in self._lanes.values() if lane.status.state != LaneState.STOPPING]
         self._wake_waiters()
         if any(changed):
             await self._publish()
@@ -456,9 +470,9 @@ async def run_host(config: HostConfig, *, task_status: trio.TaskStatus[Host] = t
     stop_watching = trio.Event()  # watchfiles polls is_set() from its thread
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(_receive_sighup, wake_tx)
+            await nursery.start(receive_sighup, wake_tx)
             if config.watch:
-                await nursery.start(_watch_manifest, host._path, wake_tx, stop_watching)
+                await nursery.start(watch_manifest, host._path, wake_tx, stop_watching)
             try:
                 await host._reread(nursery)
                 task_status.started(host)
@@ -472,92 +486,7 @@ async def run_host(config: HostConfig, *, task_status: trio.TaskStatus[Host] = t
             await host._stopped()
 
 
-# --- triggers -----------------------------------------------------------------------------------
-
-
-def _wake(wake: trio.MemorySendChannel[None]) -> None:
-    """Ask for a reread; a request already pending absorbs this one."""
-    with contextlib.suppress(trio.WouldBlock):
-        wake.send_nowait(None)
-
-
-async def _settle(wake: trio.MemoryReceiveChannel[None], settle_s: float, *, cap_s: float) -> None:
-    """Return once no trigger has arrived for ``settle_s`` seconds, or after ``cap_s`` seconds."""
-    with trio.move_on_after(cap_s):
-        while True:
-            with trio.move_on_after(settle_s) as quiet:
-                await wake.receive()
-            if quiet.cancelled_caught:
-                return
-
-
-async def _receive_sighup(
-    wake: trio.MemorySendChannel[None], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-) -> NoReturn:
-    """Wake the host on each SIGHUP; ``started`` once the handler is installed. Runs until cancelled."""
-    with trio.open_signal_receiver(signal.SIGHUP) as signals:
-        task_status.started()
-        async for _ in signals:
-            log.info("SIGHUP: rereading the manifest")
-            _wake(wake)
-    raise AssertionError("a signal receiver never ends")  # pragma: no cover
-
-
-async def _watch_manifest(
-    manifest: Path, wake: trio.MemorySendChannel[None], stop: trio.Event,
-    *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Wake the host on file events touching the manifest, until cancelled or ``stop`` is set.
-
-    ``started`` once the first watch is armed (or has failed: the backstop still rereads).
-    The folders watched follow the manifest's symlinks and are re-derived after each event.
-    """
-    ready = _Once(task_status.started)
-    while not stop.is_set():
-        folders = await trio.to_thread.run_sync(_folders, manifest)
-        try:
-            await _watch_folders(manifest, folders, wake, stop, ready)
-        except OSError as exc:
-            log.warning("cannot watch %s (%s); retrying in %g s, SIGHUP and the backstop still reread",
-                        manifest.parent, exc, WATCH_RETRY_S)
-            ready()
-            await trio.sleep(WATCH_RETRY_S)
-
-
-async def _watch_folders(
-    manifest: Path, folders: frozenset[Path], wake: trio.MemorySendChannel[None], stop: trio.Event,
-    ready: Callable[[], None],
-) -> None:
-    """Watch ``folders`` (not recursively); return when the folders to watch have changed."""
-    batches = awatch(
-        *folders, watch_filter=None, recursive=False, stop_event=stop,
-        rust_timeout=WATCH_POLL_MS, yield_on_timeout=True,
-    )
-    async with aclosing(batches):
-        async for batch in batches:
-            ready()
-            if not batch:
-                continue
-            touched, now = await trio.to_thread.run_sync(_inspect, manifest, folders, batch)
-            if touched:
-                _wake(wake)
-            if now != folders:
-                return
-
-
-class _Once:
-    """Call ``fn`` on the first call only (``task_status.started`` may be called once)."""
-
-    def __init__(self, fn: Callable[[], None]) -> None:
-        self._fn: Callable[[], None] | None = fn
-
-    def __call__(self) -> None:
-        fn, self._fn = self._fn, None
-        if fn is not None:
-            fn()
-
-
-# --- files (blocking; called through trio.to_thread) --------------------------------------------
+# --- files ---------------------------------------------------------------------------------------
 
 
 async def _read_manifest(path: Path) -> bytes | str:
@@ -568,34 +497,6 @@ async def _read_manifest(path: Path) -> bytes | str:
         return f'{path} does not exist - write it (an empty manifest is {{"version": 2, "spaces": []}})'
     except OSError as exc:
         return f"{path} cannot be read ({exc.strerror or exc}) - check that it is a readable file"
-
-
-def _route(manifest: Path) -> set[Path]:
-    """The manifest's path, each symlink hop toward its file, and its resolved file."""
-    route, hop = {manifest}, manifest
-    for _ in range(_MAX_HOPS):
-        try:
-            target = os.readlink(hop)
-        except OSError:  # not a symlink (or gone): the chain ends here
-            break
-        hop = Path(os.path.normpath(hop.parent / target))
-        route.add(hop)
-    route.add(manifest.resolve())
-    return route
-
-
-def _folders(manifest: Path) -> frozenset[Path]:
-    """The folders to watch: the manifest's own, and each existing folder on its route."""
-    return frozenset({manifest.parent} | {p.parent for p in _route(manifest) if p.parent.is_dir()})
-
-
-def _inspect(manifest: Path, watched: frozenset[Path], batch: set[tuple[Change, str]]) -> tuple[bool, frozenset[Path]]:
-    """Whether ``batch`` touches the manifest's route (a path on it, or a folder it goes
-    through, such as a swapped ``..data`` link), and the folders to watch now."""
-    route = _route(manifest)
-    paths = {Path(p) for _, p in batch} - watched
-    touched = any(p == hop or p in hop.parents for p in paths for hop in route)
-    return touched, _folders(manifest)
 
 
 def _one_line(error: BaseException) -> str:

@@ -2,7 +2,8 @@
 
 :func:`lane_factory` is the host's ``start_lane`` (``HostConfig.start_lane``): for a manifest
 entry it returns a startable that reads the space's IdP pin from the root, builds that space's
-:class:`~cotal_trio.lane.run.LaneConfig` and runs :func:`~cotal_trio.lane.run.run_lane`
+:class:`~cotal_trio.lane.spec.FullLane` or :class:`~cotal_trio.lane.spec.ReplicaLane` and runs
+:func:`~cotal_trio.lane.run.run_lane`
 with the same ``task_status``. :func:`run_service` is what the CLI awaits (STYLE.md practice 25):
 a lane host on a manifest (``--spaces``) or one lane alone (``--space``).
 
@@ -35,23 +36,22 @@ from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.core.events import lane_event
 from cotal_trio.core.idp import parse_jwks
-from cotal_trio.core.ledger import ReadRows
 from cotal_trio.core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimits
 from cotal_trio.core.manifest import SpaceEntry, public_face_problems
 from cotal_trio.devidp import jwks
 from cotal_trio.state import RootPaths, load_idp_pin
 from cotal_trio.lane.events import EventBus
-from cotal_trio.lane.health import PROBE_EVERY_S
 from cotal_trio.service.host import HostConfig, run_host
 from cotal_trio.service.idp_keys import IdpKeyCache, open_pinned_keys
 from cotal_trio.service.notify import ServiceNotifier
 from cotal_trio.service.pins import load_pinned_dev_idp
 from cotal_trio.lane.plane import holder_id
-from cotal_trio.lane.run import LaneConfig, LaneInfo, PublicFace, run_lane
+from cotal_trio.lane.run import LaneInfo, run_lane
+from cotal_trio.lane.spec import FullLane, LaneCommon, LaneSpec, PublicFace, ReplicaLane
 
 __all__ = [
-    "PUBLIC_FLAGS", "ServiceConfig", "ServiceInfo", "check_public_flags", "given_public_flags", "lane_factory",
-    "public_fields", "run_service",
+    "PUBLIC_FLAGS", "FullLanes", "ReplicaLanes", "ServiceConfig", "ServiceInfo", "check_public_flags",
+    "given_public_flags", "lane_factory", "public_fields", "run_service",
 ]
 
 log = logging.getLogger("cotal.host")
@@ -123,26 +123,40 @@ def _refuse_public_flags(config: ServiceConfig) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FullLanes:
+    """A process's full lanes: what :func:`lane_factory` gives each beyond :class:`LaneCommon`.
+
+    Attributes:
+        http_ports: the loopback exchange port of the spaces it names (``cotal up --http-port``
+            for its own space); every other full lane binds a free port and records it in its
+            ``auth-service.json``.
+        dev_idp_url: where the development IdP is served (``cotal up``), which a public face names.
+        connect_limits: ``connectLimits`` for every lane (spec "Connect limits").
+    """
+
+    http_ports: Mapping[str, int] = field(default_factory=dict)
+    dev_idp_url: str | None = None
+    connect_limits: ConnectLimits = DEFAULT_LIMITS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaLanes:
+    """A process's callout replicas (``--callout-only``): :class:`LaneCommon` is all they take."""
+
+
 def lane_factory(
-    *, root: RootPaths, server_url: str, limits: CalloutLimits, callout_only: bool,
-    clock: Callable[[], float] = time.time, reconnect: bool = True,
-    http_ports: Mapping[str, int] | None = None, dev_idp_url: str | None = None,
-    connect_limits: ConnectLimits = DEFAULT_LIMITS, events: EventBus | None = None,
-    wrap_ledger: Callable[[ReadRows], ReadRows] | None = None, probe_every_s: float = PROBE_EVERY_S,
+    *, root: RootPaths, common: LaneCommon, lanes: FullLanes | ReplicaLanes
 ) -> Callable[[SpaceEntry], Startable]:
     """The host's ``start_lane``: ``entry -> startable`` serving ``entry.space`` from ``root``.
 
-    The entry's ``serviceEndpoints``, ``toolResultConsent`` (full lanes) and public-face fields
-    (``exchangePublicPort`` and friends) go to the lane (:class:`~cotal_trio.lane.run.LaneConfig`).
-    ``http_ports`` fixes the loopback exchange port of the spaces it names (``cotal up
-    --http-port`` for its own space); every other full lane binds a free port and records it
-    in its ``auth-service.json``. A space must be pinned (``cotal up --space`` and ``cotal space
-    add`` pin it); an unpinned space's lane fails and is retried.
-    ``dev_idp_url`` is where the development IdP is served (``cotal up``), which a public face names.
-    ``connect_limits`` go to every lane (spec "Connect limits"; replicas keep the defaults).
-    ``events`` is the process's event bus, given to every lane (issue 7 item 1).
-    ``wrap_ledger`` and ``probe_every_s`` go to every lane (``LaneConfig``: a fault injected, and
-    the self-probe's pace, in tests).
+    Every lane gets ``common`` (the broker, the limits, the process's event bus, ...). With
+    :class:`FullLanes` each is a :class:`~cotal_trio.lane.spec.FullLane`: the entry's
+    ``serviceEndpoints``, ``toolResultConsent`` and public-face fields (``exchangePublicPort``
+    and friends) go to it, with one plane claim holder id per space across its restarts. With
+    :class:`ReplicaLanes` each is a :class:`~cotal_trio.lane.spec.ReplicaLane` (only the entry's
+    ``space`` is read). A space must be pinned (``cotal up --space`` and ``cotal space add`` pin
+    it); an unpinned space's lane fails and is retried.
 
     The startable raises (before ``started``) ``ConfigError`` for missing or corrupt material
     or pin, and ``Unavailable`` for an unreachable broker or IdP; the host then marks the lane
@@ -151,32 +165,56 @@ def lane_factory(
     holders: dict[str, str] = {}  # one plane claim holder id per space, across restarts
 
     def start_lane(entry: SpaceEntry) -> Startable:
-        config = LaneConfig(
-            space=entry.space, paths=root.space(entry.space), server_url=server_url, idp_keys=_no_keys,
-            limits=limits, callout_only=callout_only, clock=clock, reconnect=reconnect,
-            http_port=(http_ports or {}).get(entry.space, 0), service_endpoints=entry.service_endpoints,
-            public=PublicFace.of(entry), dev_idp_url=dev_idp_url, connect_limits=connect_limits,
-            holder=holders.setdefault(entry.space, holder_id()),
-            tool_result_consent=entry.tool_result_consent and not callout_only, events=events,
-            wrap_ledger=wrap_ledger, probe_every_s=probe_every_s,
-        )
-        return functools.partial(_run_space, config, root=root)
+        spec: LaneSpec
+        paths = root.space(entry.space)
+        match lanes:
+            case FullLanes():
+                spec = FullLane(
+                    space=entry.space, paths=paths, common=common, idp_keys=_no_keys,
+                    http_port=lanes.http_ports.get(entry.space, 0), service_endpoints=entry.service_endpoints,
+                    public=PublicFace.of(entry), dev_idp_url=lanes.dev_idp_url, connect_limits=lanes.connect_limits,
+                    holder=holders.setdefault(entry.space, holder_id()), tool_result_consent=entry.tool_result_consent,
+                )
+            case ReplicaLanes():
+                _refuse_full_fields(entry)
+                spec = ReplicaLane(space=entry.space, paths=paths, common=common)
+        return functools.partial(_run_space, spec, root=root)
     return start_lane
 
 
+def _refuse_full_fields(entry: SpaceEntry) -> None:
+    """A replica's entry names nothing only a full lane has (a callout-only manifest reads only
+    ``space``, so only an entry built by hand can).
+
+    Raises:
+        ConfigError: the entry names a public exchange face or service endpoints.
+    """
+    if entry.exchange_public_port is not None:
+        raise ConfigError(
+            f"space {entry.space}: a callout-only replica has no HTTP face - drop the public"
+            " exchange settings from its entry, or run the full auth service for it"
+        )
+    if entry.service_endpoints:
+        raise ConfigError(
+            f"space {entry.space}: a callout-only replica cannot open service endpoints"
+            " - run the full auth service with them, or leave them off the replica"
+        )
+
+
 async def _run_space(
-    config: LaneConfig, *, root: RootPaths,
+    spec: LaneSpec, *, root: RootPaths,
     task_status: trio.TaskStatus[LaneInfo] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
-    """Serve ``config.space`` until cancelled (startable; ``started`` with its :class:`LaneInfo`).
+    """Serve ``spec.space`` until cancelled (startable; ``started`` with its :class:`LaneInfo`).
 
-    ``config.idp_keys`` is replaced here by the space's pinned key set (full lanes).
+    A full lane's ``idp_keys`` are replaced here by the space's pinned key set (a replica never
+    verifies an IdP token).
     """
     async with trio.open_nursery() as nursery:
-        if not config.callout_only:
-            keys = await _idp_keys(nursery, root, config.space)
-            config = dataclasses.replace(config, idp_keys=keys.keys, refetch_idp_keys=keys.refetch)
-        await run_lane(config, task_status=task_status)
+        if isinstance(spec, FullLane):
+            keys = await _idp_keys(nursery, root, spec.space)
+            spec = dataclasses.replace(spec, idp_keys=keys.keys, refetch_idp_keys=keys.refetch)
+        await run_lane(spec, task_status=task_status)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -295,12 +333,12 @@ async def run_service(
         ConfigError, Unavailable: one space's lane could not start, or ended.
     """
     events = EventBus(clock=config.clock)  # one per process: the lanes' /events (issue 7 item 1)
-    start_lane = lane_factory(
-        root=config.root, server_url=config.server_url, limits=config.limits,
-        callout_only=config.callout_only, clock=config.clock, connect_limits=config.connect_limits,
+    common = LaneCommon(
+        server_url=config.server_url, limits=config.limits, clock=config.clock, events=events,
         reconnect=config.manifest is not None,  # one space: a lost broker ends the process
-        events=events,
     )
+    lanes = ReplicaLanes() if config.callout_only else FullLanes(connect_limits=config.connect_limits)
+    start_lane = lane_factory(root=config.root, common=common, lanes=lanes)
     notifier = ServiceNotifier.from_environ()  # systemd's Type=notify (service/notify.py; issue 7 item 4)
     async with trio.open_nursery() as nursery:
         await nursery.start(notifier.run)

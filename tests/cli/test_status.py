@@ -186,7 +186,7 @@ async def test_a_lane_whose_health_says_it_cannot_answer_is_not_serving(root, nu
     status."""
     from types import SimpleNamespace
 
-    from cotal_trio.lane.run import answer_health
+    from cotal_trio.lane.faces import answer_health
 
     app = build_loopback_app(_context(root, secrets.token_hex(32)), metrics=LaneMetrics(SPACE).exposition)
     answer_health(app, SimpleNamespace(reason="a ledger read did not answer within 1.75 s"), SPACE)  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.bearer import BearerVerifier
 from cotal_trio.core.jose import BearerKeySet, IssuerKey
 from cotal_trio.core.callout import SERVER_XKEY_HEADER
+from cotal_trio.lane.callout.ports import AnswerPorts, ConnectPorts
 from cotal_trio.lane.callout.responder import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder
 from cotal_trio.stores.issuance import issuance_store
 from cotal_trio.natsio import open_connection, open_loop
@@ -47,9 +48,11 @@ async def test_absurd_requests_are_dropped_and_the_next_valid_one_is_answered(pl
     caplog.set_level(logging.INFO, logger="cotal.callout")
     async with open_loop(), open_connection(plain_broker, name="callout") as service, open_connection(plain_broker, name="broker") as broker:
         responder = CalloutResponder(
-            keys=KEYS, verifier=BearerVerifier(BearerKeySet.from_keys([IssuerKey.generate(bytes(32))])),
-            read_ledger=_no_rows, limits=CalloutLimits(), clock=time.time, publish=service.publish_nowait,
-            store=issuance_store(service, "alpha"),  # never reached: no request here gets past its bearer
+            AnswerPorts(keys=KEYS, limits=CalloutLimits(), clock=time.time, publish=service.publish_nowait),
+            ConnectPorts(
+                verifier=BearerVerifier(BearerKeySet.from_keys([IssuerKey.generate(bytes(32))])), read_ledger=_no_rows,
+                store=issuance_store(service, "alpha"),  # never reached: no request here gets past its bearer
+            ),
         )
         async with trio.open_nursery() as lane:
             await lane.start(responder.run)

@@ -25,7 +25,7 @@ import trio
 
 from cotal_trio.broker.process import free_port, run_nats_server
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
-from cotal_trio.lane import run as space_module
+from cotal_trio.lane import sessions as space_module  # where the lane opens its issuer session
 from cotal_trio.lane.callout.authority import ConnectAuthority
 from cotal_trio.service.embedded import UpConfig, run_up
 from cotal_trio.stores.issued import IssuedStores

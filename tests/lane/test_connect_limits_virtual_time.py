@@ -20,8 +20,8 @@ from cotal_trio.core.limits import (
     ConnectLimits,
 )
 from cotal_trio.core.manifest import SpaceEntry
-from cotal_trio.service.hosting import ServiceConfig, lane_factory
-from cotal_trio.lane.run import LaneConfig
+from cotal_trio.lane.spec import FullLane, LaneCommon, ReplicaLane
+from cotal_trio.service.hosting import FullLanes, ReplicaLanes, ServiceConfig, lane_factory
 from cotal_trio.natsio import Message
 from cotal_trio.state import RootPaths
 from tests.core.test_callout import NOW, OWNER
@@ -120,20 +120,21 @@ FEWER = ConnectLimits(actor_per_minute=5)
 
 def test_a_hosted_composition_passes_its_connect_limits_to_every_lane(tmp_path):
     root = RootPaths(tmp_path)
-    start = lane_factory(root=root, server_url="nats://127.0.0.1:4222", limits=LIMITS, callout_only=False,
-                         connect_limits=FEWER)
+    common = LaneCommon(server_url="nats://127.0.0.1:4222", limits=LIMITS)
+    start = lane_factory(root=root, common=common, lanes=FullLanes(connect_limits=FEWER))
     assert start(SpaceEntry(space="a")).args[0].connect_limits == FEWER
     assert ServiceConfig(root=root, server_url="nats://x", space="a", connect_limits=FEWER).connect_limits == FEWER
-    lane = LaneConfig(space="a", paths=root.space("a"), server_url="nats://x", idp_keys=dict)
+    lane = FullLane(space="a", paths=root.space("a"), common=common, idp_keys=dict)
     assert lane.connect_limits == DEFAULT_LIMITS
 
 
 def test_a_replica_refuses_connect_limits_other_than_the_defaults(tmp_path):
     root = RootPaths(tmp_path)
-    with pytest.raises(ConfigError, match=f"^space a: {REPLICA_LIMITS}$"):
-        LaneConfig(space="a", paths=root.space("a"), server_url="nats://x", idp_keys=dict, callout_only=True,
-                   connect_limits=FEWER)
+    common = LaneCommon(server_url="nats://x")
+    with pytest.raises(TypeError, match="connect_limits"):  # a replica spec has no such field (issue 16)
+        ReplicaLane(space="a", paths=root.space("a"), common=common, connect_limits=FEWER)  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match=f"^{REPLICA_LIMITS}$"):
         ServiceConfig(root=root, server_url="nats://x", space="a", callout_only=True, connect_limits=FEWER)
-    assert LaneConfig(space="a", paths=root.space("a"), server_url="nats://x", idp_keys=dict, callout_only=True,
-                      connect_limits=ConnectLimits()).connect_limits == DEFAULT_LIMITS
+    assert ReplicaLane(space="a", paths=root.space("a"), common=common).connect_limits == DEFAULT_LIMITS
+    start = lane_factory(root=root, common=common, lanes=ReplicaLanes())
+    assert start(SpaceEntry(space="a")).args[0].connect_limits == DEFAULT_LIMITS

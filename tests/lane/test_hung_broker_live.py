@@ -30,7 +30,8 @@ from cotal_trio.core.idp import parse_jwks
 from cotal_trio.core.manifest import SpaceEntry
 from cotal_trio.devidp import jwks
 from cotal_trio.service.host import HostConfig, run_host
-from cotal_trio.lane.run import LaneConfig, run_lane
+from cotal_trio.lane.run import run_lane
+from cotal_trio.lane.spec import FullLane, LaneCommon
 from cotal_trio.natsio._conn import KEEPALIVE_S, PONG_TIMEOUT_S
 from tests.service.test_auth_service_live import AUTH_TIMEOUT_S, start_mesh, write_manifest
 from tests.lane.test_replica_failover_live import until_state
@@ -92,9 +93,10 @@ async def test_a_full_lane_in_a_host_notices_a_hung_broker_and_serves_again(
     keys, holder = parse_jwks(jwks(mesh.idp)), f"{socket.gethostname()}:{os.getpid()}:4b1d0000"
 
     def start_lane(entry: SpaceEntry) -> Callable[..., object]:
-        return functools.partial(run_lane, LaneConfig(
-            space=entry.space, paths=mesh.paths.space(entry.space), server_url=mesh.server_url,
-            idp_keys=lambda: keys, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S), holder=holder,
+        return functools.partial(run_lane, FullLane(
+            space=entry.space, paths=mesh.paths.space(entry.space),
+            common=LaneCommon(server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S)),
+            idp_keys=lambda: keys, holder=holder,
         ))
 
     manifest = tmp_path / "host" / "spaces.json"

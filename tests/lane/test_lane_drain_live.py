@@ -38,7 +38,8 @@ from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.ledger import LedgerRow, ReadRows
 from cotal_trio.devidp import mint_dev_token
 from cotal_trio.service.host import Host, HostConfig, run_host
-from cotal_trio.service.hosting import lane_factory
+from cotal_trio.lane.spec import LaneCommon
+from cotal_trio.service.hosting import FullLanes, lane_factory
 from cotal_trio.core.plane import PLANE_KEY, PlaneState, parse_row, plane_bucket
 from cotal_trio.natsio import kv_get, open_connection, open_loop
 from cotal_trio.state import load_space, read_json
@@ -93,10 +94,10 @@ async def mesh(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> M
 
 
 async def start_host(nursery: trio.Nursery, mesh: Mesh, manifest: Path, gate: Gate) -> Host:
-    start_lane = lane_factory(
-        root=mesh.paths, server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
-        callout_only=False, clock=time.time, wrap_ledger=gate.wrap,
+    common = LaneCommon(
+        server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S), clock=time.time, wrap_ledger=gate.wrap,
     )
+    start_lane = lane_factory(root=mesh.paths, common=common, lanes=FullLanes())
     config = HostConfig(manifest=manifest, start_lane=start_lane, backstop_s=600, settle_s=0.01)
     host: Host = await nursery.start(run_host, config)
     await until(host, manifest, serving("a"))

@@ -16,7 +16,7 @@ from cotal_trio.http.errors import install_edge
 from cotal_trio.lane import health
 from cotal_trio.lane.health import PROBE_FAILURES, LaneHealth, LaneUnhealthy
 from cotal_trio.stores.issuance import AuthBucketMissing
-from cotal_trio.lane.run import answer_health
+from cotal_trio.lane.faces import answer_health
 
 BUDGET_S = 1.75
 

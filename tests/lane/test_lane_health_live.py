@@ -23,7 +23,8 @@ from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.errors import CodecError
 from cotal_trio.core.ledger import LedgerKind, LedgerRow, ReadRows
 from cotal_trio.service.host import Host, HostConfig, run_host
-from cotal_trio.service.hosting import lane_factory
+from cotal_trio.lane.spec import LaneCommon
+from cotal_trio.service.hosting import FullLanes, lane_factory
 from cotal_trio.service.notify import status_text
 from cotal_trio.state import LedgerReader, SpacePaths
 from cotal_trio.state.ledger_files import kind_dir
@@ -104,10 +105,11 @@ async def test_a_lane_whose_ledger_does_not_answer_is_not_serving_and_comes_back
 ):
     ledger, manifest = Ledger(mesh.paths.space("a")), tmp_path / "spaces.json"
     write_manifest(manifest, "a")
-    start_lane = lane_factory(
-        root=mesh.paths, server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
-        callout_only=False, clock=time.time, wrap_ledger=ledger.wrap, probe_every_s=0.5,  # production: 5 s
+    common = LaneCommon(
+        server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
+        clock=time.time, wrap_ledger=ledger.wrap, probe_every_s=0.5,  # production: 5 s
     )
+    start_lane = lane_factory(root=mesh.paths, common=common, lanes=FullLanes())
     config = HostConfig(manifest=manifest, start_lane=start_lane, backstop_s=600, retry_s=0.5)
     with trio.fail_after(CEILING_S):
         host: Host = await nursery.start(run_host, config)

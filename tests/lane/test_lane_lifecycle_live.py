@@ -50,7 +50,8 @@ from cotal_trio.core.plane import (
     plane_bucket,
 )
 from cotal_trio.service.host import Host, HostConfig, run_host
-from cotal_trio.service.hosting import lane_factory
+from cotal_trio.lane.spec import LaneCommon
+from cotal_trio.service.hosting import FullLanes, ReplicaLanes, lane_factory
 from cotal_trio.natsio import kv_get, open_connection, open_loop
 from cotal_trio.state import load_space
 from tests.service.test_auth_service_live import (
@@ -100,8 +101,8 @@ async def start_host(mesh: Mesh, nursery: trio.Nursery, folder: Path, *, callout
     manifest = folder / "spaces.json"
     write_manifest(manifest)
     start_lane = lane_factory(
-        root=mesh.paths, server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
-        callout_only=callout_only, clock=time.time,
+        root=mesh.paths, common=LaneCommon(server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S), clock=time.time),
+        lanes=ReplicaLanes() if callout_only else FullLanes(),
     )
     config = HostConfig(
         manifest=manifest, start_lane=start_lane, callout_only=callout_only,

@@ -31,7 +31,7 @@ from cotal_trio.cli.actor import build_row, grant_from_flags
 from cotal_trio.core.ledger import LedgerKind
 from cotal_trio.devidp import DevIdpMaterial
 from cotal_trio.http.loopback import PROOF_PATH
-from cotal_trio.lane.callout import responder as callout_lane
+from cotal_trio.lane.callout import connect as callout_lane  # where the lane mints (issue 16)
 from cotal_trio.natsio import open_loop
 from cotal_trio.state import load_broker, load_owner_secret, read_json, write_row
 from tests.core.test_identity import LONE_SURROGATE_VECTORS, _base32_lower_nopad

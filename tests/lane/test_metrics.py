@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cotal_trio.core.callout_log import CalloutRecord, Outcome, Step
 from cotal_trio.core.limits import ConnectLimiter, ConnectLimits, Limit, Limited
 from cotal_trio.http import build_loopback_app
+from cotal_trio.lane.callout.ports import AnswerPorts, ConnectPorts
 from cotal_trio.lane.callout.responder import CalloutResponder, CalloutStatistics
 from cotal_trio.lane.metrics import CALLOUT_SECONDS_BUCKETS, CONTENT_TYPE, LaneMetrics, MetricsSummary, read_summary
 
@@ -174,8 +175,9 @@ async def test_a_responder_feeds_its_lanes_metrics(nursery, autojump_clock: trio
             all_answered.set()
 
     responder = CalloutResponder(
-        keys=KEYS, verifier=VERIFIER, read_ledger=read_ledger, limits=LIMITS, store=FakeBucket(),
-        clock=lambda: NOW + trio.current_time(), publish=publish, on_answer=metrics.callout_answered,
+        AnswerPorts(keys=KEYS, limits=LIMITS, clock=lambda: NOW + trio.current_time(), publish=publish,
+                    on_answer=metrics.callout_answered),
+        ConnectPorts(verifier=VERIFIER, read_ledger=read_ledger, store=FakeBucket()),
     )  # fmt: skip
     metrics.watch(responder.statistics)
     with trio.fail_after(CEILING_S):

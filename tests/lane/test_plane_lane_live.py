@@ -27,7 +27,8 @@ from cotal_trio.core.plane import (
     plane_bucket,
 )
 from cotal_trio.lane.plane import ClaimRefused
-from cotal_trio.lane.run import LaneConfig, LaneInfo, run_lane
+from cotal_trio.lane.run import LaneInfo, run_lane
+from cotal_trio.lane.spec import FullLane, LaneCommon, LaneSpec, ReplicaLane
 from cotal_trio.natsio import Connection, kv_get, open_connection, open_loop
 from cotal_trio.state import load_space
 
@@ -36,11 +37,11 @@ from tests.support.stack import SPACE, Stack, client
 CEILING_S = 20
 
 
-def lane_config(stack: Stack, **extra) -> LaneConfig:
-    return LaneConfig(
-        space=SPACE, paths=stack.space_paths, server_url=stack.info.server_url,
-        idp_keys=dict, http_port=0, **extra,
-    )
+def lane_config(stack: Stack, *, callout_only: bool = False) -> LaneSpec:
+    common = LaneCommon(server_url=stack.info.server_url)
+    if callout_only:
+        return ReplicaLane(space=SPACE, paths=stack.space_paths, common=common)
+    return FullLane(space=SPACE, paths=stack.space_paths, common=common, idp_keys=dict, http_port=0)
 
 
 @asynccontextmanager

@@ -6,7 +6,7 @@ on one operator-mode broker. Killing the full service (SIGKILL) leaves the repli
 every connect; their callout log lines show that both answered.
 
 The fence tests run a full lane inside a lane host (``run_host``) with a short plane lease
-(``LaneConfig.lease``), and make it lose its claim for real, with no mock:
+(``FullLane.lease``), and make it lose its claim for real, with no mock:
 
 * the broker is paused (SIGSTOP), so no renewal can succeed: the holder fences itself
   ``lease - margin`` after its last renewal, before a contender may reclaim; once the broker
@@ -55,7 +55,8 @@ from cotal_trio.core.plane import (
 )
 from cotal_trio.devidp import jwks
 from cotal_trio.service.host import Host, HostConfig, run_host
-from cotal_trio.lane.run import LaneConfig, run_lane
+from cotal_trio.lane.run import run_lane
+from cotal_trio.lane.spec import FullLane, LaneCommon
 from cotal_trio.natsio import (
     Connection,
     KvEntry,
@@ -272,10 +273,10 @@ async def start_full_lane_host(
     keys = parse_jwks(jwks(mesh.idp))
 
     def start_lane(entry: SpaceEntry) -> Callable[..., object]:
-        return functools.partial(run_lane, LaneConfig(
-            space=entry.space, paths=mesh.paths.space(entry.space), server_url=mesh.server_url,
-            idp_keys=lambda: keys, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S), lease=LEASE,
-            holder=holder,
+        return functools.partial(run_lane, FullLane(
+            space=entry.space, paths=mesh.paths.space(entry.space),
+            common=LaneCommon(server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S)),
+            idp_keys=lambda: keys, lease=LEASE, holder=holder,
         ))
 
     folder.mkdir()

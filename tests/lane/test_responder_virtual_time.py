@@ -46,6 +46,7 @@ from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.issuance import IssuanceRow, exists_reason, render_row, store_missing_reason, write_failed_reason
 from cotal_trio.core.limits import ConnectLimiter, ConnectLimits
 from cotal_trio.core.nkeys import KeyPair, Prefix
+from cotal_trio.lane.callout.ports import AnswerPorts, ConnectPorts
 from cotal_trio.lane.callout.responder import CALLOUT_SUBJECT, QUEUE_CAPACITY, CalloutResponder
 from cotal_trio.stores.issuance import AuthBucketMissing, RowExpiries, prune_rows
 from cotal_trio.natsio import Message
@@ -122,12 +123,14 @@ class Lane:
             no recall port, every mint reads the ledger first).
         waits: per first ledger read, in order, ``(seconds, shielded)``: the read awaits that
             long, deaf to cancellation when shielded (overrides ``stuck_s`` while it lasts).
+        row_expiries: where the responder notes each row's expiry (None: nowhere).
     """
 
     def __init__(
         self, clock: trio.testing.MockClock, *, ledger_s: float | list[float] = 0.0,
         connect_limits: ConnectLimiter | None = None, store: FakeBucket | None = None,
         stuck_s: float = 0.0, recall: tuple | None = None, waits: list[tuple[float, bool]] | None = None,
+        row_expiries: RowExpiries | None = None,
     ) -> None:
         self.clock, self.ledger_s, self.stuck_s, self.waits = clock, ledger_s, stuck_s, list(waits or [])
         self.store = FakeBucket() if store is None else store
@@ -140,9 +143,11 @@ class Lane:
         self.wall_reads = 0
         self._changed = trio.Event()
         self.responder = CalloutResponder(
-            keys=KEYS, verifier=VERIFIER, read_ledger=self._read_ledger, limits=LIMITS,
-            clock=self._wall, publish=self._publish, connect_limits=connect_limits, store=self.store,
-            recall_ledger=None if recall is None else (lambda owner, actor: recall),
+            AnswerPorts(keys=KEYS, limits=LIMITS, clock=self._wall, publish=self._publish),
+            ConnectPorts(
+                verifier=VERIFIER, read_ledger=self._read_ledger, connect_limits=connect_limits, store=self.store,
+                recall_ledger=None if recall is None else (lambda owner, actor: recall), row_expiries=row_expiries,
+            ),
         )
 
     def _wall(self) -> float:
@@ -815,9 +820,8 @@ async def test_kept_rows_and_withdrawn_ones_are_noted_so_the_sweep_reads_neither
     noted. Nor the key of a row withdrawn after a re-check denial: it holds a marker that lives
     as long as the row would have. A sweep right after reads no key."""
     with trio.fail_after(CEILING_S):
-        lane = Lane(autojump_clock)
         expiries = RowExpiries()
-        lane.responder._row_expiries = expiries
+        lane = Lane(autojump_clock, row_expiries=expiries)
         await nursery.start(lane.responder.run)
         lane.responder.on_message(_message(1))
         await lane.wait_published(1)

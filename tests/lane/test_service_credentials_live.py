@@ -41,14 +41,15 @@ from cotal_trio.core.errors import ConfigError, Unavailable
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.core.profiles import issuer_permissions
 from cotal_trio.service.host import HostConfig, run_host
-from cotal_trio.service.hosting import ServiceConfig, lane_factory, run_service
+from cotal_trio.service.hosting import ReplicaLanes, ServiceConfig, lane_factory, run_service
 from cotal_trio.stores.issued import IssuedStores, IssuedStoresMissing, issued_shapes, recreate_issued_stores
 from cotal_trio.core.plane import Lease
 from cotal_trio.stores.records import RecordsStore
 from cotal_trio.lane.service_users import (
     STORE_LIFETIME_S, IssuerSession, RenewedUser, open_service_user, recreate_permissions, store_permissions,
 )
-from cotal_trio.lane.run import LaneConfig, run_lane
+from cotal_trio.lane.run import run_lane
+from cotal_trio.lane.spec import FullLane, LaneCommon, ReplicaLane
 from cotal_trio.natsio import Connection, open_connection, open_loop
 from cotal_trio.state import atomic_write, load_space
 from tests.service.test_auth_service_live import AUTH_TIMEOUT_S, Mesh, start_mesh, until
@@ -62,12 +63,16 @@ ISSUED, ACCEPTED = (shape.name for shape in issued_shapes(SPACE))
 REMEDY = f"`cotal up --space {SPACE} --recreate-issued-stores <backup-dir>`"
 
 
-def _lane(mesh: Mesh, *, callout_only: bool, **extra) -> functools.partial:
-    config = LaneConfig(
-        space=SPACE, paths=mesh.paths.space(SPACE), server_url=mesh.server_url, idp_keys=dict, http_port=0,
-        limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S), callout_only=callout_only, reconnect=False, **extra,
-    )  # fmt: skip
-    return functools.partial(run_lane, config)
+def _lane(mesh: Mesh, *, callout_only: bool, lease: Lease | None = None, **common) -> functools.partial:
+    """A full lane or (``callout_only``) a replica of SPACE; ``common``: more LaneCommon fields."""
+    shared = LaneCommon(
+        server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S), reconnect=False, **common,
+    )
+    paths = mesh.paths.space(SPACE)
+    if callout_only:
+        return functools.partial(run_lane, ReplicaLane(space=SPACE, paths=paths, common=shared))
+    full = {} if lease is None else {"lease": lease}
+    return functools.partial(run_lane, FullLane(space=SPACE, paths=paths, common=shared, idp_keys=dict, http_port=0, **full))
 
 
 @asynccontextmanager
@@ -532,8 +537,8 @@ async def test_a_callout_host_names_the_drifted_space_with_the_remedy_and_serves
             config = (await _api(admin, f"$JS.API.STREAM.INFO.{ISSUED}"))["config"]
             assert "error" not in await _api(admin, f"$JS.API.STREAM.UPDATE.{ISSUED}", {**config, "max_age": 10**12})
         start_lane = lane_factory(
-            root=mesh.paths, server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
-            callout_only=True,
+            root=mesh.paths, common=LaneCommon(server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S)),
+            lanes=ReplicaLanes(),
         )
         host = await nursery.start(run_host, HostConfig(
             manifest=manifest, start_lane=start_lane, callout_only=True, backstop_s=600,

@@ -27,7 +27,8 @@ from cotal_trio.core.identity import derive_owner, mint_lifecycle_uid
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.core.plane import plane_bucket
 from cotal_trio.service.host import Host, HostConfig, run_host
-from cotal_trio.service.hosting import ServiceConfig, lane_factory, run_service
+from cotal_trio.lane.spec import LaneCommon
+from cotal_trio.service.hosting import FullLanes, ReplicaLanes, ServiceConfig, lane_factory, run_service
 from cotal_trio.lane.service_endpoints import (
     ADMISSION_KEY,
     Admission,
@@ -153,7 +154,7 @@ async def test_a_callout_host_names_the_admitted_space_and_serves_the_others(
     ]}).encode())
     with trio.fail_after(CEILING_S):
         await run_for_a_while(service(mesh, "a", service_endpoints=True))
-        start_lane = lane_factory(root=mesh.paths, server_url=mesh.server_url, limits=LIMITS, callout_only=True)
+        start_lane = lane_factory(root=mesh.paths, common=LaneCommon(server_url=mesh.server_url, limits=LIMITS), lanes=ReplicaLanes())
         host: Host = await nursery.start(run_host, HostConfig(
             manifest=manifest, start_lane=start_lane, callout_only=True, backstop_s=600,
         ))
@@ -180,7 +181,7 @@ async def test_a_manifest_entry_opens_the_admission(mesh: Mesh, nursery: trio.Nu
         {"space": "a", "serviceEndpoints": True}, {"space": "b"},
     ]}).encode())
     with trio.fail_after(CEILING_S):
-        start_lane = lane_factory(root=mesh.paths, server_url=mesh.server_url, limits=LIMITS, callout_only=False)
+        start_lane = lane_factory(root=mesh.paths, common=LaneCommon(server_url=mesh.server_url, limits=LIMITS), lanes=FullLanes())
         host: Host = await nursery.start(run_host, HostConfig(manifest=manifest, start_lane=start_lane, backstop_s=600))
         await until(host, manifest, lambda s: all(s.get(x, {}).get("state") == "serving" for x in "ab"))
         assert await admits(mesh, "a") is True

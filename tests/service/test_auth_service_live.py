@@ -34,7 +34,8 @@ from cotal_trio.core.identity import derive_owner, mint_lifecycle_uid
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.devidp import DevIdpMaterial, create_dev_idp, mint_dev_token
 from cotal_trio.service.host import Host, HostConfig, run_host
-from cotal_trio.service.hosting import ServiceConfig, lane_factory, run_service
+from cotal_trio.lane.spec import LaneCommon
+from cotal_trio.service.hosting import FullLanes, ServiceConfig, lane_factory, run_service
 from cotal_trio.natsio import Connection, open_connection, open_loop
 from cotal_trio.state import (
     IdpPinRecord,
@@ -175,8 +176,8 @@ async def test_three_spaces_in_one_host(mesh: Mesh, nursery: trio.Nursery, tmp_p
     manifest.parent.mkdir()
     write_manifest(manifest, *SPACES)
     start_lane = lane_factory(
-        root=mesh.paths, server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
-        callout_only=False, clock=time.time,
+        root=mesh.paths, common=LaneCommon(server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S), clock=time.time),
+        lanes=FullLanes(),
     )
     with trio.fail_after(CEILING_S):
         host: Host = await nursery.start(run_host, HostConfig(manifest=manifest, start_lane=start_lane, backstop_s=600))
@@ -225,8 +226,8 @@ async def test_a_space_without_material_retries_alone(mesh: Mesh, nursery: trio.
     manifest = tmp_path / "spaces.json"
     write_manifest(manifest, "a", "ghost")
     start_lane = lane_factory(
-        root=mesh.paths, server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
-        callout_only=False, clock=time.time,
+        root=mesh.paths, common=LaneCommon(server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S), clock=time.time),
+        lanes=FullLanes(),
     )
     with trio.fail_after(CEILING_S):
         host: Host = await nursery.start(run_host, HostConfig(manifest=manifest, start_lane=start_lane, backstop_s=600))
@@ -297,8 +298,8 @@ async def test_a_lane_with_corrupt_keys_fails_alone_and_comes_back_once_fixed(me
     manifest = tmp_path / "spaces.json"
     write_manifest(manifest, "a", "b")
     start_lane = lane_factory(
-        root=mesh.paths, server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
-        callout_only=False, clock=time.time,
+        root=mesh.paths, common=LaneCommon(server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S), clock=time.time),
+        lanes=FullLanes(),
     )
     config = HostConfig(manifest=manifest, start_lane=start_lane, backstop_s=600, retry_s=0.5)
     with trio.fail_after(CEILING_S):

@@ -24,8 +24,9 @@ import trio
 import trio.lowlevel
 
 from cotal_trio.core.errors import ConfigError, Unavailable
-from cotal_trio.core.manifest import LaneStatus, SpaceEntry
-from cotal_trio.service.host import DEFAULT_SETTLE_S, Host, HostConfig, run_host
+from cotal_trio.core.manifest import LANE_STATES, LaneStatus, SpaceEntry
+from cotal_trio.service import host as host_module
+from cotal_trio.service.host import DEFAULT_SETTLE_S, Host, HostConfig, LaneInput, LaneState, run_host
 
 CEILING_S = 15
 NEVER_S = 600.0  # a backstop that never fires within a test
@@ -442,6 +443,17 @@ async def test_cancelling_the_host_while_a_lane_is_starting(manifest):
             await started.wait()
             assert set(host.current_states().values()) == {LaneStatus(state="starting")}
             nursery.cancel_scope.cancel()
+
+
+def test_lane_states_are_an_enum_of_the_applied_names_and_the_table_is_keyed_by_it():
+    """Issue 16: the states are :class:`LaneState` (their values the ``.applied`` names, so the
+    file and the events are unchanged) and ``_NEXT`` maps (state, input) to a state."""
+    assert [state.value for state in LaneState] == list(LANE_STATES)
+    assert all(isinstance(s, LaneState) and isinstance(i, LaneInput) for s, i in host_module._NEXT)
+    assert all(isinstance(to, LaneState) for to in host_module._NEXT.values())
+    assert host_module._NEXT[(LaneState.STARTING, LaneInput.STARTED)] is LaneState.SERVING
+    assert {to for (state, _), to in host_module._NEXT.items() if state is LaneState.STOPPING} == {LaneState.STOPPING}
+    assert json.dumps({"state": LaneStatus(state=LaneState.RETRYING, reason="r").state}) == '{"state": "retrying"}'
 
 
 def test_config_refuses_non_positive_durations(tmp_path):

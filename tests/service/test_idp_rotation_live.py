@@ -25,7 +25,8 @@ from cotal_trio.core.jose import IssuerKey, sign_ed25519_jws
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.http import serve_app
 from cotal_trio.service.host import Host, HostConfig, run_host
-from cotal_trio.service.hosting import lane_factory
+from cotal_trio.lane.spec import LaneCommon
+from cotal_trio.service.hosting import FullLanes, lane_factory
 from cotal_trio.state import IdpPinRecord, load_owner_secret, read_json, save_idp_pin, write_row
 from tests.support.stack import _post
 from tests.service.test_auth_service_live import AUTH_TIMEOUT_S, Mesh, mesh, serving, until, write_manifest  # noqa: F401
@@ -84,8 +85,8 @@ async def test_a_rotated_idp_key_is_picked_up_by_the_next_exchange(mesh: Mesh, n
         manifest.parent.mkdir()
         write_manifest(manifest, "a")
         start_lane = lane_factory(
-            root=mesh.paths, server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S),
-            callout_only=False, clock=time.time,
+            root=mesh.paths, common=LaneCommon(server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S), clock=time.time),
+            lanes=FullLanes(),
         )
         host: Host = await nursery.start(run_host, HostConfig(manifest=manifest, start_lane=start_lane, backstop_s=600))
         await until(host, manifest, serving("a"))

@@ -36,7 +36,7 @@ from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.core.manifest import SpaceEntry
 from cotal_trio.http import serve_app
 from cotal_trio.service.embedded import UpConfig, run_up
-from cotal_trio.lane.run import PublicFace
+from cotal_trio.lane.spec import PublicFace
 from cotal_trio.state import (
     IdpPinRecord,
     RootPaths,

@@ -39,7 +39,8 @@ from cotal_trio.core.issuance import IssuanceRow, parse_row, render_row, store_m
 from cotal_trio.core.plane import plane_bucket
 from cotal_trio.service.embedded import UpConfig, run_up
 from cotal_trio.lane.service_endpoints import open_store_user
-from cotal_trio.lane.run import LaneConfig, run_lane
+from cotal_trio.lane.run import run_lane
+from cotal_trio.lane.spec import FullLane, LaneCommon, ReplicaLane
 from cotal_trio.natsio import Connection, is_bucket_missing, kv_get, kv_keys, kv_put, open_loop
 from cotal_trio.state import RootPaths, SpacePaths, load_issuer_keys, load_owner_secret, load_space, read_principal
 from tests.core.test_callout_log import parse_callout_line
@@ -191,11 +192,11 @@ async def test_a_minted_connect_leaves_its_row(stack, caplog):
 
 
 def _lane(mesh: Mesh, space: str, *, callout_only: bool) -> functools.partial:
-    config = LaneConfig(
-        space=space, paths=mesh.paths.space(space), server_url=mesh.server_url, idp_keys=dict,
-        limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S), callout_only=callout_only, reconnect=False,
-    )
-    return functools.partial(run_lane, config)
+    common = LaneCommon(server_url=mesh.server_url, limits=CalloutLimits(auth_timeout_s=AUTH_TIMEOUT_S), reconnect=False)
+    paths = mesh.paths.space(space)
+    if callout_only:
+        return functools.partial(run_lane, ReplicaLane(space=space, paths=paths, common=common))
+    return functools.partial(run_lane, FullLane(space=space, paths=paths, common=common, idp_keys=dict))
 
 
 def _bearer(mesh: Mesh, space: str, sub: str) -> str:

@@ -30,7 +30,7 @@ row makes the seat a listing caller, never a refused connect.
 
 A store that fails (missing, drifted, unreachable), one that hangs (the callout awaits the
 issued authority only until ``AUTHORITY_MARGIN_S`` before its deadline, then counts each write
-Unavailable: lane/callout/responder.py) or a lost race for the token costs the connect its rows, never
+Unavailable: lane/callout/connect.py) or a lost race for the token costs the connect its rows, never
 the connect: the credential is minted on the legacy rail, as one issued
 before this existed (spec "User-auth manager callers": a failed issuance never retries on that
 rail). Cancellation (the callout's deadline) propagates; rows left written by a connect that
@@ -43,7 +43,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 
 from cotal_trio.core.bearer import ValidatedBearer
 from cotal_trio.core.callout import ConnectGrant
@@ -58,36 +57,16 @@ from cotal_trio.core.errors import CodecError, Refused, Unavailable
 from cotal_trio.core.issued import Ceiling, Evidence, IssuedRef
 from cotal_trio.core.ledger import LedgerRow
 from cotal_trio.core.profiles import Permissions
-from cotal_trio.natsio import Publish
-from cotal_trio.lane.callout.responder import ReadLedger
+from cotal_trio.lane.callout.ports import Prepared, ReadLedger
 from cotal_trio.stores.issued import IssuedStores
 
-__all__ = ["ConnectAuthority", "Prepared"]
+__all__ = ["ConnectAuthority", "Prepared"]  # Prepared: lane/callout/ports.py
 
 log = logging.getLogger("cotal.callout")
 
 # Accepted tokens this lane wrote (or tried to), remembered so that the same nonce connecting
 # again reads its row first instead of issuing rows a refused write would leave (about 100 B each).
 SEEN_TOKENS = 65536
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Prepared:
-    """A fresh token's issuance, made before the issuance row (:meth:`ConnectAuthority.prepare`).
-
-    Attributes:
-        plan: what the connect is owed, from the first ledger check's row.
-        permissions: the grant's permissions the ceiling was made from.
-        extra: the rows to add when :meth:`ConnectAuthority.finish` keeps them.
-        evidence: the fresh generation's evidence.
-        writes: its three JetStream publishes, to send with the issuance row.
-    """
-
-    plan: AuthorityPlan
-    permissions: Permissions
-    extra: Permissions
-    evidence: Evidence
-    writes: list[Publish]
 
 
 class ConnectAuthority:

@@ -1,4 +1,4 @@
-"""The callout responder of one lane: admission, deadlines, connect limits and the log line.
+"""The callout responder of one lane, its admission half: queue, workers, deadlines, sheds and the log line.
 
 Shape (DESIGN.md section 5): the nats-py subscription callback only calls :meth:`on_message`,
 which queues the request (or sheds it at once) without blocking. Each of ``max_in_flight``
@@ -13,82 +13,46 @@ waiting for. On a saturated thread that task itself runs late; it learns by how 
 that much early (at most ``KEEPER_MAX_LEAD_S``), and earlier still by the measured cost of the
 pass it is about to run, so the denial may leave a little before the deadline rather than after
 it. A request whose handling raises is dropped with its line, in the workers, the keeper and
-the shed path alike: the lane never dies of one request (issue 15 item 2). Connect limits are charged right after the bearer check, before any
-ledger read or store write, on trio time (:func:`~cotal_trio.core.callout.check_connect`; spec
-"Connect limits"). The wall clock is read once per request. Replies go out through
-``publish_nowait`` (no await across the bridge per message).
+the shed path alike: the lane never dies of one request (issue 15 item 2). The wall clock is
+read once per request. Replies go out through ``publish_nowait`` (no await across the bridge per
+message).
 
-Before answering a mint the responder records the connect's issuance row and checks authority
-again (:mod:`cotal_trio.stores.issuance`); a row the request sent but did not answer with a mint
-(deadline, re-check denial) is withdrawn after the answer, in a task of its own, so the worker
-is free for the next request. The ledger port is awaited: in a lane a principal whose row files
-are gone or unchanged is answered by a ``stat`` check run inline on the lane's trio thread (no
-thread hop, issue 14 item 4), and only a read of a new or changed file runs in a worker thread
-(:func:`read_in_threads`). So a read that stalls holds one request, never the lane, but a ``stat``
-that hangs (a dead NFS mount) holds the lane's trio thread (state/ledger_threads.py).
+What a worker runs under the deadline scope is the connect half
+(:class:`~cotal_trio.lane.callout.connect.ConnectCheck`: bearer, connect limits, ledger, issuance
+row and re-check, issued authority, the mint); the responder withdraws a row that request sent
+but did not answer with a mint (deadline, re-check denial) after the answer, in a task of its
+own, so the worker is free for the next request. Its ports come in two groups
+(:mod:`cotal_trio.lane.callout.ports`): :class:`AnswerPorts` and :class:`ConnectPorts`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import logging
-import math
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import trio
 
 from cotal_trio.core.admission import (
     MAX_CLOCK_SKEW_S,
-    CalloutLimits,
     ClockSkew,
     DrainEstimate,
     broker_gave_up,
     request_deadline,
     should_shed,
 )
-from cotal_trio.core.bearer import BearerVerifier, ValidatedBearer
-from cotal_trio.core.callout import (
-    TIMEOUT_REASON,
-    CalloutKeys,
-    ConnectGrant,
-    Dropped,
-    check_connect,
-    decide_connect,
-    encode_response,
-    mint_user_jwt,
-    open_request,
-)
+from cotal_trio.core.callout import TIMEOUT_REASON, Dropped, open_request
 from cotal_trio.core.callout_log import CalloutRecord, Outcome, Step, format_callout_line, format_dropped_line, is_slow
-from cotal_trio.core.connect_authority import widen
-from cotal_trio.core.errors import CodecError, RateLimited, RefusalCode, Refused, Unavailable
-from cotal_trio.core.issuance import issuance_row
-from cotal_trio.core.ledger import LedgerRow
-from cotal_trio.core.limits import ConnectLimiter
 from cotal_trio.core.natsjwt import AuthorizationRequest
-from cotal_trio.core.profiles import Permissions
 from cotal_trio.natsio import Message
-from cotal_trio.state.ledger_threads import ReadLedger, read_in_threads  # the one port, shared with the faces
-from cotal_trio.stores.issuance import Issuance, IssuanceFailed, RowExpiries, RowStore
+from cotal_trio.state.ledger_threads import read_in_threads
+from cotal_trio.stores.issuance import Issuance
+from cotal_trio.lane.callout.connect import ConnectCheck
+from cotal_trio.lane.callout.ports import AnswerPorts, ConnectPorts
 
-if TYPE_CHECKING:
-    from cotal_trio.lane.callout.authority import Prepared
-
-__all__ = [
-    "CalloutResponder", "CALLOUT_QUEUE_GROUP", "CALLOUT_SUBJECT", "IssueAuthority", "ReadLedger", "RecallLedger",
-    "read_in_threads",
-]
+__all__ = ["CalloutResponder", "CALLOUT_QUEUE_GROUP", "CALLOUT_SUBJECT", "CalloutStatistics", "read_in_threads"]
 
 log = logging.getLogger("cotal.callout")
-
-# Seconds before a request's deadline at which the issued-authority writes' acks (and the port
-# awaited after the re-check) stop being awaited: a hung issuer session then costs the connect
-# its rows, never the connect. Covers the deadline keeper's early wake (KEEPER_MAX_LEAD_S) and
-# the re-check and signing after it (under a millisecond when the row files are unchanged).
-AUTHORITY_MARGIN_S = 0.2
 
 CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 CALLOUT_QUEUE_GROUP = "cotal-auth-callout"
@@ -112,28 +76,6 @@ MAX_TIMEOUTS_WARNED = 16
 
 # How often a draining responder looks whether its last request has been answered (seconds).
 DRAIN_POLL_S = 0.01
-
-INTERNAL_ERROR_REASON = "internal error in the auth callout - see the auth service log"
-Publish = Callable[[str, bytes], None]
-
-ConfirmView = Callable[[ValidatedBearer, float], Awaitable[None]]
-"""``await confirm_view(bearer, now)``: the record a view bearer is bound to is still live (its
-manager instance, its chat session); raises Refused NOT_GRANTED naming the fix, Unavailable when
-the store does not answer (``lane.callout.views.confirm_view``)."""
-
-IssueAuthority = Callable[[ValidatedBearer, ConnectGrant, LedgerRow, str, float], Awaitable[Permissions | None]]
-"""``await issue_authority(bearer, grant, row, inbox_nonce, now)``: the ``ep.v1`` rows to add to
-the grant (issued authority at connect, issue 6 item 6), or None for none; raises Refused to deny
-(``lane.callout.authority.ConnectAuthority``)."""
-
-# Views whose bearer names a record the callout confirms at connect (spec "Listener policy").
-RECORD_BOUND_VIEWS = frozenset({"manager-caller", "session-caller"})
-NO_CONFIRM = "connect to a member of the space's callout queue that reads its records store"
-
-RecallLedger = Callable[[str, str], tuple[LedgerRow | None, LedgerRow | None] | None]
-"""Sync, no I/O: ``recall(owner, actor) -> (interactive, managed)`` as last read, or None
-(:meth:`~cotal_trio.state.LedgerReader.recall`). Possibly stale; see :class:`CalloutResponder`."""
-
 
 @dataclass(slots=True, kw_only=True)
 class _Statistics:
@@ -182,61 +124,16 @@ class CalloutResponder:
     (spec "Callout deadlines"; see :meth:`_keep_deadlines` for when exactly).
 
     Args:
-        keys: the lane's callout keys (provenance, signing, sealing).
-        verifier: the space's bearer verifier (issuer keys plus the verified-token memo).
-        read_ledger: the ledger port (:data:`ReadLedger`), read at the ledger step and again
-            after the issuance row; a lane's is :func:`read_in_threads` over a
-            :class:`~cotal_trio.state.LedgerReader`.
-        limits: callout limits (deadline budget, in-flight cap, slow threshold).
-        clock: wall time, unix seconds.
-        publish: schedules a reply without awaiting (``Connection.publish_nowait``).
-        store: the space's auth bucket, where each mint's issuance row is written
-            (:func:`~cotal_trio.stores.issuance.issuance_store`; an in-memory fake in tests).
-        connect_limits: the lane's connect limits, shared with its exchange faces (spec "Connect
-            limits"); charged on trio time. Default: a limiter of its own at the spec's limits.
-        on_answer: called with each answered request's finished record (outcome, timings),
-            after its reply is scheduled; sync, must not block (``LaneMetrics.callout_answered``).
-        recall_ledger: the principal's rows as last read, without I/O (:data:`RecallLedger`), or
-            None. When they grant the connect, the first ledger read is skipped: the decision
-            that counts is the one made on the real read after the issuance row, so a stale
-            grant costs a row written and withdrawn, never a mint. Rows that do not grant are
-            read again for real. This leaves one thread hop per mint instead of two.
-        row_expiries: where each minted connect's issuance row is noted, so the lane's prune
-            sweep need not read it (:class:`~cotal_trio.stores.issuance.RowExpiries`), or None.
-        confirm_view: :data:`ConfirmView`, awaited for a bearer whose view is bound to a
-            record (``manager-caller``: its manager instance; ``session-caller``: its chat
-            session) after the issuance row is written, beside the ledger's re-read (inside
-            ``ledger_ms``), so a retirement that lands before the row denies the connect;
-            None: such bearers are denied (nothing could confirm the record is still live).
-        issue_authority: :data:`IssueAuthority`, awaited after the ledger re-check (inside
-            ``ledger_ms``) with the row that granted the connect; the rows it returns are added
-            to the grant before the user JWT is minted. None: no ``ep.v1`` rows (as before).
+        answer: :class:`~cotal_trio.lane.callout.ports.AnswerPorts`: the keys, limits, clock,
+            reply and answer hook every answer uses.
+        connect: :class:`~cotal_trio.lane.callout.ports.ConnectPorts`: what the connect check
+            (:class:`~cotal_trio.lane.callout.connect.ConnectCheck`) reads and writes.
     """
 
-    def __init__(
-        self,
-        *,
-        keys: CalloutKeys,
-        verifier: BearerVerifier,
-        read_ledger: ReadLedger,
-        limits: CalloutLimits,
-        clock: Callable[[], float],
-        publish: Publish,
-        store: RowStore,
-        connect_limits: ConnectLimiter | None = None,
-        on_answer: Callable[[CalloutRecord], None] | None = None,
-        recall_ledger: RecallLedger | None = None,
-        row_expiries: RowExpiries | None = None,
-        confirm_view: ConfirmView | None = None,
-        issue_authority: IssueAuthority | None = None,
-    ) -> None:
-        self._keys, self._verifier, self._read_ledger = keys, verifier, read_ledger
-        self._confirm_view, self._issue_authority = confirm_view, issue_authority
-        self._recall_ledger, self._row_expiries = recall_ledger, row_expiries
-        self._limits, self._clock, self._publish = limits, clock, publish
-        self._store = store
-        self._connect_limits = ConnectLimiter() if connect_limits is None else connect_limits
-        self._on_answer = on_answer
+    def __init__(self, answer: AnswerPorts, connect: ConnectPorts) -> None:
+        self._keys, self._limits, self._clock = answer.keys, answer.limits, answer.clock
+        self._publish, self._on_answer = answer.publish, answer.on_answer
+        self._connect = ConnectCheck(answer.keys, connect)
         self._queue: deque[_Pending] = deque()  # admitted, not yet taken by a worker; oldest first
         self._pending: deque[_Pending] = deque()  # admitted, in receipt (= deadline) order; the
         # deadline keeper drops answered ones from the front
@@ -570,11 +467,11 @@ class CalloutResponder:
         record.add(Step.QUEUE, start - pending.received)
         record.add(Step.VERIFY, trio.current_time() - start)
         record.enter(Step.QUEUE, trio.current_time())
-        issuance, payload = Issuance(self._store, self._keys.space, expiries=self._row_expiries), None
+        issuance, payload = self._connect.issuance(), None
         try:
             with trio.move_on_at(pending.deadline) as scope:
                 pending.scope = scope
-                payload = await self._decide(request, record, now, scope, issuance)
+                payload = await self._connect.answer(request, record, now, scope, issuance)
             if pending.answered:
                 return  # the deadline keeper sent the timeout denial
             if payload is None or trio.current_time() >= pending.deadline:
@@ -618,168 +515,8 @@ class CalloutResponder:
 
         self._withdrawals.start_soon(withdraw)
 
-    async def _decide(
-        self, request: AuthorizationRequest, record: CalloutRecord, now: float, scope: trio.CancelScope,
-        issuance: Issuance,
-    ) -> bytes:
-        """The answer to one admitted request; Cancelled (the deadline) between its steps."""
-        try:
-            return await self._allow(request, record, now, scope, issuance)
-        # CodecError: a corrupt ledger row, named; IssuanceFailed: the row's store, named.
-        except (Refused, CodecError, IssuanceFailed) as refused:
-            reason = refused.reason() if isinstance(refused, Refused) else str(refused)
-        except Exception:  # our bug: deny this connect, keep the lane (STYLE.md practice 10)
-            log.exception("auth callout: space=%s failed on one request", self._keys.space)
-            reason = INTERNAL_ERROR_REASON
-        record.outcome, record.reason = Outcome.DENIED, reason
-        with _timed(record, Step.SIGN):
-            return self._deny(request, reason, now)
-
-    async def _allow(
-        self, request: AuthorizationRequest, record: CalloutRecord, now: float, scope: trio.CancelScope,
-        issuance: Issuance,
-    ) -> bytes:
-        space, next_step = self._keys.space, functools.partial(_next_step, scope)
-        await next_step()  # a request that waited out its deadline in the queue stops here
-        with _timed(record, Step.VERIFY):
-            bearer = self._admit(request, record, now)
-        grant = self._recalled_grant(request, bearer, record, now)
-        if grant is None:
-            await next_step()
-            with _timed(record, Step.LEDGER):
-                rows = await self._read_ledger(bearer.owner, bearer.actor)
-            await next_step()
-            with _timed(record, Step.POLICY):
-                grant = decide_connect(request, bearer, rows, space=space, now=now)
-        await next_step()
-        with _timed(record, Step.LEDGER):  # spec: ledger_ms is the actor check and the issuance record
-            grant = await self._issue(request, bearer, grant, issuance, now)
-        await next_step()
-        with _timed(record, Step.SIGN):
-            user_jwt = mint_user_jwt(request, grant, keys=self._keys, now=int(now))
-            return encode_response(request, keys=self._keys, now=int(now), jwt=user_jwt)
-
-    async def _confirm(self, bearer: ValidatedBearer, now: float) -> None:
-        """A record-bound view's record is still live (spec "Listener policy"), else Refused."""
-        if self._confirm_view is None:
-            raise Refused(RefusalCode.NOT_GRANTED, f"this callout cannot confirm a {bearer.view} bearer - {NO_CONFIRM}")
-        await self._confirm_view(bearer, now)
-
-    def _recalled_grant(
-        self, request: AuthorizationRequest, bearer: ValidatedBearer, record: CalloutRecord, now: float
-    ) -> ConnectGrant | None:
-        """The grant the remembered rows give, or None: nothing remembered, or it does not grant."""
-        rows = None if self._recall_ledger is None else self._recall_ledger(bearer.owner, bearer.actor)
-        if rows is None:
-            return None
-        with _timed(record, Step.POLICY):
-            try:
-                return decide_connect(request, bearer, rows, space=self._keys.space, now=now)
-            except Refused:
-                return None  # perhaps stale: the real read decides
-
-    async def _issue(
-        self, request: AuthorizationRequest, bearer: ValidatedBearer, grant: ConnectGrant, issuance: Issuance,
-        now: float,
-    ) -> ConnectGrant:
-        """Step 6: write the issuance row, then re-read the ledger and decide again.
-
-        A revoke or re-grant that landed since the first read (or since the remembered rows
-        were read) denies here, as does the retirement of a view bearer's manager instance or
-        chat session (:data:`ConfirmView`). Returns the grant the user JWT is minted from (the row's ``iat``
-        is the mint's, ``int(now)``; its ``exp`` the bearer's, as in both grants), widened by the
-        ``ep.v1`` rows :data:`IssueAuthority` gives, when there is a port. A port with
-        ``prepare``/``sent``/``finish`` (``ConnectAuthority``) has a fresh token's rows sent on the
-        issuer session beside the issuance row on the store connection, one round trip for
-        both, and kept only if the re-check grants the same (issue 14 item 3); the re-check
-        reads unchanged rows on this thread
-        (:func:`read_in_threads`, issue 14 item 4). The issued authority is awaited only until
-        ``AUTHORITY_MARGIN_S`` before the request's deadline (the acks, and the port or
-        ``finish``): past that its writes count as Unavailable and the connect is minted
-        without its rows, never timed out for them (lane/callout/authority.py).
-
-        Raises:
-            Refused: the row exists already, or the re-check refuses.
-            IssuanceFailed: the row could not be written (the reason names the fix).
-            CodecError: a corrupt ledger row.
-        """
-        space = self._keys.space
-        authority_by = trio.current_effective_deadline() - AUTHORITY_MARGIN_S  # the request's deadline scope
-        prepared = self._prepare_authority(request, bearer, grant, now)
-        row_of_connect = issuance_row(bearer, grant, space=space, iat=int(now))
-        outcomes: list[int | Exception] | None = None
-        if prepared is None:
-            await issuance.write(request.user_nkey, row_of_connect, now=now)
-        else:  # the rows on the issuer session, the row on the store connection: one round trip
-            async with self._issue_authority.sent(prepared) as acks:  # type: ignore[union-attr]
-                await issuance.write(request.user_nkey, row_of_connect, now=now)
-                with trio.move_on_at(authority_by):  # a hung issuer session: no rows, still minted
-                    outcomes = await acks()
-            if outcomes is None:
-                unacked = Unavailable(f"issued-authority writes not acknowledged {AUTHORITY_MARGIN_S:g} s before the deadline")
-                outcomes = [unacked] * len(prepared.writes)
-        rows = await self._read_ledger(bearer.owner, bearer.actor)
-        if bearer.view in RECORD_BOUND_VIEWS:  # after the row, like the ledger: a retirement since bites
-            await self._confirm(bearer, now)
-        grant = decide_connect(request, bearer, rows, space=space, now=now)
-        if self._issue_authority is None:
-            return grant
-        row = rows[0] if rows[0] is not None else rows[1]  # decide_connect granted: exactly one
-        assert row is not None and request.connect_name is not None
-        extra = None
-        with trio.move_on_at(authority_by):  # a hung issuer session: no rows, still minted
-            if prepared is not None and outcomes is not None:
-                finish = self._issue_authority.finish  # type: ignore[attr-defined]
-                extra = await finish(prepared, outcomes, bearer, grant, row, request.connect_name, now)
-            else:
-                extra = await self._issue_authority(bearer, grant, row, request.connect_name, now)
-        return grant if extra is None else dataclasses.replace(grant, permissions=widen(grant.permissions, extra))
-
-    def _prepare_authority(
-        self, request: AuthorizationRequest, bearer: ValidatedBearer, grant: ConnectGrant, now: float
-    ) -> Prepared | None:
-        """The issued-authority writes to send with the issuance row (one round trip for both:
-        issue 14 item 3), made from the first check's rows as the ledger port last gave them
-        (:data:`RecallLedger`, no I/O), or None: the port is awaited after the re-check instead.
-        The re-check decides whether they are kept (``ConnectAuthority.finish``).
-
-        Remembered rows may be as stale as the principal's last connect: writes made from them
-        after a re-grant would leave the fresh nonce's accepted row with the old ceiling (no rows
-        for this connect, and the identical-ceiling rule failing every later one under the
-        nonce). So they are prepared only when the ledger port's ``unchanged`` check (two
-        ``stat`` calls, no read: :class:`~cotal_trio.state.ledger_threads.LedgerPort`) gives
-        exactly the remembered rows; a port without it never prepares."""
-        prepare = getattr(self._issue_authority, "prepare", None)
-        unchanged = getattr(self._read_ledger, "unchanged", None)
-        if prepare is None or unchanged is None or self._recall_ledger is None or request.connect_name is None:
-            return None
-        rows = self._recall_ledger(bearer.owner, bearer.actor)
-        if rows is None or unchanged(bearer.owner, bearer.actor) != rows:
-            return None  # forgotten, or a file changed since: the re-check's fresh row decides
-        row = rows[0] if rows[0] is not None else rows[1]
-        if row is None or (rows[0] is not None and rows[1] is not None):
-            return None
-        return prepare(bearer, grant, row, request.connect_name, now)
-
-    def _admit(self, request: AuthorizationRequest, record: CalloutRecord, now: float) -> ValidatedBearer:
-        """Steps 3-4: the bearer, then connect limits, before any ledger read or store write.
-
-        A limited connect's line still names the owner and actor it was charged to (spec
-        "Connect limits"). Raises RateLimited or Refused (:func:`check_connect`).
-        """
-        try:
-            bearer = check_connect(
-                request, space=self._keys.space, verifier=self._verifier, limiter=self._connect_limits,
-                now=now, at=trio.current_time(),
-            )
-        except RateLimited as limited:
-            record.owner, record.actor = limited.owner or "-", limited.actor or "-"
-            raise
-        record.owner, record.actor = bearer.owner, bearer.actor
-        return bearer
-
     def _deny(self, request: AuthorizationRequest, reason: str, now: float) -> bytes:
-        return encode_response(request, keys=self._keys, now=int(now), error=reason)
+        return self._connect.deny(request, reason, now)
 
     def _shed(self, msg: Message) -> None:
         """Answer a request with the timeout denial at once, in the subscription callback; a
@@ -817,33 +554,3 @@ def _deadline_of(pending: _Pending) -> float:
     return pending.deadline
 
 
-async def _next_step(scope: trio.CancelScope) -> None:
-    """Stop here if the deadline passed, even inside one synchronous stretch of a task.
-
-    trio turns an expired deadline into a cancellation only between task steps, so a step that
-    ran past it (a slow disk) would otherwise carry on to the next one.
-    """
-    if trio.current_time() >= scope.deadline:
-        scope.cancel()
-    await trio.lowlevel.checkpoint_if_cancelled()
-
-
-class _timed:
-    """Context manager adding the elapsed trio time to ``record`` under ``step``.
-
-    It also marks ``step`` as the one in progress, so a deadline names it as ``at=<step>``.
-    """
-
-    __slots__ = ("_record", "_step", "_start")
-
-    def __init__(self, record: CalloutRecord, step: Step) -> None:
-        self._record, self._step, self._start = record, step, math.nan
-
-    def __enter__(self) -> None:
-        self._start = trio.current_time()
-        self._record.enter(self._step, self._start)
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._record.at_since is not None:  # not cut short by an answer at the deadline
-            self._record.add(self._step, trio.current_time() - self._start)
-            self._record.at_since = None

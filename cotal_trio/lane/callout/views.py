@@ -15,7 +15,7 @@ from cotal_trio.core.bearer import ValidatedBearer
 from cotal_trio.core.errors import RefusalCode, Refused, Unavailable
 from cotal_trio.core.managers import ManagerInstance
 from cotal_trio.core.sessions import ChatSession
-from cotal_trio.lane.callout.responder import ConfirmView
+from cotal_trio.lane.callout.ports import ConfirmView
 from cotal_trio.stores.records import RecordsStore
 
 __all__ = ["INSTANCE_GONE", "RECORDS_UNAVAILABLE", "SESSION_GONE", "view_confirmer"]
@@ -42,7 +42,7 @@ def _session_live(row: ChatSession | None, bearer: ValidatedBearer, now: float) 
 
 
 def view_confirmer(records: RecordsStore) -> ConfirmView:
-    """The callout's :data:`~cotal_trio.lane.callout.responder.ConfirmView` over the space's stores.
+    """The callout's :data:`~cotal_trio.lane.callout.ports.ConfirmView` over the space's stores.
 
     The returned trio function reads one record per connect of a record-bound view.
 
