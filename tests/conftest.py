@@ -14,7 +14,12 @@ import pytest
 import trio
 
 from cotal_trio.broker.process import find_nats_server, free_port, run_nats_server
-from tests.support.stack import stack  # noqa: F401  the running stack, for every folder's tests
+
+# The shared helpers' asserts report their values as a test's own do (pytest rewrites only test
+# modules and conftests unless told): registered before the first ``tests.support`` import.
+pytest.register_assert_rewrite("tests.support")
+
+from tests.support.stack import stack  # noqa: E402, F401  the running stack, for every folder's tests
 
 
 @pytest.fixture(scope="session")

@@ -30,9 +30,9 @@ from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.devidp import DevIdpMaterial, mint_dev_token
 from cotal_trio.natsio import open_connection, open_loop
 from cotal_trio.state import RootPaths, load_idp_pin, load_owner_secret, read_json, write_row
-from tests.cli.test_up_process import _start, _wait_gone, _wait_ready
+from tests.support.up_process import _start, _wait_gone, _wait_ready
 from tests.support.stack import _post
-from tests.stores.test_issuance_live import release, stall
+from tests.support.issuance import release, stall
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

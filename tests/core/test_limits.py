@@ -24,17 +24,7 @@ from cotal_trio.core.limits import (
     Limited,
     check_connect,
 )
-from tests.core.test_callout import (
-    ISSUER,
-    KEYS,
-    NOW,
-    OWNER,
-    SPACE,
-    UID,
-    VERIFIER,
-    _claims,
-    _sealed,
-)
+from tests.support.callout_requests import ISSUER, KEYS, NOW, OWNER, SPACE, UID, VERIFIER, _claims, _sealed
 
 OTHER = "u_" + "b" * 26
 HOST = "198.51.100.7"

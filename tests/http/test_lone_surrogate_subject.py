@@ -28,8 +28,8 @@ from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.ledger import LedgerKind
 from cotal_trio.http import build_loopback_app, serve_app
 from cotal_trio.http.loopback import PROOF_PATH
-from tests.http.test_loopback import CAP, CEILING_S, DEV_IDP, HEADERS, NOW, OWNER_SECRET, _context, _http, _row
-from tests.http.test_public import JSON_ONLY, _app
+from tests.support.loopback import CAP, CEILING_S, DEV_IDP, HEADERS, NOW, OWNER_SECRET, _context, _http, _row
+from tests.support.public_face import JSON_ONLY, _app
 from tests.support.idp_tokens import sign_ascii_escaped
 
 SUB = "\ud800x"

@@ -20,9 +20,9 @@ from cotal_trio.core.views import SessionBinding
 from cotal_trio.http import build_loopback_app
 from cotal_trio.http.faces import NO_MANAGER_REGISTRY
 from cotal_trio.http.mesh_routes import AGENT_NO_SESSION
-from tests.http.test_loopback import HEADERS, NOW, OWNER, ceiling
-from tests.http.test_public import GHOST_BODY, JSON_ONLY
-from tests.http.test_views_exchange import (
+from tests.support.loopback import HEADERS, NOW, OWNER, ceiling
+from tests.support.public_face import GHOST_BODY, JSON_ONLY
+from tests.support.views_exchange import (
     GHOST_401,
     HUMAN_EXP,
     MGR_A,

@@ -26,12 +26,12 @@ import trio
 from cotal_trio.broker.process import free_port, run_nats_server
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.lane import run as space_module
-from cotal_trio.lane.callout.authority import ConnectAuthority
 from cotal_trio.service.embedded import UpConfig, run_up
 from cotal_trio.stores.issued import IssuedStores
 from cotal_trio.natsio import open_connection
 from cotal_trio.state import RootPaths, row_path
 from tests.support.stack import SPACE, Stack, client
+from tests.support.connect_authority_live import _count_paths
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -72,31 +72,6 @@ async def hung_stack(hung_pid: int, nursery: trio.Nursery, tmp_path, nats_server
     with trio.fail_after(20):
         info = await nursery.start(functools.partial(run_up, config))
     yield Stack(info=info, paths=paths)
-
-
-def _count_paths(monkeypatch) -> dict[str, list[object]]:
-    """What each of ConnectAuthority's two paths answered, in order: ``prepared`` (``finish``,
-    the writes sent beside the issuance row) and ``after the re-check`` (the port awaited;
-    "cancelled" when the callout stopped waiting for it)."""
-    paths: dict[str, list[object]] = {"prepared": [], "after the re-check": []}
-    finish, call = ConnectAuthority.finish, ConnectAuthority.__call__
-
-    async def finished(self, *args):
-        paths["prepared"].append(extra := await finish(self, *args))
-        return extra
-
-    async def called(self, *args):
-        try:
-            extra = await call(self, *args)
-        except trio.Cancelled:  # the callout stopped waiting for it (its deadline less the margin)
-            paths["after the re-check"].append("cancelled")
-            raise
-        paths["after the re-check"].append(extra)
-        return extra
-
-    monkeypatch.setattr(ConnectAuthority, "finish", finished)
-    monkeypatch.setattr(ConnectAuthority, "__call__", called)
-    return paths
 
 
 async def _three_connects(stack: Stack, row: LedgerRow, bearer: str) -> None:

@@ -20,24 +20,13 @@ import trio
 from cotal_trio.http import faces
 from cotal_trio.http.errors import UNAVAILABLE
 from tests.support.stack import Stack, client
-from tests.stores.test_issuance_live import release, stall
+from tests.support.issuance import release, stall, Timeline
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
 CEILING_S = 30
 STALL_S = 5.0
 DEADLINE_S = 1.5
-
-
-class Timeline:
-    """When each step answered, and whether the stalled read had been released by then."""
-
-    def __init__(self, released: threading.Event) -> None:
-        self.released = released
-        self.seen: dict[str, tuple[object, bool]] = {}
-
-    def note(self, name: str, value: object) -> None:
-        self.seen[name] = (value, self.released.is_set())
 
 
 async def _slow_exchange(stack: Stack, token: str, timeline: Timeline) -> None:

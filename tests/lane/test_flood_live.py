@@ -71,7 +71,7 @@ from cotal_trio.natsio import open_connection, open_loop
 from cotal_trio.state import read_json
 
 from tests.support.stack import SPACE, Stack, client
-from tests.stores.test_issuance_live import stall
+from tests.support.issuance import stall
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

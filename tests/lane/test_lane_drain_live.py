@@ -42,7 +42,7 @@ from cotal_trio.service.hosting import lane_factory
 from cotal_trio.core.plane import PLANE_KEY, PlaneState, parse_row, plane_bucket
 from cotal_trio.natsio import kv_get, open_connection, open_loop
 from cotal_trio.state import load_space, read_json
-from tests.service.test_auth_service_live import Mesh, provision_root, serving, until, write_manifest
+from tests.support.service import Mesh, provision_root, serving, until, write_manifest
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

@@ -27,15 +27,7 @@ from cotal_trio.service.hosting import lane_factory
 from cotal_trio.service.notify import status_text
 from cotal_trio.state import LedgerReader, SpacePaths
 from cotal_trio.state.ledger_files import kind_dir
-from tests.service.test_auth_service_live import (
-    AUTH_TIMEOUT_S,
-    Mesh,
-    refused,
-    serving,
-    start_mesh,
-    until,
-    write_manifest,
-)
+from tests.support.service import AUTH_TIMEOUT_S, Mesh, refused, serving, start_mesh, until, write_manifest
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

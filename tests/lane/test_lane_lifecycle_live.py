@@ -53,13 +53,7 @@ from cotal_trio.service.host import Host, HostConfig, run_host
 from cotal_trio.service.hosting import lane_factory
 from cotal_trio.natsio import kv_get, open_connection, open_loop
 from cotal_trio.state import load_space
-from tests.service.test_auth_service_live import (
-    AUTH_TIMEOUT_S,
-    Mesh,
-    applied_spaces,
-    start_mesh,
-    write_manifest,
-)
+from tests.support.service import AUTH_TIMEOUT_S, Mesh, applied_spaces, start_mesh, write_manifest
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

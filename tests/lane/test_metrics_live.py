@@ -20,7 +20,7 @@ from cotal_trio.lane.metrics import CONTENT_TYPE
 from cotal_trio.state import read_json
 
 from tests.support.stack import SPACE, client
-from tests.lane.test_callout_live import refused
+from tests.support.callout_live import refused
 
 pytestmark = pytest.mark.broker
 

@@ -18,7 +18,7 @@ from cotal_trio.broker.spaces import add_space
 from cotal_trio.cli import main
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.natsio import open_connection, open_loop
-from tests.broker.conftest import operator_broker, provisioned  # noqa: F401  (fixtures)
+from tests.support.brokers import operator_broker, provisioned  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.broker
 

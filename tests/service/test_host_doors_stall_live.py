@@ -26,8 +26,7 @@ from cotal_trio.http.lifecycle_doors import INTERACTIVE_RETIRE_PATH
 from cotal_trio.http.manager_doors import VERIFY_ENROLLMENT_PATH
 from cotal_trio.state import read_json
 from tests.support.stack import Stack, client, post_answer
-from tests.lane.test_exchange_stall_live import Timeline
-from tests.stores.test_issuance_live import release, stall
+from tests.support.issuance import Timeline, release, stall
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

@@ -44,7 +44,7 @@ from cotal_trio.state import (
     save_idp_pin,
     write_row,
 )
-from tests.service.test_auth_service_live import Mesh, mesh  # noqa: F401
+from tests.support.service import Mesh, mesh  # noqa: F401
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

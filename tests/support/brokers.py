@@ -1,4 +1,7 @@
-"""Fixtures for provisioning tests: a root under ``tmp_path`` and a real operator-mode broker."""
+"""Fixtures for provisioning tests: a root under ``tmp_path`` and a real operator-mode broker.
+
+Registered for tests/broker in its conftest; other folders import the two fixtures by name.
+"""
 
 from __future__ import annotations
 

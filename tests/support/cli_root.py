@@ -6,10 +6,8 @@ Nothing runs: the root is files under ``tmp_path``, built with the same provisio
 
 from __future__ import annotations
 
-import logging
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,13 +69,3 @@ def provision(root_dir: Path) -> Root:
 @pytest.fixture
 def root(tmp_path: Path) -> Root:
     return provision(tmp_path / "root")
-
-
-@pytest.fixture(autouse=True)
-def restore_cotal_logger() -> Iterator[None]:
-    """Undo ``main()``'s ``configure_logging`` (it stops ``cotal`` logs reaching caplog)."""
-    logger = logging.getLogger("cotal")
-    saved = (logger.handlers[:], logger.propagate, logger.level)
-    yield
-    logger.handlers[:], logger.propagate = saved[0], saved[1]
-    logger.setLevel(saved[2])  # setLevel clears logging's isEnabledFor caches; `.level =` does not
