@@ -20,9 +20,9 @@ from cotal_trio.core.errors import Refused
 from cotal_trio.core.ledger import LedgerKind
 from cotal_trio.http import build_loopback_app, faces
 from cotal_trio.http.errors import UNAVAILABLE
-from tests.support.loopback import AGENT_SECRET, OWNER, _human_body, _ledger
+from tests.support.loopback import AGENT_SECRET, OWNER, _human_body, _ledger, _request
 from tests.support.public_face import _app
-from tests.support.ledger_stall import StallingLedger, _context, _race, _request
+from tests.support.ledger_stall import StallingLedger, _context, _race
 from tests.support.ledger_stall import short_deadline  # noqa: F401 - fixtures
 
 

@@ -3,8 +3,8 @@
 ``/chat-session/bearer``, ``/chat-session/retire`` and ``/manager-service-authority``.
 
 Driven through quart's test client on the public face (and the loopback face for the authority
-route), with the real core objects of ``test_loopback.py`` and :class:`FakeRecords`, the
-in-memory records store of ``test_views_exchange.py``.
+route), with the real core objects of ``tests/support/loopback.py`` and :class:`FakeRecords`, the
+in-memory records store of ``tests/support/views_exchange.py``.
 """
 
 from __future__ import annotations

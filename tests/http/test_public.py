@@ -1,7 +1,7 @@
 """The public face (cotal_trio/http/public.py; DESIGN 7; spec "Listener policy", "Proxy attribution").
 
 Route logic runs through quart's test client with the same real core objects as the loopback
-tests (``tests/http/test_loopback.py``): a real issuer key, real dev-IdP tokens, an in-memory
+tests (``tests/support/loopback.py``): a real issuer key, real dev-IdP tokens, an in-memory
 ledger. The socket peer is set per request through the ASGI ``client`` of the scope, as
 hypercorn sets it. One test serves the app over TCP with hypercorn.
 """

@@ -2,7 +2,7 @@
 ``answer_exchange``, ``select_manager_for``; spec "Listener policy", "Proxy attribution";
 upstream-notes 3.4, 3.5).
 
-The apps run through quart's test client with the real core objects of ``test_loopback.py``
+The apps run through quart's test client with the real core objects of ``support/loopback.py``
 (issuer key, dev-IdP tokens, an in-memory ledger). The records store is :class:`FakeRecords`, an
 in-memory stand-in for the store behind ``ExchangeContext.records`` (``faces.RecordsPort``): this
 tests the faces, not the broker. Every minted bearer is decoded with the space's issuer key.

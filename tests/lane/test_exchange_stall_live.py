@@ -19,8 +19,8 @@ import trio
 
 from cotal_trio.http import faces
 from cotal_trio.http.errors import UNAVAILABLE
-from tests.support.stack import Stack, client
-from tests.support.issuance import release, stall, Timeline
+from tests.support.stack import Stack
+from tests.support.issuance import release, stall, Timeline, meanwhile as _meanwhile
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -31,14 +31,6 @@ DEADLINE_S = 1.5
 
 async def _slow_exchange(stack: Stack, token: str, timeline: Timeline) -> None:
     timeline.note("slow", await stack.exchange({"idpToken": token, "actor": "cli"}))
-
-
-async def _meanwhile(stack: Stack, fast_token: str, bearer: str, timeline: Timeline) -> None:
-    await trio.sleep(0.3)  # the slow exchange is in its read by now
-    timeline.note("exchange", (await stack.exchange({"idpToken": fast_token, "actor": "cli"}))[0])
-    async with client(stack, bearer) as conn:
-        await conn.flush()
-    timeline.note("connect", "connected")
 
 
 async def test_a_stalled_exchange_read_holds_neither_another_exchange_nor_the_callout(stack, monkeypatch, caplog):

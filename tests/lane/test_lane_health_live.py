@@ -79,7 +79,7 @@ class Ledger:
 
 @pytest.fixture
 async def mesh(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> Mesh:
-    """As test_auth_service_live's ``mesh`` fixture (auth timeout 1 s)."""
+    """As tests/support/service.py's ``mesh`` fixture (auth timeout 1 s)."""
     return (await start_mesh(nursery, tmp_path, nats_server_bin))[0]
 
 

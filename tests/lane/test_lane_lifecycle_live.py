@@ -66,7 +66,7 @@ SETTLE_S = 0.01
 
 @pytest.fixture
 async def mesh(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> Mesh:
-    """As test_auth_service_live's ``mesh`` fixture."""
+    """As tests/support/service.py's ``mesh`` fixture."""
     return (await start_mesh(nursery, tmp_path, nats_server_bin))[0]
 
 

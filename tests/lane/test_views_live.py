@@ -14,7 +14,7 @@ from cotal_trio.broker.process import free_port
 from cotal_trio.service.embedded import UpConfig, run_up
 from cotal_trio.lane.callout.views import INSTANCE_GONE, SESSION_GONE
 from cotal_trio.state import RootPaths
-from tests.support.stack import SPACE, Stack, client
+from tests.support.stack import SPACE, Stack, client, request_json
 from tests.support.connect_authority_live import _loopback, _register
 
 pytestmark = pytest.mark.broker
@@ -109,22 +109,7 @@ async def public_stack(nursery, tmp_path, nats_server_bin: str):
 
 
 async def _public(url: str, path: str, body: dict) -> tuple[int, dict]:
-    import json
-    import urllib.error
-    import urllib.request
-
-    def post() -> tuple[int, dict]:
-        request = urllib.request.Request(
-            url + path, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return exc.code, json.loads(exc.read())
-
-    return await trio.to_thread.run_sync(post)
+    return await trio.to_thread.run_sync(request_json, url + path, body)
 
 
 async def test_a_chat_session_bearer_reaches_its_session_until_it_is_retired(public_stack, caplog):

@@ -27,18 +27,16 @@ from pathlib import Path
 import pytest
 import trio
 
-from cotal_trio.broker.process import free_port
 from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.callout import TIMEOUT_REASON
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.issuance import IssuanceRow, parse_row, render_row, store_missing_reason
 from cotal_trio.core.plane import plane_bucket
-from cotal_trio.service.embedded import UpConfig, run_up
 from cotal_trio.lane.run import LaneConfig, run_lane
 from cotal_trio.natsio import Connection, is_bucket_missing, kv_get, kv_keys, kv_put
-from cotal_trio.state import RootPaths, load_owner_secret
-from tests.support.stack import SPACE, Stack, client
+from cotal_trio.state import load_owner_secret
+from tests.support.stack import SPACE, Stack, client, start_stack
 from tests.support.service import AUTH_TIMEOUT_S, Mesh, refused, start_mesh
 from tests.support.issuance import _bearer, callout_lines, release, stall, store_reader
 
@@ -52,11 +50,7 @@ BUDGET_MS = 750  # authorization { timeout: 1 } less the 250 ms margin
 @pytest.fixture
 async def stack(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> AsyncIterator[Stack]:
     """``run_up`` as tests/support/stack.py's, with the broker's ``authorization { timeout: 1 }``."""
-    paths = RootPaths(tmp_path / "root")
-    config = UpConfig(paths=paths, space=SPACE, port=free_port(), auth_timeout_s=1, nats_server=nats_server_bin)
-    with trio.fail_after(20):
-        info = await nursery.start(functools.partial(run_up, config))
-    yield Stack(info=info, paths=paths)
+    yield await start_stack(nursery, tmp_path, nats_server_bin, auth_timeout_s=1)
 
 
 async def ttl_header(conn: Connection, space: str, key: str) -> int:

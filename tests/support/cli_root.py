@@ -1,17 +1,22 @@
 """A provisioned root for the CLI tests: broker and space material, a dev IdP and its pin.
 
 Nothing runs: the root is files under ``tmp_path``, built with the same provisioning code
-``cotal up`` uses, plus ``policy.json``, ``devidp.json`` and the space's ``idp.json``.
+``cotal up`` uses, plus ``policy.json``, ``devidp.json`` and the space's ``idp.json``. Also ``cotal``
+run in a worker thread (for a test whose broker runs in its nursery meanwhile) and the fixture that
+undoes ``main()``'s logging setup.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import trio
 
 from cotal_trio.broker.provision import ensure_root, ensure_space
 from cotal_trio.cli import main
@@ -69,3 +74,21 @@ def provision(root_dir: Path) -> Root:
 @pytest.fixture
 def root(tmp_path: Path) -> Root:
     return provision(tmp_path / "root")
+
+
+async def cotal(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``cotal <argv>`` in a worker thread (the trio loop runs on): (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    code = await trio.to_thread.run_sync(main, list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def restore_cotal_logger() -> Iterator[None]:
+    """Undo ``main()``'s ``configure_logging`` (it stops ``cotal`` logs reaching caplog)."""
+    logger = logging.getLogger("cotal")
+    saved = (logger.handlers[:], logger.propagate, logger.level)
+    yield
+    logger.handlers[:], logger.propagate = saved[0], saved[1]
+    logger.setLevel(saved[2])  # setLevel clears logging's isEnabledFor caches; `.level =` does not

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+import trio
 
 from cotal_trio.core.bearer import BearerGrant, issue_bearer
 from cotal_trio.core.identity import derive_owner
@@ -19,6 +20,7 @@ from cotal_trio.natsio import Connection, open_loop
 from cotal_trio.state import SpacePaths, load_issuer_keys, load_owner_secret, load_space, read_principal
 from tests.support.callout_log import parse_callout_line
 from tests.support.service import Mesh
+from tests.support.stack import Stack, client
 
 
 @asynccontextmanager
@@ -86,3 +88,13 @@ class Timeline:
 
     def note(self, name: str, value: object) -> None:
         self.seen[name] = (value, self.released.is_set())
+
+
+async def meanwhile(stack: Stack, fast_token: str, bearer: str, timeline: Timeline) -> None:
+    """While a stalled read holds: an exchange for ``fast_token`` and a connect with ``bearer``,
+    each noted on ``timeline`` (its status, then ``"connected"``) with whether the read was released."""
+    await trio.sleep(0.3)  # the stalled reads have begun by now
+    timeline.note("exchange", (await stack.exchange({"idpToken": fast_token, "actor": "cli"}))[0])
+    async with client(stack, bearer) as conn:
+        await conn.flush()
+    timeline.note("connect", "connected")

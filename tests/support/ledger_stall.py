@@ -12,7 +12,7 @@ import trio
 
 from cotal_trio.core.ledger import LedgerKind
 from cotal_trio.http import faces, serve_app
-from tests.support.loopback import CAP, NOW, FixedClock, _http, _ledger, _context as loopback_context
+from tests.support.loopback import NOW, FixedClock, _http, _ledger, _context as loopback_context
 
 STALL_S = 6.0  # the blocked read is released after this
 DEADLINE_S = 1.0  # the faces' ledger read deadline in these tests
@@ -35,14 +35,6 @@ class StallingLedger:
 
 def _context(ledger: StallingLedger):
     return replace(loopback_context(clock=FixedClock(NOW)), read_ledger=ledger)
-
-
-def _request(path: str, body: dict, *, capability: bool) -> bytes:
-    data = json.dumps(body).encode()
-    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-    if capability:
-        head += f"Authorization: Bearer {CAP}\r\n"
-    return (head + "Connection: close\r\n\r\n").encode() + data
 
 
 class Answers:

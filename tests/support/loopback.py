@@ -107,3 +107,13 @@ async def _http(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
         while len(body) < int(headers["content-length"]):
             body += await stream.receive_some()
         return int(lines[0].split(" ")[1]), headers, body
+
+
+def _request(path: str, body: dict, *, capability: bool) -> bytes:
+    """A raw ``POST`` of ``body`` as JSON, with the capability when ``capability``: for a served face
+    (``Connection: close``, so the server ends the exchange)."""
+    data = json.dumps(body).encode()
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+    if capability:
+        head += f"Authorization: Bearer {CAP}\r\n"
+    return (head + "Connection: close\r\n\r\n").encode() + data

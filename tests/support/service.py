@@ -103,19 +103,23 @@ def provision_root(root: Path) -> tuple[RootPaths, DevIdpMaterial]:
     return paths, idp
 
 
-async def start_mesh(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> tuple[Mesh, int]:
-    """test_auth_service_live's ``mesh`` (spaces a, b, c pushed to an operator-mode broker
-    running in ``nursery``), and the broker's pid."""
+async def start_mesh(
+    nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str, *,
+    auth_timeout_s: float = AUTH_TIMEOUT_S, spaces: tuple[str, ...] = SPACES,
+) -> tuple[Mesh, int]:
+    """The ``mesh`` fixture's root (spaces a, b, c provisioned, ``spaces`` pushed to an
+    operator-mode broker running in ``nursery`` with an ``auth_timeout_s`` seconds authorization
+    timeout), and the broker's pid."""
     paths, idp = provision_root(tmp_path / "root")
     material = provision.ensure_root(paths, iat=int(time.time()))
     port = free_port()
-    conf = write_config(paths, material, port=port, auth_timeout_s=AUTH_TIMEOUT_S)
+    conf = write_config(paths, material, port=port, auth_timeout_s=auth_timeout_s)
     start = functools.partial(run_nats_server, conf, executable=nats_server_bin, log_path=paths.broker_log, port=port)
     url = f"nats://127.0.0.1:{port}"
     with trio.fail_after(20):
         pid = await nursery.start(start)
         async with open_loop(), open_system_connection(url, material) as system:
-            for space in SPACES:
+            for space in spaces:
                 record = provision.load_space_accounts(paths, material, space)
                 await push_accounts(system, (record.data_jwt, record.auth_jwt))
     return Mesh(paths=paths, idp=idp, server_url=url), pid
