@@ -17,7 +17,6 @@ import trio
 from cotal_trio.broker.spaces import add_space
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.natsio import open_connection, open_loop
-from tests.support.brokers import operator_broker, provisioned  # noqa: F401  (fixtures)
 from tests.support.cli_root import cotal
 
 pytestmark = pytest.mark.broker

@@ -36,7 +36,6 @@ from tests.support.service import (
     until,
     write_manifest,
 )
-from tests.support.service import mesh  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

@@ -28,7 +28,7 @@ from cotal_trio.service.host import Host, HostConfig, run_host
 from cotal_trio.service.hosting import lane_factory
 from cotal_trio.state import IdpPinRecord, load_owner_secret, read_json, save_idp_pin, write_row
 from tests.support.stack import _post
-from tests.support.service import AUTH_TIMEOUT_S, Mesh, mesh, serving, until, write_manifest  # noqa: F401
+from tests.support.service import AUTH_TIMEOUT_S, Mesh, serving, until, write_manifest
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

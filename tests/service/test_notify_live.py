@@ -19,7 +19,6 @@ import trio
 from cotal_trio.state import RootPaths, atomic_write
 from tests.support.service import SPACES, start_mesh, write_manifest
 from tests.support.notify import Systemd, WATCHDOG_USEC, start_service, stop
-from tests.support.notify import systemd  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

@@ -42,7 +42,7 @@ from cotal_trio.state import (
     save_idp_pin,
     write_row,
 )
-from tests.support.service import Mesh, mesh  # noqa: F401
+from tests.support.service import Mesh
 from tests.support.stack import request_json as _request
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]

@@ -1,6 +1,6 @@
 """Fixtures for provisioning tests: a root under ``tmp_path`` and a real operator-mode broker.
 
-Registered for tests/broker in its conftest; other folders import the two fixtures by name.
+Registered once in tests/conftest.py (broker, cli and ops tests use them).
 """
 
 from __future__ import annotations
