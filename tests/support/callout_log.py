@@ -1,4 +1,5 @@
-"""Parsers for the callout's log lines (one JSON object a line), shared by the core, lane and store tests."""
+"""Parsers for the callout's ``auth callout:`` log lines, in the format spec "Callout deadlines" gives,
+for the core, lane and store tests (written from the spec, not shared with the code under test)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A callout request and its parts, as the core callout tests build them: keys, claims, sealed requests, rows."""
+"""A callout request and its parts, as the core callout tests build them: keys, claims, sealed
+requests, rows, bearers, and a NATS JWT validly signed over any claims text."""
 
 from __future__ import annotations
 
@@ -7,10 +8,7 @@ import json
 
 from cotal_trio.core import natsjwt
 from cotal_trio.core.bearer import BearerGrant, BearerVerifier, issue_bearer
-from cotal_trio.core.callout import (
-    SERVER_XKEY_HEADER,
-    CalloutKeys,
-)
+from cotal_trio.core.callout import SERVER_XKEY_HEADER, CalloutKeys
 from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.jose import BearerKeySet, IssuerKey
 from cotal_trio.core.ledger import LedgerKind, LedgerRow

@@ -13,12 +13,7 @@ from cotal_trio.cli import main
 from cotal_trio.core.idp import parse_jwks
 from cotal_trio.devidp import jwks, mint_dev_token
 from cotal_trio.http import ExchangeContext
-from cotal_trio.state import (
-    load_idp_pin,
-    load_issuer_keys,
-    load_owner_secret,
-    read_principal,
-)
+from cotal_trio.state import load_idp_pin, load_issuer_keys, load_owner_secret, read_principal
 from tests.support.cli_root import SPACE, Root
 
 SUB = "alice"

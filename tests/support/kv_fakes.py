@@ -1,4 +1,17 @@
-"""In-memory stand-ins for a JetStream KV bucket, for tests that drive a store without a broker."""
+"""An in-memory auth bucket for tests that drive the issuance store without a broker.
+
+:class:`FakeBucket` is a fake of our own port (:class:`~cotal_trio.stores.issuance.RowStore`), not
+of nats: it keeps the JetStream KV rules the withdrawal relies on, so the tests can put a write
+in flight and let the deadline cancel it.
+
+* Writes (create, delete) land in the order they were sent, each ``latency_s[op]`` after it was
+  sent and never before an earlier write: a stream stores one connection's publishes in order.
+  A write whose caller was cancelled still lands (its publish had left).
+* A create refuses a key with a live value (natsio's ``kv_create`` retries on top of a marker).
+* Reads (get, keys) answer ``latency_s[op]`` after they were sent, with the writes landed by
+  then: JetStream orders them with nothing.
+* A message written with a TTL is gone ``ttl_s`` after it landed.
+"""
 
 from __future__ import annotations
 

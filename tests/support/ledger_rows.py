@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from cotal_trio.core.ledger import (
-    LedgerKind,
-    LedgerRow,
-)
+from cotal_trio.core.ledger import LedgerKind, LedgerRow
 
 OWNER = "u_rbxbyevw4etgpbzfupdhu2zxwe"
 OTHER_OWNER = "u_" + "b" * 26

@@ -10,17 +10,9 @@ from contextlib import asynccontextmanager
 
 from cotal_trio.broker.provision import mint_service_user
 from cotal_trio.core.profiles import profile_permissions
-from cotal_trio.natsio import (
-    Connection,
-    open_connection,
-    open_loop,
-)
+from cotal_trio.natsio import Connection, open_connection, open_loop
 from cotal_trio.state import load_space
-from cotal_trio.stores.streams import (
-    ensure_dm_inbox,
-    ensure_space_streams,
-    ensure_task_queue,
-)
+from cotal_trio.stores.streams import ensure_dm_inbox, ensure_space_streams, ensure_task_queue
 from tests.support.stack import SPACE, Stack
 
 CEILING_S = 30

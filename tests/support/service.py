@@ -1,4 +1,5 @@
-"""A mesh of spaces served by one `cotal auth service` process on a real broker: provisioning, the manifest, and waits on what it serves."""
+"""A mesh of spaces served by one `cotal auth service` process on a real broker: provisioning,
+the manifest, and waits on what it serves."""
 
 from __future__ import annotations
 
