@@ -14,7 +14,16 @@ import pytest
 import trio
 
 from cotal_trio.broker.process import find_nats_server, free_port, run_nats_server
-from tests.support.stack import stack  # noqa: F401  the running stack, for every folder's tests
+
+# The shared helpers' asserts report their values as a test's own do (pytest rewrites only test
+# modules and conftests unless told): registered before the first ``tests.support`` import.
+pytest.register_assert_rewrite("tests.support")
+
+# Fixtures the tests of more than one folder use, defined in tests/support/ and registered here once.
+from tests.support.brokers import operator_broker, provisioned  # noqa: E402, F401  a provisioned root, its broker
+from tests.support.notify import systemd  # noqa: E402, F401  a fake systemd notify socket
+from tests.support.service import mesh  # noqa: E402, F401  spaces a, b, c served by one auth service's broker
+from tests.support.stack import stack  # noqa: E402, F401  the running stack
 
 
 @pytest.fixture(scope="session")

@@ -18,23 +18,12 @@ from cotal_trio.http.lifecycle_doors import routes as lifecycle_routes
 from cotal_trio.http.loopback import build_loopback_app
 from cotal_trio.http.manager_doors import routes as manager_routes
 from cotal_trio.lane.events import EventBus
-from tests.http.test_loopback import _context
-from tests.http.test_manager_doors import _doors
-from tests.http.test_public import _app as public_app
+from tests.support.loopback import _context
+from tests.support.manager_doors import _doors
+from tests.support.public_face import _app as public_app
+from tests.support.cli_commands import _commands
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-
-
-def _commands(app, prefix=("cotal",)) -> list[tuple[str, ...]]:
-    """Every command path of ``app`` (groups and leaves), walked through cyclopts' own table."""
-    found = []
-    for name in app:
-        if name.startswith("-"):
-            continue
-        path = (*prefix, name)
-        found.append(path)
-        found += _commands(app[name], path)
-    return found
 
 
 def test_the_cli_reference_is_what_the_app_renders():

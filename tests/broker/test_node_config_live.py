@@ -26,7 +26,7 @@ from cotal_trio.cli import main
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.natsio import Message, open_connection, open_loop
 
-SPACE = "demo"  # the space tests/broker/conftest.py provisions
+SPACE = "demo"  # the space tests/support/brokers.py provisions
 CEILING_S = 40
 NODES = ("n1", "n2", "n3")
 

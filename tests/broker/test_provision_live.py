@@ -27,7 +27,7 @@ from cotal_trio.natsio import Message, open_connection, open_loop
 from cotal_trio.state import RootPaths
 
 CEILING_S = 30
-SPACE = "demo"  # the space tests/broker/conftest.py provisions
+SPACE = "demo"  # the space tests/support/brokers.py provisions
 APP = {"pub": {"allow": ["app.>"]}, "sub": {"allow": ["app.>", "_INBOX.>"]}}
 
 

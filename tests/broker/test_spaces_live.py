@@ -1,6 +1,6 @@
 """``cotal space add/remove/list`` against a real operator-mode nats-server (no broker mocks).
 
-The root of tests/broker/conftest.py runs its broker with space ``demo`` (not pushed); these
+The root of tests/support/brokers.py runs its broker with space ``demo`` (not pushed); these
 tests add space ``b`` live, remove it (streams, then accounts) and add it again (re-signed).
 """
 

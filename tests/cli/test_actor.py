@@ -11,7 +11,7 @@ from cotal_trio.core.identity import is_lifecycle_uid
 from cotal_trio.core.ledger import LedgerKind, hash_actor_token
 from cotal_trio.state import read_principal, row_path
 
-from .conftest import Root
+from tests.support.cli_root import Root
 
 SUB = "alice"
 

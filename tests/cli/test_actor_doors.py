@@ -42,7 +42,7 @@ from cotal_trio.stores.records import RecordsStore, ensure_records_stores, recor
 from cotal_trio.natsio import Connection, delete_bucket, ensure_bucket, kv_get, open_connection, open_loop
 from cotal_trio.state import load_space, read_principal, row_path, write_json
 
-from .conftest import SPACE, Root
+from tests.support.cli_root import SPACE, Root
 
 pytestmark = [pytest.mark.broker]
 

@@ -17,37 +17,12 @@ from cotal_trio.core import natsjwt, profiles
 from cotal_trio.core.creds import parse_creds
 from cotal_trio.core.identity import is_inbox_nonce, is_lifecycle_uid
 from cotal_trio.core.nkeys import KeyPair
-from cotal_trio.state import atomic_write, load_broker, load_owner_secret, load_space, render_json
+from cotal_trio.state import load_broker, load_owner_secret, load_space
 from cotal_trio.state.credentials import default_creds_path, load_record, record_path, save_record
 
-from .conftest import Root
-
-STATIC = "st"
-
-
-def add_static(root: Root, space: str = STATIC) -> None:
-    """Provision ``space`` as `cotal space add --static` does (its documented mode.json)."""
-    now = int(time.time())
-    provision.ensure_space(root.paths, load_broker(root.paths.broker_json), space, iat=now)
-    atomic_write(root.paths.space(space).dir / "mode.json", render_json({"ver": 1, "mode": "static"}))
-
-
-@pytest.fixture
-def static(root, tmp_path, monkeypatch) -> Root:
-    monkeypatch.chdir(tmp_path)
-    add_static(root)
-    return root
-
-
-def mint(root: Root, capsys, *argv: str) -> tuple[int, dict, str]:
-    code, out, err = root.run(capsys, "auth", "mint", "--space", STATIC, *argv, "--json")
-    return code, (json.loads(out) if code == 0 else {}), err
-
-
-def one_sentence(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("cotal: "), err
-    return lines[0].removeprefix("cotal: ")
+from tests.support.cli_root import Root
+from tests.support.static_mint import STATIC, add_static, mint, one_sentence
+from tests.support.static_mint import static  # noqa: F401 - the fixture
 
 
 def decoded(path) -> tuple[dict, KeyPair]:

@@ -8,7 +8,7 @@ import pytest
 
 from cotal_trio.state.credentials import load_record
 
-from .test_auth_mint import STATIC, mint, one_sentence, static  # noqa: F401  (the static fixture)
+from tests.support.static_mint import STATIC, mint, one_sentence, static  # noqa: F401  (the static fixture)
 
 OUT = "caller.creds"
 

@@ -50,7 +50,6 @@ from cotal_trio.natsio import (
 )
 from cotal_trio.state import load_space
 from cotal_trio.state.credentials import load_record, write_creds
-from tests.broker.conftest import operator_broker, provisioned  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.broker
 

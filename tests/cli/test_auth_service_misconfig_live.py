@@ -30,8 +30,8 @@ from cotal_trio.broker import provision
 from cotal_trio.broker.accounts import open_system_connection, push_accounts
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.natsio import open_loop
-from tests.service.test_auth_service_live import AUTH_TIMEOUT_S, start_mesh, write_manifest
-from tests.service.test_notify_live import Systemd, systemd  # noqa: F401 - a fixture
+from tests.support.service import AUTH_TIMEOUT_S, start_mesh, write_manifest
+from tests.support.notify import Systemd
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

@@ -24,8 +24,8 @@ from cotal_trio.http import build_loopback_app, serve_app
 from cotal_trio.http.client import ExchangeRefused
 from cotal_trio.state import write_json
 
-from .conftest import Root
-from .test_client import SUB, _context, _cotal, _idp_token, _managed
+from tests.support.cli_root import Root
+from tests.support.cli_client import SUB, _context, _cotal, _idp_token, _managed
 
 AT = 0.0  # the limiter's clock stands still: the service's answers are exact
 

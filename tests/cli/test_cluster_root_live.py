@@ -22,18 +22,12 @@ from cotal_trio.broker.process import free_port, run_nats_server
 from cotal_trio.cli import main
 from cotal_trio.service.hosting import ServiceConfig, run_service
 from cotal_trio.state import RootPaths, load_broker
+from tests.support.cli_root import cotal
 
 pytestmark = pytest.mark.broker
 
 SPACE = "alpha"
 CEILING_S = 40
-
-
-async def cotal(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = await trio.to_thread.run_sync(main, list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import json
 
 from cotal_trio.state import remove_quietly
 
-from .conftest import BROKER_PORT, Root
-from .test_auth_mint import STATIC, mint, static  # noqa: F401 - the fixture
+from tests.support.cli_root import BROKER_PORT, Root
+from tests.support.static_mint import STATIC, mint, static  # noqa: F401 - the fixture
 
 SERVER = f"nats://127.0.0.1:{BROKER_PORT}"
 

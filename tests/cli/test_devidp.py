@@ -10,7 +10,7 @@ from cotal_trio.core.idp import parse_jwks, verify_idp_token
 from cotal_trio.devidp import jwks
 from cotal_trio.state import IdpPinRecord, save_idp_pin
 
-from .conftest import Root
+from tests.support.cli_root import Root
 
 
 def _identity(root: Root, token: str):

@@ -18,8 +18,8 @@ from cotal_trio.cli import main
 from cotal_trio.state import IdpPinRecord, save_idp_pin
 from cotal_trio.state.credentials import creds_dir, load_record, save_record
 
-from .conftest import Root
-from .test_auth_mint import STATIC, add_static, mint
+from tests.support.cli_root import Root
+from tests.support.static_mint import STATIC, add_static, mint
 
 NO_BROKER = "note: no broker running: its accounts were not compared with the root"
 

@@ -19,7 +19,7 @@ import pytest
 from cotal_trio.broker.process import free_port
 from cotal_trio.state import RootPaths
 
-from .test_up_process import _start, _stop, _wait_ready
+from tests.support.up_process import _start, _stop, _wait_ready
 
 pytestmark = pytest.mark.broker
 

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -20,11 +19,10 @@ from cotal_trio.cli import app, main
 from cotal_trio.cli.exits import EXIT_TABLE, ExitCode
 from cotal_trio.cli.reference import render
 
-from tests.test_docs import _commands
+from tests.support.cli_commands import _commands
 
-from .conftest import Root
-
-COTAL = str(Path(sys.executable).parent / "cotal")
+from tests.support.cli_root import Root
+from tests.support.up_process import COTAL, run_into_closed_pipe
 
 
 def exit_of(argv: list[str]) -> int:
@@ -65,16 +63,6 @@ def test_the_exit_table_lists_every_code_once_with_its_commands():
 def test_the_commands_the_table_names_are_commands_of_the_app():
     named = {command for row in EXIT_TABLE for command in row.commands}
     assert named and named <= {" ".join(path) for path in _commands(app)}
-
-
-def run_into_closed_pipe(*argv: str) -> subprocess.CompletedProcess[str]:
-    """The venv's ``cotal argv`` with a stdout whose reader is gone (``| head -0``, at once)."""
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    try:
-        return subprocess.run([COTAL, *argv], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
-    finally:
-        os.close(write_end)
 
 
 @pytest.mark.parametrize("argv", [

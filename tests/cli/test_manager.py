@@ -13,7 +13,7 @@ from cotal_trio.core.identity import mint_lifecycle_uid
 from cotal_trio.core.ledger import LedgerKind, LedgerRow, hash_actor_token
 from cotal_trio.state import BrokerPolicy, save_policy, write_row
 
-from .conftest import SPACE, Root
+from tests.support.cli_root import SPACE, Root
 
 SUB = "alice"
 

@@ -21,8 +21,7 @@ from cotal_trio.devidp import DevIdpMaterial
 from cotal_trio.devidp.idp import jwks
 from cotal_trio.state import RootPaths, list_rows
 
-from .test_exit_codes import COTAL, run_into_closed_pipe
-from .test_up_process import _start, _stop, _wait_ready
+from tests.support.up_process import COTAL, run_into_closed_pipe, _start, _stop, _wait_ready
 
 pytestmark = pytest.mark.broker
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from cotal_trio.cli import main
 from cotal_trio.state import load_space
 
-from .conftest import SPACE, Root
+from tests.support.cli_root import SPACE, Root
 
 SEGMENT = "spaces/default"  # the space folder is its name
 REFUSAL = (

@@ -19,7 +19,7 @@ import pytest
 from cotal_trio.broker.process import free_port
 from cotal_trio.state.space_folders import legacy_dir_name
 
-from .test_up_process import _start, _stop, _wait_ready
+from tests.support.up_process import _start, _stop, _wait_ready
 
 pytestmark = pytest.mark.broker
 
@@ -87,7 +87,7 @@ def test_auth_service_renames_an_earlier_root_at_its_start(tmp_path, capsys):
     Nothing listens at --server, so the lane then fails to start (exit 1), after the rename."""
     from cotal_trio.cli import main
 
-    from .conftest import provision
+    from tests.support.cli_root import provision
 
     root = provision(tmp_path / "root").paths.root
     os.rename(root / "spaces" / "default", root / "spaces" / legacy_dir_name("default"))

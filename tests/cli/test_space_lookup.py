@@ -13,7 +13,7 @@ import pytest
 
 from cotal_trio.cli import main
 
-from .conftest import Root
+from tests.support.cli_root import Root
 
 OWNER = "u_" + "a" * 26
 

@@ -28,8 +28,8 @@ from cotal_trio.lane.callout.responder import CalloutStatistics
 from cotal_trio.lane.metrics import LaneMetrics
 from cotal_trio.state import atomic_write, write_json
 
-from .conftest import SPACE, Root
-from .test_client import _context
+from tests.support.cli_root import SPACE, Root
+from tests.support.cli_client import _context
 
 CEILING_S = 10
 RETRY_REASON = "space beta: the broker closed the callout connection (no reason given)"

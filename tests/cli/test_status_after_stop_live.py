@@ -26,7 +26,7 @@ from cotal_trio.core.errors import ConfigError
 from cotal_trio.http.client import read_service
 from cotal_trio.state import RootPaths
 
-from .test_up_process import _space_dir, _start, _stop, _wait_gone, _wait_ready
+from tests.support.up_process import _space_dir, _start, _stop, _wait_gone, _wait_ready
 
 pytestmark = pytest.mark.broker
 

@@ -11,7 +11,7 @@ import pytest
 
 from cotal_trio.state.space_folders import legacy_dir_name
 
-from .conftest import Root, provision
+from tests.support.cli_root import Root, provision
 
 NOTE = "space default: folder not renamed yet - start `cotal up` or `cotal auth-service` once"
 

@@ -1,7 +1,7 @@
 """Issue 15 item 8 on a real ``cotal up`` process: SIGTERM drains the lanes, then the broker stops.
 
 ``python -m cotal_trio up --auth-timeout 4`` on a fresh root. ``HELD`` actors each have their
-ledger row replaced by a FIFO (tests/stores/test_issuance_live.py's ``stall``): a callout's read
+ledger row replaced by a FIFO (tests/support/issuance.py's ``stall``): a callout's read
 of it blocks in ``open()`` for real, as on a hung disk, and the test sees each blocked read as a
 thread of the process waiting in the kernel's ``wait_for_partner``. With every connect held
 there, the test sends SIGTERM (or SIGINT, a Ctrl-C), waits until the stop is under way (``auth-service.json`` is
@@ -30,9 +30,9 @@ from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.devidp import DevIdpMaterial, mint_dev_token
 from cotal_trio.natsio import open_connection, open_loop
 from cotal_trio.state import RootPaths, load_idp_pin, load_owner_secret, read_json, write_row
-from tests.cli.test_up_process import _start, _wait_gone, _wait_ready
+from tests.support.up_process import _start, _wait_gone, _wait_ready
 from tests.support.stack import _post
-from tests.stores.test_issuance_live import release, stall
+from tests.support.issuance import release, stall
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

@@ -32,8 +32,8 @@ from cotal_trio.core.events import SpaceView, WatchModel
 from cotal_trio.core.identity import derive_owner
 from cotal_trio.state import load_owner_secret
 from tests.support.stack import SPACE, client, stack  # noqa: F401 - stack is a fixture
-from tests.service.test_auth_service_live import SPACES, start_mesh, write_manifest
-from tests.service.test_notify_live import Systemd, start_service, stop, systemd  # noqa: F401 - systemd is a fixture
+from tests.support.service import SPACES, start_mesh, write_manifest
+from tests.support.notify import start_service, stop
 
 CEILING_S = 30
 

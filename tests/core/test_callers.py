@@ -14,21 +14,30 @@ from hypothesis import strategies as st
 
 from cotal_trio.core import caller_checks, callers, natsjwt
 from cotal_trio.core import credentials as rules
-from cotal_trio.core.callers import Intent, Surface
 from cotal_trio.core.credentials import Credential, LabelRecord
 from cotal_trio.core.errors import CodecError, ConfigError, RefusalCode, Refused
 from cotal_trio.core.issued import canonical_json
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.core.profiles import WHOLESALE, agent_permissions
-
-SPACE, ENDPOINT = "st", "weather"
-OWNER, ACTOR, UID, NONCE = "u_" + "a" * 26, "bot", "c" * 26, "nonce1234"
-SIGNER, OTHER_SIGNER = KeyPair.generate(Prefix.ACCOUNT), KeyPair.generate(Prefix.ACCOUNT)
-ACCOUNT = KeyPair.generate(Prefix.ACCOUNT).public_key
-USER = KeyPair.generate(Prefix.USER)
-IAT, EXP = 1_760_000_000, 1_760_086_400
-GOOD = Surface(endpoint=ENDPOINT, verbs=("invoke", "forecast"), targeted=False, synchronous=True, ephemeral=True,
-               journaled=False, action=False)  # fmt: skip
+from tests.support.callers import (
+    ACCOUNT,
+    ACTOR,
+    DATA,
+    ENDPOINT,
+    EXP,
+    GOOD,
+    IAT,
+    NONCE,
+    OTHER_SIGNER,
+    OWNER,
+    SIGNER,
+    SPACE,
+    UID,
+    USER,
+    caller_jwt,
+    caller_permissions,
+    make_intent,
+)
 
 
 def answer(surface: dict, *, digest: str | None = None, **extra) -> bytes:
@@ -116,12 +125,6 @@ def test_only_untargeted_synchronous_ephemeral_surfaces_are_supported(change, wo
 # -- the permissions ----------------------------------------------------------------------------
 
 
-def caller_permissions(**change):
-    args = {"space": SPACE, "owner": OWNER, "actor": ACTOR, "channels": ("team.>", "ops"), "inbox_nonce": NONCE,
-            "endpoint": ENDPOINT, "verbs": ("invoke", "describe", "forecast")} | change  # fmt: skip
-    return callers.standalone_caller_permissions(**args)
-
-
 def test_the_builder_is_the_agent_footprint_plus_exact_request_rows():
     perms = caller_permissions()
     agent = agent_permissions(space=SPACE, owner=OWNER, actor=ACTOR, allow_publish=("team.>", "ops"),
@@ -174,13 +177,6 @@ def test_the_ceiling_digest_ignores_list_order():
 # -- the intent ---------------------------------------------------------------------------------
 
 
-def make_intent(**change) -> Intent:
-    fields = {"space": SPACE, "endpoint": ENDPOINT, "owner": OWNER, "actor": ACTOR, "uid": UID, "user_key": USER.public_key,
-              "surface": GOOD.digest, "ceiling": callers.ceiling_digest(caller_permissions(verbs=GOOD.verbs).to_nats()),
-              "issued_at": IAT, "expires_at": EXP} | change  # fmt: skip
-    return Intent(**fields)
-
-
 def test_the_intent_is_canonical_json_of_exactly_its_keys_and_holds_no_credential():
     intent = make_intent()
     data = callers.render_intent(intent)
@@ -206,19 +202,6 @@ def test_the_intent_ttl_is_expiry_plus_sixty_from_now():
 
 
 # -- the host check -----------------------------------------------------------------------------
-
-
-def caller_jwt(*, signer=SIGNER, user=USER, perms=None, exp=EXP, iat=IAT, principal=f"{OWNER}.{ACTOR}", uid=UID) -> str:
-    """A caller JWT as the mint writes it (rules.credential_claims' tags), for ``principal``."""
-    perms = perms or caller_permissions(verbs=GOOD.verbs).to_nats()
-    owner, actor = principal.split(".")
-    tags = rules.credential_tags(owner=owner, actor=actor, profile="agent", uid=uid, label="caller")
-    claims = natsjwt.user_claims(user=user.public_key, name=f"{owner}-{actor}", issuer_account=ACCOUNT, permissions=perms,
-                                 exp=exp, tags=tags)  # fmt: skip
-    return natsjwt.encode(claims, signer, iat=iat)
-
-
-DATA = caller_checks.DataAccount(key=ACCOUNT, signers=frozenset({SIGNER.public_key}))
 
 
 def check(jwt: str, *, verb="invoke", subject=None, intent=None, now=IAT + 10, surface=GOOD, account=DATA):

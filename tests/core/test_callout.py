@@ -10,7 +10,7 @@ import pytest
 
 from cotal_trio.core import natsjwt
 from cotal_trio.core.admission import broker_gave_up
-from cotal_trio.core.bearer import BearerGrant, BearerVerifier, issue_bearer
+from cotal_trio.core.bearer import BearerGrant, issue_bearer
 from cotal_trio.core.callout import (
     SERVER_XKEY_HEADER,
     CalloutKeys,
@@ -22,54 +22,27 @@ from cotal_trio.core.callout import (
     open_request,
 )
 from cotal_trio.core.errors import RefusalCode, Refused
-from cotal_trio.core.identity import derive_owner
-from cotal_trio.core.jose import BearerKeySet, IssuerKey
-from cotal_trio.core.ledger import LedgerKind, LedgerRow
-from cotal_trio.core.nkeys import KeyPair, Prefix
+from cotal_trio.core.nkeys import Prefix
 from cotal_trio.core.views import SessionBinding, TransferTarget
 from cotal_trio.core.xkeys import XKeyPair
-
-NOW = 1_800_000_000
-SPACE = "alpha"
-OWNER = derive_owner(bytes(32) + b"x", "https://idp.example", "alice")
-UID = "a" * 26
-
-
-def _key(prefix, n):
-    return KeyPair.from_raw(prefix, bytes([n]) * 32)
-
-
-SERVER, OTHER_SERVER = _key(Prefix.SERVER, 1), _key(Prefix.SERVER, 2)
-SERVER_X = XKeyPair.from_raw(bytes([3]) * 32)
-KEYS = CalloutKeys(
-    space=SPACE,
-    auth_account=_key(Prefix.ACCOUNT, 4).public_key,
-    data_account=_key(Prefix.ACCOUNT, 5).public_key,
-    xkey=XKeyPair.from_raw(bytes([6]) * 32),
-    auth_signer=_key(Prefix.ACCOUNT, 7),
-    data_signer=_key(Prefix.ACCOUNT, 8),
+from tests.support.callout_requests import (
+    ISSUER,
+    KEYS,
+    NOW,
+    OTHER_SERVER,
+    OWNER,
+    SERVER,
+    SERVER_X,
+    SPACE,
+    UID,
+    USER_NKEY,
+    VERIFIER,
+    _bearer,
+    _claims,
+    _key,
+    _row,
+    _sealed,
 )
-USER_NKEY = _key(Prefix.USER, 9).public_key
-ISSUER = IssuerKey.generate(bytes([10]) * 32)
-VERIFIER = BearerVerifier(BearerKeySet.from_keys([ISSUER]))
-
-
-def _claims(**changes):
-    nats = {
-        "type": "authorization_request", "version": 2,
-        "server_id": {"id": SERVER.public_key, "xkey": SERVER_X.public_key, "name": "n"},
-        "user_nkey": USER_NKEY,
-        "client_info": {"host": "127.0.0.1", "id": 42},
-        "connect_opts": {"auth_token": "tok", "name": "ibx0123456789"},
-    }
-    claims = {"aud": natsjwt.AUTH_REQUEST_AUDIENCE, "sub": KEYS.auth_account, "exp": NOW + 2, "nats": nats}
-    claims.update(changes)
-    return claims
-
-
-def _sealed(claims=None, *, signer=SERVER, iat=NOW):
-    token = natsjwt.encode(claims or _claims(), signer, iat=iat).encode()
-    return SERVER_X.seal(token, KEYS.xkey.public_key), {SERVER_XKEY_HEADER: SERVER_X.public_key}
 
 
 def test_open_request_reads_a_good_request():
@@ -149,21 +122,6 @@ def _request(token="tok", name="ibx0123456789"):
     claims = _claims()
     claims["nats"]["connect_opts"] = {k: v for k, v in (("auth_token", token), ("name", name)) if v is not None}
     return open_request(*_sealed(claims), keys=KEYS, now=NOW)
-
-
-def _row(**changes):
-    fields = dict(
-        kind=LedgerKind.INTERACTIVE, owner=OWNER, actor="cli", scope=("spawn",),
-        allow_subscribe=("team.>",), allow_publish=("team.news",), role=None, parent=None,
-        label=None, token_hash=None, lifecycle_uid=UID, granted_at="2026-11-29T10:00:00Z",
-    )
-    fields.update(changes)
-    return LedgerRow(**fields)
-
-
-def _bearer(scope=("spawn",), uid=UID):
-    token, _ = issue_bearer(BearerGrant(owner=OWNER, actor="cli", scope=scope, lifecycle_uid=uid), key=ISSUER, space=SPACE, now=NOW, ttl_s=600)
-    return token
 
 
 def test_missing_bearer_is_refused():
@@ -252,7 +210,6 @@ def test_response_is_signed_by_the_auth_key_and_sealed_to_the_server():
     assert claims["sub"] == USER_NKEY and claims["aud"] == SERVER.public_key
     assert claims["iss"] == KEYS.auth_signer.public_key
     assert claims["nats"] == {"type": "authorization_response", "version": 2, "issuer_account": KEYS.auth_account, "error": "nope"}
-
 
 
 # --- view bearers (docs/views.md; spec "Listener policy") -----------------------------------

@@ -14,7 +14,7 @@ from cotal_trio.core.callout import NO_TOKEN_REASON, check_connect, open_request
 from cotal_trio.core.errors import RateLimited, Refused
 from cotal_trio.core.jose import IssuerKey
 from cotal_trio.core.limits import ConnectLimiter, Limit
-from tests.core.test_callout import ISSUER, KEYS, NOW, OWNER, SPACE, UID, VERIFIER, _claims, _sealed
+from tests.support.callout_requests import ISSUER, KEYS, NOW, OWNER, SPACE, UID, VERIFIER, _claims, _sealed
 
 HOST = "198.51.100.7"
 

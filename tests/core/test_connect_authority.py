@@ -22,40 +22,13 @@ from cotal_trio.core.connect_authority import (
 )
 from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.issued import Evidence, IssuedRef, new_generation
-from cotal_trio.core.ledger import LedgerKind, LedgerRow
+from cotal_trio.core.ledger import LedgerKind
 from cotal_trio.core.errors import CodecError
 from cotal_trio.core.profiles import Permissions, agent_permissions
 from cotal_trio.core.views import SessionBinding
+from tests.support.connect_authority import EXP, NONCE, NOW, OWNER, SPACE, UID, _agent, _bearer, _row
 
-NOW = 1_800_000_000
-EXP = NOW + 600
-SPACE = "alpha"
-OWNER = derive_owner(bytes(32) + b"x", "https://idp.example", "alice")
-UID = "a" * 26
-NONCE = "ibx0123456789"
-INSTANCE = "b" * 26
 GEN = new_generation(EXP, bytes(12))
-
-
-def _bearer(view=None, scope=("spawn",)) -> ValidatedBearer:
-    return ValidatedBearer(
-        owner=OWNER, actor="cli", scope=scope, lifecycle_uid=UID, parent=None, view=view, credential_id=None,
-        iat=NOW, exp=EXP, manager_instance_id=INSTANCE if view == "manager-caller" else None,
-    )
-
-
-def _row(kind=LedgerKind.INTERACTIVE, scope=("spawn",), *, actor="cli", owner=OWNER, parent=None) -> LedgerRow:
-    return LedgerRow(
-        kind=kind, owner=owner, actor=actor, scope=scope, allow_subscribe=("team.>",), allow_publish=("team.news",),
-        token_hash="c" * 64 if kind is LedgerKind.MANAGED else None, lifecycle_uid=UID, granted_at="2026-11-29T10:00:00Z",
-        parent=parent,
-    )
-
-
-def _agent():
-    return agent_permissions(
-        space=SPACE, owner=OWNER, actor="cli", allow_publish=("team.news",), allow_subscribe=("team.>",), inbox_nonce=NONCE
-    )
 
 
 def test_the_accepted_token_is_ours_over_the_nonce_and_the_expiry():

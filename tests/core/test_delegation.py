@@ -13,7 +13,7 @@ from cotal_trio.core.delegation import Grant, check_within_spawner_grant, patter
 from cotal_trio.core.errors import RefusalCode, Refused
 from cotal_trio.core.ledger import LedgerRow
 
-from .test_ledger import OTHER_OWNER, OWNER, lookup_of, managed, row
+from tests.support.ledger_rows import OTHER_OWNER, OWNER, lookup_of, managed, row
 
 # --- delegation envelope ---------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from cotal_trio.core.identity import (
     principal,
     split_principal,
 )
+from tests.support.identity import LONE_SURROGATE_VECTORS, _base32_lower_nopad
 
 OWNER = "u_rbxbyevw4etgpbzfupdhu2zxwe"
 
@@ -131,14 +132,6 @@ def test_refusal_sentences_name_the_rule():
         check_space("a.b")
 
 
-def _base32_lower_nopad(data: bytes) -> str:
-    """RFC 4648 base32, written out bit by bit (independent of the base64 module)."""
-    alphabet = "abcdefghijklmnopqrstuvwxyz234567"
-    bits = "".join(f"{byte:08b}" for byte in data)
-    bits += "0" * (-len(bits) % 5)
-    return "".join(alphabet[int(bits[i : i + 5], 2)] for i in range(0, len(bits), 5))
-
-
 def test_derive_owner_known_answer():
     secret = bytes([0x01] * 32)
     # Step 1: the JSON array of [issuer, sub], as JavaScript JSON.stringify writes it.
@@ -214,19 +207,6 @@ def test_principal_round_trip():
     assert split_principal(f"{OWNER}.cli") == (OWNER, "cli")
     with pytest.raises(Refused):
         split_principal("cli")
-
-
-# Issue 15 item 6: an IdP ``sub`` may hold a lone surrogate (a JWT payload's JSON can carry
-# "\ud800", which decodes to a lone surrogate str). JSON.stringify (ES2019, well-formed) writes a
-# lone surrogate as a lowercase \uXXXX escape and a high+low pair as the one character it forms.
-# These first 16 MAC bytes were computed by Node 20:
-#   createHmac("sha256", secret).update("cotal-owner-v1:" + JSON.stringify([iss, sub]))
-LONE_SURROGATE_VECTORS = [
-    ("\ud800x", '["https://idp.example","\\ud800x"]', "6d77db3787d97d3cf012f57f168902fd"),
-    ("a\udc00", '["https://idp.example","a\\udc00"]', "db8e7a18d942c396fe1572e75f4204e1"),
-    ("x\ud83d", '["https://idp.example","x\\ud83d"]', "e7546246d53726bad1034dcb1c3bb613"),
-    ("\ud83d\ude00", '["https://idp.example","\U0001f600"]', "a9d6d3e4e2cb58fb4e72a8eede86d674"),
-]
 
 
 @pytest.mark.parametrize(("sub", "external", "mac16"), LONE_SURROGATE_VECTORS)

@@ -25,7 +25,20 @@ from cotal_trio.core.issuance import (
     row_ttl_s,
 )
 from cotal_trio.core.nkeys import Prefix
-from tests.core.test_callout import ISSUER, KEYS, NOW, OWNER, SPACE, UID, USER_NKEY, VERIFIER, _claims, _key, _row, _sealed
+from tests.support.callout_requests import (
+    ISSUER,
+    KEYS,
+    NOW,
+    OWNER,
+    SPACE,
+    UID,
+    USER_NKEY,
+    VERIFIER,
+    _claims,
+    _key,
+    _row,
+    _sealed,
+)
 
 ROW = IssuanceRow(
     space=SPACE, owner=OWNER, actor="cli", lifecycle_uid=UID, credential_id=None, view=None, iat=NOW, exp=NOW + 300,

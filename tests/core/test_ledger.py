@@ -26,28 +26,19 @@ from cotal_trio.core.ledger import (
     parse_row,
     render_row,
 )
+from tests.support.ledger_rows import (
+    GRANTED_AT,
+    OTHER_OWNER,
+    OWNER,
+    TOKEN,
+    TOKEN_HASH,
+    UID,
+    lookup_of,
+    managed,
+    row,
+)
 
-OWNER = "u_rbxbyevw4etgpbzfupdhu2zxwe"
-OTHER_OWNER = "u_" + "b" * 26
-UID = "0" * 20 + "abcdef"
 UID2 = "1" * 26
-TOKEN = "secret-token-of-alpha"
-TOKEN_HASH = hashlib.sha256(TOKEN.encode()).hexdigest()
-GRANTED_AT = "2026-11-29T10:00:00.000Z"
-
-
-def row(kind=LedgerKind.INTERACTIVE, **overrides) -> LedgerRow:
-    fields = {
-        "kind": kind, "owner": OWNER, "actor": "cli", "scope": ("spawn", "role:default"),
-        "allow_subscribe": (">",), "allow_publish": (">",), "lifecycle_uid": UID, "granted_at": GRANTED_AT,
-    }  # fmt: skip
-    if kind is LedgerKind.MANAGED:
-        fields["token_hash"] = TOKEN_HASH
-    return LedgerRow(**{**fields, **overrides})
-
-
-def managed(actor="alpha", **overrides) -> LedgerRow:
-    return row(LedgerKind.MANAGED, actor=actor, **overrides)
 
 
 def bearer(**overrides) -> ValidatedBearer:
@@ -276,11 +267,6 @@ def test_human_exchange_refusal_sentence(interactive):
         'actor "cli" is not granted for this user - the mesh operator lets them in with '
         f"`cotal actor grant cli --owner {OWNER}` (or --sub <their IdP subject>)"
     )
-
-
-def lookup_of(*known: LedgerRow):
-    table = {(r.owner, r.actor): r for r in known}
-    return lambda owner, actor: table.get((owner, actor))
 
 
 def test_agent_exchange():

@@ -20,7 +20,7 @@ from cotal_trio.core.limits import (
     Limit,
     Limited,
 )
-from tests.core.test_callout import OWNER
+from tests.support.callout_requests import OWNER
 
 OTHER = "u_" + "b" * 26
 HOST = "198.51.100.7"

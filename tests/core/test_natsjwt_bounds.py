@@ -7,7 +7,6 @@ catches CodecError. Every way a token can be wrong is now a CodecError naming wh
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import sys
@@ -17,27 +16,14 @@ import pytest
 from cotal_trio.core import natsjwt
 from cotal_trio.core.errors import CodecError
 from cotal_trio.core.nkeys import KeyPair, Prefix
+from tests.support.callout_requests import signed_with
 
 SIGNER = KeyPair.from_raw(Prefix.SERVER, bytes([1]) * 32)
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
 def signed(claims_text: str | bytes, *, header: str | bytes | None = None) -> str:
     """A compact NATS JWT over any claims text, validly signed by ``SIGNER``."""
     return signed_with(SIGNER, claims_text, header=header)
-
-
-def signed_with(signer: KeyPair, claims_text: str | bytes, *, header: str | bytes | None = None) -> str:
-    """A compact NATS JWT over any claims text (lone surrogates kept), validly signed by ``signer``."""
-    raw = claims_text.encode("utf-8", "surrogatepass") if isinstance(claims_text, str) else claims_text
-    head = _b64(json.dumps(natsjwt.HEADER).encode()) if header is None else _b64(
-        header.encode() if isinstance(header, str) else header
-    )
-    signing_input = f"{head}.{_b64(raw)}"
-    return f"{signing_input}.{_b64(signer.sign(signing_input.encode()))}"
 
 
 HOSTILE = [

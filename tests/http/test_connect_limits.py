@@ -18,7 +18,7 @@ import pytest
 from cotal_trio.core.limits import ConnectLimiter, Limit
 from cotal_trio.core.windows import REFUSAL_LIMIT
 from cotal_trio.http import build_loopback_app
-from tests.http.test_loopback import (
+from tests.support.loopback import (
     AGENT_SECRET,
     HEADERS,
     OWNER,
@@ -26,10 +26,9 @@ from tests.http.test_loopback import (
     _context,
     _human_body,
     ceiling,
+    _post as _post_loopback,
 )
-from tests.http.test_loopback import _post as _post_loopback
-from tests.http.test_public import JSON_ONLY, _app
-from tests.http.test_public import _post as _post_public
+from tests.support.public_face import JSON_ONLY, _app, _post as _post_public
 
 AGENT_BODY = {"owner": OWNER, "actor": "worker", "actorToken": AGENT_SECRET}
 CLI_LIMITED = {

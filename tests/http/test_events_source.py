@@ -18,7 +18,7 @@ from trio_websocket import ConnectionClosed, wrap_client_stream
 
 from cotal_trio.http.loopback import EventSource, build_loopback_app
 from cotal_trio.http.serve import serve_app
-from tests.http.test_loopback import CAP, SPACE, _context
+from tests.support.loopback import CAP, SPACE, _context
 
 CEILING_S = 10
 

@@ -18,7 +18,7 @@ from cotal_trio.core.events import lane_event
 from cotal_trio.http.loopback import build_loopback_app
 from cotal_trio.http.serve import serve_app
 from cotal_trio.lane.events import EventBus
-from tests.http.test_loopback import CAP, _context
+from tests.support.loopback import CAP, _context
 
 USER_TIMEOUT_S = 1.0
 

@@ -35,9 +35,8 @@ from cotal_trio.core.jose import b64url_encode
 from cotal_trio.http import build_loopback_app
 from cotal_trio.http.mesh_routes import MESH_PATHS
 from cotal_trio.http.public import MESH_DOCUMENT_PATH
-from tests.http.test_loopback import AGENT_SECRET, CAP, DEV_IDP, NOW, OWNER, SUB, _context, _human_body, ceiling
-from tests.http.test_public import GHOST_BODY
-from tests.http.test_public import _app as _public_app
+from tests.support.loopback import AGENT_SECRET, CAP, DEV_IDP, NOW, OWNER, SUB, _context, _human_body, ceiling
+from tests.support.public_face import GHOST_BODY, _app as _public_app
 
 EXAMPLES = 300
 FUZZ = settings(

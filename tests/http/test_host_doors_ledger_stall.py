@@ -30,10 +30,10 @@ from cotal_trio.http.lifecycle_doors import routes as lifecycle_routes
 from cotal_trio.http.manager_doors import CONSENT_PATH, VERIFY_ENROLLMENT_PATH
 from cotal_trio.http.manager_doors import routes as manager_routes
 from cotal_trio.state import SpacePaths
-from tests.http.test_exchange_ledger_stall import StallingLedger, _context, _race, _request, short_deadline
-from tests.http.test_lifecycle_doors import FakeRecords, FakeRows, Log
-from tests.http.test_loopback import LIFECYCLE, OWNER, SPACE, _human_body, _row
-from tests.http.test_manager_doors import INSTANCE, MemoryRecords, _consent, _doors, _instance
+from tests.support.ledger_stall import StallingLedger, _context, _race, short_deadline
+from tests.support.lifecycle_doors import FakeRecords, FakeRows, Log
+from tests.support.loopback import LIFECYCLE, OWNER, SPACE, _human_body, _request, _row
+from tests.support.manager_doors import INSTANCE, MemoryRecords, _consent, _doors, _instance
 
 __all__ = ["short_deadline"]  # the fixture, used by name
 

@@ -20,8 +20,8 @@ from cotal_trio.core.idp import parse_jwks
 from cotal_trio.core.jose import IssuerKey, sign_ed25519_jws
 from cotal_trio.http import build_loopback_app
 from cotal_trio.devidp import mint_dev_token
-from tests.http.test_loopback import DEV_IDP, HEADERS, NOW, SUB, FixedClock, _context, ceiling
-from tests.http.test_public import JSON_ONLY, _app
+from tests.support.loopback import DEV_IDP, HEADERS, NOW, SUB, FixedClock, _context, ceiling
+from tests.support.public_face import JSON_ONLY, _app
 
 KEY = DEV_IDP.key
 HEADER = {"alg": "EdDSA", "kid": KEY.kid, "typ": "JWT"}

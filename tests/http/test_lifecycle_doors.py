@@ -13,16 +13,14 @@ import functools
 import json
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import trio
 from quart import request
 from quart_trio import QuartTrio
 
 from cotal_trio.core.errors import Unavailable
-from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.issuance import IssuanceRow, render_row
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.core.lifecycle import LifecycleRecord, LifecycleState, parse_record
@@ -32,117 +30,19 @@ from cotal_trio.http.faces import check_transport, read_json_body
 from cotal_trio.http.lifecycle_doors import LifecycleDoors, routes
 from cotal_trio.stores import lifecycle as lifecycle_lane
 from cotal_trio.stores.issuance import MARKER_TTL_S
-from cotal_trio.natsio import KeyExists, KvEntry, WrongRevision
+from cotal_trio.natsio import KvEntry
 from cotal_trio.state import SpacePaths, read_principal, row_path, write_row
-from tests.http.test_loopback import ceiling
+from tests.support.loopback import ceiling
+from tests.support.lifecycle_doors import FakeRecords, FakeRows, Log, OWNER
 
 SPACE = "alpha"
 NOW = 1_800_000_000
-OWNER = derive_owner(bytes(range(32)), "https://idp.example", "alice")
 UID = "a" * 26
 OTHER_UID = "b" * 26
 DATA_ACCOUNT = KeyPair.from_raw(Prefix.ACCOUNT, bytes(range(32))).public_key
 OTHER_ACCOUNT = KeyPair.from_raw(Prefix.ACCOUNT, bytes(range(1, 33))).public_key
 HEADERS = {"Content-Type": "application/json"}
 NOT_EXECUTED = {"outcome": "not-executed"}
-
-
-@dataclass
-class Log:
-    """Every store write, in order: ``(op, key, row file present?)``."""
-
-    paths: SpacePaths
-    kind: LedgerKind = LedgerKind.INTERACTIVE
-    events: list[tuple[str, str, bool]] = field(default_factory=list)
-
-    def note(self, op: str, key: str) -> None:
-        self.events.append((op, key, row_path(self.paths, self.kind, OWNER, "cli").exists()))
-
-
-@dataclass
-class FakeRecords:
-    """The records store's ``put_record``/``get_record`` (stores.records.RecordsStore), in memory."""
-
-    log: Log
-    values: dict[str, tuple[bytes, int | None]] = field(default_factory=dict)
-    fail: Exception | None = None
-
-    async def put_record(self, key: str, value: bytes, *, ttl_s: int | None) -> None:
-        await trio.lowlevel.checkpoint()
-        if self.fail is not None:
-            raise self.fail
-        self.log.note("put", key)
-        self.values[key] = (value, ttl_s)
-
-    async def get_record(self, key: str) -> bytes | None:
-        await trio.lowlevel.checkpoint()
-        found = self.values.get(key)
-        return None if found is None else found[0]
-
-
-def _matches(pattern: str, key: str) -> bool:
-    """NATS subject matching of a KV key against a pattern (``*`` one token, ``>`` the rest)."""
-    want, have = pattern.split("."), key.split(".")
-    for i, token in enumerate(want):
-        if token == ">":
-            return len(have) > i
-        if i >= len(have) or (token != "*" and token != have[i]):
-            return False
-    return len(have) == len(want)
-
-
-@dataclass
-class FakeRows:
-    """The auth bucket's issuance port (stores.issuance.RowStore), in memory: live values only.
-    ``read`` lists every key whose value was handed out, by ``get`` or ``entries``."""
-
-    log: Log
-    rows: dict[str, tuple[bytes, int]] = field(default_factory=dict)
-    seq: int = 0
-    fail: Exception | None = None
-    marker_ttls: list[int] = field(default_factory=list)
-    read: list[str] = field(default_factory=list)
-
-    def put(self, key: str, value: bytes) -> None:
-        self.seq += 1
-        self.rows[key] = (value, self.seq)
-
-    async def create(self, key: str, value: bytes, *, ttl_s: int) -> int:
-        await trio.lowlevel.checkpoint()
-        if key in self.rows:
-            raise KeyExists(key)
-        self.put(key, value)
-        return self.seq
-
-    async def get(self, key: str) -> KvEntry | None:
-        await trio.lowlevel.checkpoint()
-        self.read.append(key)
-        found = self.rows.get(key)
-        return None if found is None else KvEntry(key=key, value=found[0], revision=found[1])
-
-    async def entries(self, pattern: str) -> list[KvEntry]:
-        await trio.lowlevel.checkpoint()
-        if self.fail is not None:
-            raise self.fail
-        keys = sorted(key for key in self.rows if _matches(pattern, key))
-        self.read.extend(keys)
-        return [KvEntry(key=key, value=self.rows[key][0], revision=self.rows[key][1]) for key in keys]
-
-    async def delete(self, key: str, *, last_revision: int, ttl_s: int) -> int:
-        await trio.lowlevel.checkpoint()
-        if self.fail is not None:
-            raise self.fail
-        if key not in self.rows or self.rows[key][1] != last_revision:
-            raise WrongRevision(key)
-        self.log.note("delete", key)
-        self.marker_ttls.append(ttl_s)
-        del self.rows[key]
-        self.seq += 1
-        return self.seq
-
-    async def keys(self, prefix: str) -> list[str]:
-        await trio.lowlevel.checkpoint()
-        return sorted(key for key in self.rows if key.startswith(prefix))
 
 
 def _ledger_row(kind: LedgerKind, uid: str = UID, actor: str = "cli") -> LedgerRow:
@@ -503,7 +403,6 @@ async def test_a_corrupt_record_is_503(managed):
 async def test_the_doors_take_post_only(doors):
     response = await doors.client.get(RETIRE)
     assert response.status_code == 405 and response.headers["Allow"] == "POST"
-
 
 
 @ceiling

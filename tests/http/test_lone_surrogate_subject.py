@@ -28,8 +28,8 @@ from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.ledger import LedgerKind
 from cotal_trio.http import build_loopback_app, serve_app
 from cotal_trio.http.loopback import PROOF_PATH
-from tests.http.test_loopback import CAP, CEILING_S, DEV_IDP, HEADERS, NOW, OWNER_SECRET, _context, _http, _row
-from tests.http.test_public import JSON_ONLY, _app
+from tests.support.loopback import CEILING_S, DEV_IDP, HEADERS, NOW, OWNER_SECRET, _context, _http, _request, _row
+from tests.support.public_face import JSON_ONLY, _app
 from tests.support.idp_tokens import sign_ascii_escaped
 
 SUB = "\ud800x"
@@ -54,14 +54,6 @@ def _signed(**claims: object) -> str:
 def _context_with_row():
     row = _row(LedgerKind.INTERACTIVE, "cli", owner=OWNER, parent=None)
     return _context(ledger={(row.kind, row.owner, row.actor): row})
-
-
-def _request(path: str, body: dict, *, capability: bool) -> bytes:
-    data = json.dumps(body).encode()
-    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-    if capability:
-        head += f"Authorization: Bearer {CAP}\r\n"
-    return (head + "Connection: close\r\n\r\n").encode() + data
 
 
 async def test_the_loopback_exchange_mints_for_a_lone_surrogate_subject(nursery):

@@ -3,8 +3,8 @@
 ``/chat-session/bearer``, ``/chat-session/retire`` and ``/manager-service-authority``.
 
 Driven through quart's test client on the public face (and the loopback face for the authority
-route), with the real core objects of ``test_loopback.py`` and :class:`FakeRecords`, the
-in-memory records store of ``test_views_exchange.py``.
+route), with the real core objects of ``tests/support/loopback.py`` and :class:`FakeRecords`, the
+in-memory records store of ``tests/support/views_exchange.py``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from cotal_trio.core.views import SessionBinding
 from cotal_trio.http import build_loopback_app
 from cotal_trio.http.faces import NO_MANAGER_REGISTRY
 from cotal_trio.http.mesh_routes import AGENT_NO_SESSION
-from tests.http.test_loopback import HEADERS, NOW, OWNER, ceiling
-from tests.http.test_public import GHOST_BODY, JSON_ONLY
-from tests.http.test_views_exchange import (
+from tests.support.loopback import HEADERS, NOW, OWNER, ceiling
+from tests.support.public_face import GHOST_BODY, JSON_ONLY
+from tests.support.views_exchange import (
     GHOST_401,
     HUMAN_EXP,
     MGR_A,

@@ -11,8 +11,8 @@ from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.jose import sign_ed25519_jws
 from cotal_trio.http import build_loopback_app
 from cotal_trio.http.loopback import BAD_CAPABILITY, PROOF_PATH
-from tests.http.test_loopback import CAP, DEV_IDP, HEADERS, NOW, OWNER_SECRET, SUB, _context, ceiling
-from tests.http.test_public import JSON_ONLY, _app
+from tests.support.loopback import CAP, DEV_IDP, HEADERS, NOW, OWNER_SECRET, SUB, _context, ceiling
+from tests.support.public_face import JSON_ONLY, _app
 
 KEY = DEV_IDP.key
 

@@ -1,7 +1,7 @@
 """The public face (cotal_trio/http/public.py; DESIGN 7; spec "Listener policy", "Proxy attribution").
 
 Route logic runs through quart's test client with the same real core objects as the loopback
-tests (``tests/http/test_loopback.py``): a real issuer key, real dev-IdP tokens, an in-memory
+tests (``tests/support/loopback.py``): a real issuer key, real dev-IdP tokens, an in-memory
 ledger. The socket peer is set per request through the ASGI ``client`` of the scope, as
 hypercorn sets it. One test serves the app over TCP with hypercorn.
 """
@@ -17,14 +17,13 @@ import pytest
 import trio
 
 from cotal_trio.core.bearer import validate_bearer
-from cotal_trio.core.creds import format_creds
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.core.jose import BearerKeySet
 from cotal_trio.core.ledger import AGENT_EXCHANGE_REFUSAL
-from cotal_trio.http import AUTH_PROVIDER, build_public_app, serve_app
+from cotal_trio.http import AUTH_PROVIDER, serve_app
 from cotal_trio.http.errors import INTERNAL_ERROR
 from cotal_trio.http.public import peer_key
-from tests.http.test_loopback import (
+from tests.support.loopback import (
     AGENT_SECRET,
     DEV_IDP,
     ISSUER_KEY,
@@ -37,37 +36,25 @@ from tests.http.test_loopback import (
     _human_body,
     ceiling,
 )
+from tests.support.public_face import (
+    GHOST_BODY,
+    IDP_URL,
+    JSON_ONLY,
+    PEER,
+    PUBLIC_URL,
+    SENTINEL,
+    SERVER,
+    SERVER_URL,
+    _app,
+    _post,
+)
 
-PUBLIC_URL = "https://auth.example"
-SERVER = "wss://nats.example"
-SERVER_URL = "nats://127.0.0.1:4222"
-IDP_URL = "https://idp.example/api/auth"
-SENTINEL = format_creds("eyJhbGciOiJlZDI1NTE5In0.sentinel.jwt", "SUAFAKESENTINELSEED")
-JSON_ONLY = {"Content-Type": "application/json"}
-PEER = "203.0.113.7"
 UNKNOWN = {
     "error": "unknown path - /health, /jwks, /exchange, /manager-instances, /chat-session/open, /chat-session/bearer, "
     "/chat-session/retire, /manager-service-authority, /.well-known/cotal-mesh"
 }
 TOO_MANY = {"error": "too many refused exchanges - wait a minute and retry"}
 AGENT_BODY = {"owner": OWNER, "actor": "worker", "actorToken": AGENT_SECRET}
-GHOST_BODY = {"owner": OWNER, "actor": "worker", "actorToken": "wrong"}
-
-
-def _app(ctx=None, **overrides):
-    options = {
-        "public_url": PUBLIC_URL, "advertised_server": SERVER, "server_url": SERVER_URL, "idp_url": IDP_URL,
-        "sentinel_creds": SENTINEL, "trusted_proxy": False, **overrides,
-    }  # fmt: skip
-    return build_public_app(ctx or _context(), **options)
-
-
-async def _post(client, body, *, peer=PEER, port=40000, headers=JSON_ONLY):
-    """POST /exchange from socket ``peer:port``; returns ``(status, json, response)``."""
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    scope = {"client": (peer, port)}
-    response = await client.post("/exchange", data=data, headers=headers, scope_base=scope)
-    return response.status_code, await response.get_json(), response
 
 
 async def _refuse(client, times, **kwargs) -> list[int]:

@@ -31,8 +31,8 @@ from cotal_trio.http.status_page import (
     session_token,
     status_routes,
 )
-from tests.http.test_loopback import CAP, _context, ceiling
-from tests.http.test_public import _app as _public_app
+from tests.support.loopback import CAP, _context, ceiling
+from tests.support.public_face import _app as _public_app
 
 WRONG_CAPS = ["wrong-capability-XYZZY", CAP + "0", CAP[:-1], "", "c\u00e7" * 10]
 PORT = 8101  # the face's own port, as hypercorn puts it in the ASGI scope

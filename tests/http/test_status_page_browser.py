@@ -52,7 +52,7 @@ from cotal_trio.http.status_page import cookie_ok, session_cookie_name, status_r
 from cotal_trio.service.pins import choose_pin
 from cotal_trio.state import read_json
 from tests.support.stack import SPACE, Stack, client, stack  # noqa: F401 (stack is a fixture)
-from tests.service.test_up_hosts_spaces_live import Other, until_applied
+from tests.support.up_hosts import Other, until_applied
 
 START_S = 30  # chromium answering on its DevTools port
 PAGE_S = 30  # a page condition turning true

@@ -31,7 +31,7 @@ from cotal_trio.core.nkeys import KeyPair
 from cotal_trio.core.plane import plane_bucket
 from cotal_trio.natsio import kv_keys
 from tests.support.stack import SPACE, Stack, client
-from tests.stores.test_issuance_live import callout_lines, store_reader
+from tests.support.issuance import callout_lines, store_reader
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

@@ -27,8 +27,8 @@ from cotal_trio.lane.callout.ports import AnswerPorts, ConnectPorts
 from cotal_trio.lane.callout.responder import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder
 from cotal_trio.stores.issuance import issuance_store
 from cotal_trio.natsio import open_connection, open_loop
-from tests.core.test_natsjwt_bounds import signed_with
-from tests.lane.test_provenance_live import KEYS, SERVER, SERVER_X, _ask, _no_rows, _request
+from tests.support.callout_requests import signed_with
+from tests.support.provenance import KEYS, SERVER, SERVER_X, _ask, _no_rows, _request
 
 pytestmark = pytest.mark.broker
 

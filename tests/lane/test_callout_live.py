@@ -15,22 +15,14 @@ import pytest
 import trio
 
 from cotal_trio.core.bearer import BearerGrant, issue_bearer
-from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.identity import mint_lifecycle_uid
 from cotal_trio.core.ledger import AGENT_EXCHANGE_REFUSAL, LedgerKind, LedgerRow, hash_actor_token, new_actor_token
 from cotal_trio.state import load_issuer_keys, remove_row, write_row
 
 from tests.support.stack import SPACE, client
+from tests.support.callout_live import refused
 
 pytestmark = pytest.mark.broker
-
-
-def refused():
-    """A refused connect: ``Unavailable`` from nats-py's 'Authorization Violation', raised
-    through the client's ``open_loop`` nursery (so inside an exception group)."""
-    return pytest.RaisesGroup(
-        pytest.RaisesExc(Unavailable, match="Authorization Violation"), flatten_subgroups=True
-    )
 
 
 async def test_admitted_with_exactly_the_granted_permissions(stack):

@@ -26,12 +26,11 @@ import trio
 from cotal_trio.broker.process import free_port, run_nats_server
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.lane import sessions as space_module  # where the lane opens its issuer session
-from cotal_trio.lane.callout.authority import ConnectAuthority
-from cotal_trio.service.embedded import UpConfig, run_up
 from cotal_trio.stores.issued import IssuedStores
 from cotal_trio.natsio import open_connection
-from cotal_trio.state import RootPaths, row_path
-from tests.support.stack import SPACE, Stack, client
+from cotal_trio.state import row_path
+from tests.support.stack import SPACE, Stack, client, start_stack
+from tests.support.connect_authority_live import _count_paths
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -67,36 +66,7 @@ def hung_pid(second_broker: tuple[str, int], monkeypatch) -> int:
 @pytest.fixture
 async def hung_stack(hung_pid: int, nursery: trio.Nursery, tmp_path, nats_server_bin: str) -> AsyncIterator[Stack]:
     """conftest's ``stack`` (2 s auth timeout) whose lane's issuer session is on ``hung_pid``."""
-    paths = RootPaths(tmp_path / "root")
-    config = UpConfig(paths=paths, space=SPACE, port=free_port(), auth_timeout_s=2, nats_server=nats_server_bin)
-    with trio.fail_after(20):
-        info = await nursery.start(functools.partial(run_up, config))
-    yield Stack(info=info, paths=paths)
-
-
-def _count_paths(monkeypatch) -> dict[str, list[object]]:
-    """What each of ConnectAuthority's two paths answered, in order: ``prepared`` (``finish``,
-    the writes sent beside the issuance row) and ``after the re-check`` (the port awaited;
-    "cancelled" when the callout stopped waiting for it)."""
-    paths: dict[str, list[object]] = {"prepared": [], "after the re-check": []}
-    finish, call = ConnectAuthority.finish, ConnectAuthority.__call__
-
-    async def finished(self, *args):
-        paths["prepared"].append(extra := await finish(self, *args))
-        return extra
-
-    async def called(self, *args):
-        try:
-            extra = await call(self, *args)
-        except trio.Cancelled:  # the callout stopped waiting for it (its deadline less the margin)
-            paths["after the re-check"].append("cancelled")
-            raise
-        paths["after the re-check"].append(extra)
-        return extra
-
-    monkeypatch.setattr(ConnectAuthority, "finish", finished)
-    monkeypatch.setattr(ConnectAuthority, "__call__", called)
-    return paths
+    yield await start_stack(nursery, tmp_path, nats_server_bin)
 
 
 async def _three_connects(stack: Stack, row: LedgerRow, bearer: str) -> None:
@@ -142,11 +112,7 @@ async def closed_stack(
         yield IssuedStores(conn, config.space)  # closed: every write is Unavailable
 
     monkeypatch.setattr(space_module, "_open_issuer", closed_issuer)
-    paths = RootPaths(tmp_path / "root")
-    config = UpConfig(paths=paths, space=SPACE, port=free_port(), auth_timeout_s=2, nats_server=nats_server_bin)
-    with trio.fail_after(20):
-        info = await nursery.start(functools.partial(run_up, config))
-    yield Stack(info=info, paths=paths)
+    yield await start_stack(nursery, tmp_path, nats_server_bin)
 
 
 async def test_a_closed_issuer_session_mints_without_rows_on_both_paths(closed_stack, monkeypatch):

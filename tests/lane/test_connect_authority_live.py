@@ -28,8 +28,7 @@ from cotal_trio.natsio import Connection, first_message, open_loop
 from cotal_trio.broker.accounts import open_system_connection
 from cotal_trio.state import load_broker, load_space, write_row
 from tests.support.stack import SPACE, Stack, client
-from tests.lane.test_connect_authority_hung_live import _count_paths
-from tests.lane.test_views_live import _register
+from tests.support.connect_authority_live import _count_paths, _register
 
 pytestmark = pytest.mark.broker
 

@@ -16,7 +16,7 @@ from cotal_trio.lane.callout.authority import ConnectAuthority
 from cotal_trio.core.profiles import agent_permissions
 from cotal_trio.stores.issued import Resolved
 from cotal_trio.natsio import WrongLastSequence
-from tests.core.test_connect_authority import EXP, NONCE, NOW, OWNER, SPACE, UID, _agent, _bearer, _row
+from tests.support.connect_authority import EXP, NONCE, NOW, OWNER, SPACE, UID, _agent, _bearer, _row
 
 
 class FakeStores:

@@ -24,7 +24,7 @@ import trio.testing
 
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.state import read_json
-from tests.core.test_callout_log import parse_callout_line
+from tests.support.callout_log import parse_callout_line
 
 from tests.support.stack import Stack, client, post_answer
 

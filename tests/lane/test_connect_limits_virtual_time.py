@@ -24,14 +24,8 @@ from cotal_trio.lane.spec import FullLane, LaneCommon, ReplicaLane
 from cotal_trio.service.hosting import FullLanes, ReplicaLanes, ServiceConfig, lane_factory
 from cotal_trio.natsio import Message
 from cotal_trio.state import RootPaths
-from tests.core.test_callout import NOW, OWNER
-from tests.lane.test_responder_virtual_time import (
-    CEILING_S,
-    LIMITS,
-    Lane,
-    _lines,
-    _message,
-)
+from tests.support.callout_requests import NOW, OWNER
+from tests.support.responder import CEILING_S, LIMITS, Lane, _lines, _message
 
 ACTOR_LIMITED = f"RATE_LIMITED retry-after 1s actor=cli owner={OWNER} limit=actor: "
 HOST_LIMITED = "RATE_LIMITED retry-after 1s host=127.0.0.1 limit=host: "

@@ -35,7 +35,7 @@ from cotal_trio.natsio import open_connection, open_loop
 from cotal_trio.state import RootPaths, read_json
 
 from tests.support.stack import SPACE, Stack, client
-from tests.service.test_host import FakeLanes, applied_when, config, manifest_bytes, move_over, serving, start_host
+from tests.support.host import FakeLanes, applied_when, config, manifest_bytes, move_over, serving, start_host
 
 CEILING_S = 60
 CLOCK = 1_800_000_000.0

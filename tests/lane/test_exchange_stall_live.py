@@ -19,8 +19,8 @@ import trio
 
 from cotal_trio.http import faces
 from cotal_trio.http.errors import UNAVAILABLE
-from tests.support.stack import Stack, client
-from tests.stores.test_issuance_live import release, stall
+from tests.support.stack import Stack
+from tests.support.issuance import release, stall, Timeline, meanwhile as _meanwhile
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -29,27 +29,8 @@ STALL_S = 5.0
 DEADLINE_S = 1.5
 
 
-class Timeline:
-    """When each step answered, and whether the stalled read had been released by then."""
-
-    def __init__(self, released: threading.Event) -> None:
-        self.released = released
-        self.seen: dict[str, tuple[object, bool]] = {}
-
-    def note(self, name: str, value: object) -> None:
-        self.seen[name] = (value, self.released.is_set())
-
-
 async def _slow_exchange(stack: Stack, token: str, timeline: Timeline) -> None:
     timeline.note("slow", await stack.exchange({"idpToken": token, "actor": "cli"}))
-
-
-async def _meanwhile(stack: Stack, fast_token: str, bearer: str, timeline: Timeline) -> None:
-    await trio.sleep(0.3)  # the slow exchange is in its read by now
-    timeline.note("exchange", (await stack.exchange({"idpToken": fast_token, "actor": "cli"}))[0])
-    async with client(stack, bearer) as conn:
-        await conn.flush()
-    timeline.note("connect", "connected")
 
 
 async def test_a_stalled_exchange_read_holds_neither_another_exchange_nor_the_callout(stack, monkeypatch, caplog):

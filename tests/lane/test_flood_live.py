@@ -71,7 +71,7 @@ from cotal_trio.natsio import open_connection, open_loop
 from cotal_trio.state import read_json
 
 from tests.support.stack import SPACE, Stack, client
-from tests.stores.test_issuance_live import stall
+from tests.support.issuance import stall
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -161,10 +161,10 @@ class Lines:
 
 
 def unstall(path: Path, data: bytes) -> None:
-    """Undo :func:`~tests.stores.test_issuance_live.stall`: put the row file back, then end every
+    """Undo :func:`~tests.support.issuance.stall`: put the row file back, then end every
     read blocked on the FIFO with end of file.
 
-    Unlike test_issuance_live's ``release`` (one reader, handed the row), many reads block on
+    Unlike tests/support/issuance.py's ``release`` (one reader, handed the row), many reads block on
     each FIFO here, so none is handed the row: opening a writer first wakes the reads blocked in
     ``open()``, which then wait for data; the row file replaces the FIFO, so a read that starts
     from now on reads the row; closing the writer gives the blocked reads end of file. The

@@ -33,8 +33,7 @@ from cotal_trio.service.host import HostConfig, run_host
 from cotal_trio.lane.run import run_lane
 from cotal_trio.lane.spec import FullLane, LaneCommon
 from cotal_trio.natsio._conn import KEEPALIVE_S, PONG_TIMEOUT_S
-from tests.service.test_auth_service_live import AUTH_TIMEOUT_S, start_mesh, write_manifest
-from tests.lane.test_replica_failover_live import until_state
+from tests.support.service import AUTH_TIMEOUT_S, start_mesh, write_manifest, until_state
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

@@ -18,7 +18,6 @@ meet their deadlines with room on a loaded machine; every wait is bounded by ``C
 
 from __future__ import annotations
 
-import functools
 import json
 import signal
 import threading
@@ -30,9 +29,6 @@ import pytest
 import trio
 
 from cotal_trio.broker import provision
-from cotal_trio.broker.accounts import open_system_connection, push_accounts
-from cotal_trio.broker.config import write_config
-from cotal_trio.broker.process import free_port, run_nats_server
 from cotal_trio.cli.common import stop_on_signal
 from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.ledger import LedgerRow, ReadRows
@@ -43,7 +39,7 @@ from cotal_trio.service.hosting import FullLanes, lane_factory
 from cotal_trio.core.plane import PLANE_KEY, PlaneState, parse_row, plane_bucket
 from cotal_trio.natsio import kv_get, open_connection, open_loop
 from cotal_trio.state import load_space, read_json
-from tests.service.test_auth_service_live import Mesh, provision_root, serving, until, write_manifest
+from tests.support.service import Mesh, serving, start_mesh, until, write_manifest
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -72,25 +68,11 @@ class Gate:
         return gated
 
 
-async def start_mesh(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> Mesh:
-    """test_auth_service_live's mesh (spaces a, b, c pushed), with a 4 s auth timeout."""
-    paths, idp = provision_root(tmp_path / "root")
-    material = provision.ensure_root(paths, iat=int(time.time()))
-    port = free_port()
-    conf = write_config(paths, material, port=port, auth_timeout_s=AUTH_TIMEOUT_S)
-    start = functools.partial(run_nats_server, conf, executable=nats_server_bin, log_path=paths.broker_log, port=port)
-    url = f"nats://127.0.0.1:{port}"
-    with trio.fail_after(20):
-        await nursery.start(start)
-        async with open_loop(), open_system_connection(url, material) as system:
-            record = provision.load_space_accounts(paths, material, "a")
-            await push_accounts(system, (record.data_jwt, record.auth_jwt))
-    return Mesh(paths=paths, idp=idp, server_url=url)
-
-
 @pytest.fixture
 async def mesh(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> Mesh:
-    return await start_mesh(nursery, tmp_path, nats_server_bin)
+    """tests/support/service.py's mesh with space a pushed, with a 4 s auth timeout."""
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin, auth_timeout_s=AUTH_TIMEOUT_S, spaces=("a",))
+    return mesh
 
 
 async def start_host(nursery: trio.Nursery, mesh: Mesh, manifest: Path, gate: Gate) -> Host:

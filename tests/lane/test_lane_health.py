@@ -137,7 +137,7 @@ async def test_a_probe_contends_for_the_slots_of_the_lanes_ledger_reads(tmp_path
     from cotal_trio.core.ledger import LedgerKind
     from cotal_trio.state import LedgerReader, RootPaths, write_row
     from cotal_trio.state.ledger_threads import read_in_threads
-    from tests.state.test_ledger_files import row
+    from tests.support.ledger_files import row
 
     space = RootPaths(tmp_path).space("a")
     port = read_in_threads(LedgerReader(space), max_threads=1)  # the lane's port: its slots

@@ -28,15 +28,7 @@ from cotal_trio.service.hosting import FullLanes, lane_factory
 from cotal_trio.service.notify import status_text
 from cotal_trio.state import LedgerReader, SpacePaths
 from cotal_trio.state.ledger_files import kind_dir
-from tests.service.test_auth_service_live import (
-    AUTH_TIMEOUT_S,
-    Mesh,
-    refused,
-    serving,
-    start_mesh,
-    until,
-    write_manifest,
-)
+from tests.support.service import AUTH_TIMEOUT_S, Mesh, refused, serving, start_mesh, until, write_manifest
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -88,7 +80,7 @@ class Ledger:
 
 @pytest.fixture
 async def mesh(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> Mesh:
-    """As test_auth_service_live's ``mesh`` fixture (auth timeout 1 s)."""
+    """As tests/support/service.py's ``mesh`` fixture (auth timeout 1 s)."""
     return (await start_mesh(nursery, tmp_path, nats_server_bin))[0]
 
 

@@ -54,13 +54,7 @@ from cotal_trio.lane.spec import LaneCommon
 from cotal_trio.service.hosting import FullLanes, ReplicaLanes, lane_factory
 from cotal_trio.natsio import kv_get, open_connection, open_loop
 from cotal_trio.state import load_space
-from tests.service.test_auth_service_live import (
-    AUTH_TIMEOUT_S,
-    Mesh,
-    applied_spaces,
-    start_mesh,
-    write_manifest,
-)
+from tests.support.service import AUTH_TIMEOUT_S, Mesh, applied_spaces, start_mesh, write_manifest
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -73,7 +67,7 @@ SETTLE_S = 0.01
 
 @pytest.fixture
 async def mesh(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> Mesh:
-    """As test_auth_service_live's ``mesh`` fixture."""
+    """As tests/support/service.py's ``mesh`` fixture."""
     return (await start_mesh(nursery, tmp_path, nats_server_bin))[0]
 
 

@@ -14,7 +14,7 @@ import trio
 from cotal_trio.core.ledger import LedgerKind
 from cotal_trio.lane.callout.responder import read_in_threads
 from cotal_trio.state import LedgerReader, RootPaths, remove_row, row_path, write_row
-from tests.state.test_ledger_files import OWNER, row
+from tests.support.ledger_files import OWNER, row
 
 
 @pytest.fixture

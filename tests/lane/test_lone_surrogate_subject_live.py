@@ -34,7 +34,7 @@ from cotal_trio.http.loopback import PROOF_PATH
 from cotal_trio.lane.callout import connect as callout_lane  # where the lane mints (issue 16)
 from cotal_trio.natsio import open_loop
 from cotal_trio.state import load_broker, load_owner_secret, read_json, write_row
-from tests.core.test_identity import LONE_SURROGATE_VECTORS, _base32_lower_nopad
+from tests.support.identity import LONE_SURROGATE_VECTORS, _base32_lower_nopad
 from tests.support.idp_tokens import sign_ascii_escaped
 
 from tests.support.stack import SPACE, Stack, client, post_answer

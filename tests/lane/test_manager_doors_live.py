@@ -32,9 +32,9 @@ from cotal_trio.http.manager_doors import CONSENT_PATH, VERIFY_ENROLLMENT_PATH, 
 from cotal_trio.http.serve import serve_app
 from cotal_trio.stores.records import RecordsStore, ensure_records_stores, records_bucket
 from cotal_trio.natsio import open_connection, open_loop
-from tests.http.test_loopback import DEV_IDP, ISSUER_KEY, OWNER, OWNER_SECRET, SPACE, SUB, _row
+from tests.support.loopback import DEV_IDP, ISSUER_KEY, OWNER, OWNER_SECRET, SPACE, SUB, _row
 from tests.support.stack import post_answer
-from tests.stores.test_records_live import ttl_header
+from tests.support.records import ttl_header
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

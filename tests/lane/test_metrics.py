@@ -21,10 +21,11 @@ from cotal_trio.lane.callout.ports import AnswerPorts, ConnectPorts
 from cotal_trio.lane.callout.responder import CalloutResponder, CalloutStatistics
 from cotal_trio.lane.metrics import CALLOUT_SECONDS_BUCKETS, CONTENT_TYPE, LaneMetrics, MetricsSummary, read_summary
 
-from tests.http.test_loopback import HEADERS, _context, _human_body, _post
+from tests.support.loopback import HEADERS, _context, _human_body, _post
 
-from tests.stores.test_issuance_virtual_time import FakeBucket
-from tests.lane.test_responder_virtual_time import KEYS, LIMITS, NOW, VERIFIER, _message, _row
+from tests.support.kv_fakes import FakeBucket
+from tests.support.callout_requests import KEYS, NOW, VERIFIER, _row
+from tests.support.responder import LIMITS, _message
 
 SPACE = "alpha"
 OWNER = "u_" + "a" * 26

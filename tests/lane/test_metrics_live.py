@@ -7,9 +7,7 @@ face's scrape (no capability) and ``cotal status --json`` both show exactly thos
 from __future__ import annotations
 
 import json
-import logging
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 import trio
@@ -20,21 +18,12 @@ from cotal_trio.lane.metrics import CONTENT_TYPE
 from cotal_trio.state import read_json
 
 from tests.support.stack import SPACE, client
-from tests.lane.test_callout_live import refused
+from tests.support.callout_live import refused
+from tests.support.cli_root import restore_cotal_logger  # noqa: F401  autouse: main() configures logging
 
 pytestmark = pytest.mark.broker
 
 CEILING_S = 20
-
-
-@pytest.fixture(autouse=True)
-def restore_cotal_logger() -> Iterator[None]:
-    """Undo ``main()``'s ``configure_logging`` (it replaces the ``cotal`` logger's handlers)."""
-    logger = logging.getLogger("cotal")
-    saved = (logger.handlers[:], logger.propagate, logger.level)
-    yield
-    logger.handlers[:], logger.propagate = saved[0], saved[1]
-    logger.setLevel(saved[2])  # setLevel clears logging's isEnabledFor caches; `.level =` does not
 
 
 def _scrape(url: str) -> tuple[str, dict[tuple[str, frozenset], float]]:

@@ -29,7 +29,7 @@ from cotal_trio.natsio import (
 )
 
 from tests.support.stack import SPACE
-from tests.lane.test_profiles_live import (
+from tests.support.profiles import (
     ADMISSION,
     CEILING_S,
     DM,

@@ -66,18 +66,18 @@ from cotal_trio.natsio import (
     open_loop,
 )
 from cotal_trio.state import load_space
-from tests.service.test_auth_service_live import (
+from tests.support.service import (
     AUTH_TIMEOUT_S,
     Mesh,
-    applied_spaces,
     refused,
     start_mesh,
     write_manifest,
+    SPACE,
+    until_state,
 )
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
-SPACE = "a"
 READY = "✓ auth-service up"
 CALLOUT_NAME = f"cotal:auth-service:{SPACE}"  # the callout connection's name (lane/run.py)
 MINTED = re.compile(rf"^auth callout: level=\w+ outcome=minted space={SPACE} req=U[A-Z2-7]+ ")
@@ -287,15 +287,6 @@ async def start_full_lane_host(
     ))
     await until_state(host, manifest, "serving")
     return host, manifest
-
-
-async def until_state(host: Host, manifest: Path, state: str, reason: str = "") -> dict:
-    """Await ``.applied`` until space a is in ``state`` with a reason starting with ``reason``."""
-    while True:
-        status = applied_spaces(manifest).get(SPACE, {})
-        if status.get("state") == state and status.get("reason", "").startswith(reason):
-            return status
-        await host.wait_written()
 
 
 def our_holder(row: PlaneRow) -> bool:

@@ -20,9 +20,8 @@ from cotal_trio.core.callout import SERVER_XKEY_HEADER
 from cotal_trio.core.limits import ConnectLimiter, ConnectLimits, Limit, Limited
 from cotal_trio.lane.callout.responder import CALLOUT_SUBJECT
 from cotal_trio.natsio import Message
-from tests.core.test_callout import KEYS, NOW, SERVER, SERVER_X, _claims
-from tests.core.test_natsjwt_bounds import signed_with
-from tests.lane.test_responder_virtual_time import CEILING_S, Lane, _message, _user
+from tests.support.callout_requests import KEYS, NOW, SERVER, SERVER_X, _claims, signed_with
+from tests.support.responder import CEILING_S, Lane, _message, _user
 
 HOST_LIMITED = ConnectLimits(host_per_minute=1)
 

@@ -46,9 +46,8 @@ from cotal_trio.core.limits import ConnectLimiter, ConnectLimits
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.lane.callout.responder import CALLOUT_SUBJECT
 from cotal_trio.natsio import Message
-from tests.core.test_callout import KEYS, NOW, SERVER, SERVER_X, SPACE, VERIFIER
-from tests.core.test_natsjwt_bounds import signed_with
-from tests.lane.test_responder_virtual_time import BEARER, Lane, _answer, _message
+from tests.support.callout_requests import KEYS, NOW, SERVER, SERVER_X, SPACE, VERIFIER, signed_with
+from tests.support.responder import BEARER, Lane, _answer, _message
 
 PURE_EXAMPLES = 200
 EXAMPLES = 40

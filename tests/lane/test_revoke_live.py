@@ -21,7 +21,7 @@ from cotal_trio.stores import lifecycle as lifecycle_lane
 from cotal_trio.state import read_json, read_principal
 
 from tests.support.stack import SPACE, _post, client
-from tests.lane.test_callout_live import refused
+from tests.support.callout_live import refused
 
 pytestmark = pytest.mark.broker
 

@@ -52,8 +52,8 @@ from cotal_trio.lane.run import run_lane
 from cotal_trio.lane.spec import FullLane, LaneCommon, ReplicaLane
 from cotal_trio.natsio import Connection, open_connection, open_loop
 from cotal_trio.state import atomic_write, load_space
-from tests.service.test_auth_service_live import AUTH_TIMEOUT_S, Mesh, start_mesh, until
-from tests.stores.test_issuance_live import _bearer
+from tests.support.service import AUTH_TIMEOUT_S, Mesh, start_mesh, until
+from tests.support.issuance import _bearer
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

@@ -45,8 +45,8 @@ from cotal_trio.state import (
     load_space,
     write_row,
 )
-from tests.service import test_auth_service_live as auth_live
-from tests.service.test_auth_service_live import AUTH_TIMEOUT_S, Mesh, until
+from tests.support import service as auth_live
+from tests.support.service import AUTH_TIMEOUT_S, Mesh, until
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

@@ -13,8 +13,9 @@ import trio
 from cotal_trio.broker.process import free_port
 from cotal_trio.service.embedded import UpConfig, run_up
 from cotal_trio.lane.callout.views import INSTANCE_GONE, SESSION_GONE
-from cotal_trio.state import RootPaths, read_json
-from tests.support.stack import SPACE, Stack, _post, client
+from cotal_trio.state import RootPaths
+from tests.support.stack import SPACE, Stack, client, request_json
+from tests.support.connect_authority_live import _loopback, _register
 
 pytestmark = pytest.mark.broker
 
@@ -23,11 +24,6 @@ def refused():
     from cotal_trio.core.errors import Unavailable
 
     return pytest.RaisesGroup(pytest.RaisesExc(Unavailable, match="Authorization Violation"), flatten_subgroups=True)
-
-
-async def _loopback(stack: Stack, path: str, body: dict, *, cap: str | None = None) -> tuple[int, dict]:
-    service = read_json(stack.space_paths.auth_service_json)
-    return await trio.to_thread.run_sync(_post, service["url"] + path, cap or service["cap"], body)
 
 
 async def _violation(conn, subject: str) -> str:
@@ -46,14 +42,6 @@ async def _allowed(conn, subject: str) -> None:
 
 def _callout_lines(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "cotal.callout"]
-
-
-async def _register(stack: Stack, sub: str, actor: str) -> str:
-    status, body = await _loopback(
-        stack, "/manager-service-authority", {"idpToken": stack.idp_token(sub), "request": {"kind": "register", "actor": actor}}
-    )
-    assert status == 200, body
-    return body["instanceId"]
 
 
 async def test_a_manager_caller_reaches_its_one_manager_until_it_is_retired(stack, caplog):
@@ -121,22 +109,7 @@ async def public_stack(nursery, tmp_path, nats_server_bin: str):
 
 
 async def _public(url: str, path: str, body: dict) -> tuple[int, dict]:
-    import json
-    import urllib.error
-    import urllib.request
-
-    def post() -> tuple[int, dict]:
-        request = urllib.request.Request(
-            url + path, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return exc.code, json.loads(exc.read())
-
-    return await trio.to_thread.run_sync(post)
+    return await trio.to_thread.run_sync(request_json, url + path, body)
 
 
 async def test_a_chat_session_bearer_reaches_its_session_until_it_is_retired(public_stack, caplog):

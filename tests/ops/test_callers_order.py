@@ -21,7 +21,7 @@ from cotal_trio.core.errors import RefusalCode, Refused
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.ops.callers import check_caller_request, create_intent
 from cotal_trio.natsio import Message
-from tests.core.test_callers import (
+from tests.support.callers import (
     ACTOR,
     DATA,
     ENDPOINT,

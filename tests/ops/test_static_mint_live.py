@@ -15,22 +15,14 @@ import pytest
 import trio
 
 from cotal_trio.broker.spaces import add_space
-from cotal_trio.cli import main
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.natsio import open_connection, open_loop
-from tests.broker.conftest import operator_broker, provisioned  # noqa: F401  (fixtures)
+from tests.support.cli_root import cotal
 
 pytestmark = pytest.mark.broker
 
 STATIC = "st"
 CEILING_S = 40
-
-
-async def cotal(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = await trio.to_thread.run_sync(main, list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def connect(url: str, receipt: dict):

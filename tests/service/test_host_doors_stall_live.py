@@ -25,9 +25,8 @@ from cotal_trio.http.errors import UNAVAILABLE
 from cotal_trio.http.lifecycle_doors import INTERACTIVE_RETIRE_PATH
 from cotal_trio.http.manager_doors import VERIFY_ENROLLMENT_PATH
 from cotal_trio.state import read_json
-from tests.support.stack import Stack, client, post_answer
-from tests.lane.test_exchange_stall_live import Timeline
-from tests.stores.test_issuance_live import release, stall
+from tests.support.stack import Stack, post_answer
+from tests.support.issuance import Timeline, release, stall, meanwhile as _meanwhile
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -45,14 +44,6 @@ async def _door(stack: Stack, path: str, body: dict) -> tuple[int, dict]:
 
 async def _slow(stack: Stack, name: str, path: str, body: dict, timeline: Timeline) -> None:
     timeline.note(name, await _door(stack, path, body))
-
-
-async def _meanwhile(stack: Stack, fast_token: str, bearer: str, timeline: Timeline) -> None:
-    await trio.sleep(0.3)  # both doors are in their reads by now
-    timeline.note("exchange", (await stack.exchange({"idpToken": fast_token, "actor": "cli"}))[0])
-    async with client(stack, bearer) as conn:
-        await conn.flush()
-    timeline.note("connect", "connected")
 
 
 async def test_stalled_door_reads_hold_neither_an_exchange_nor_the_callout(stack, monkeypatch, caplog):

@@ -29,7 +29,7 @@ from cotal_trio.lane.spec import LaneCommon
 from cotal_trio.service.hosting import FullLanes, lane_factory
 from cotal_trio.state import IdpPinRecord, load_owner_secret, read_json, save_idp_pin, write_row
 from tests.support.stack import _post
-from tests.service.test_auth_service_live import AUTH_TIMEOUT_S, Mesh, mesh, serving, until, write_manifest  # noqa: F401
+from tests.support.service import AUTH_TIMEOUT_S, Mesh, serving, until, write_manifest
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

@@ -18,8 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -44,7 +42,8 @@ from cotal_trio.state import (
     save_idp_pin,
     write_row,
 )
-from tests.service.test_auth_service_live import Mesh, mesh  # noqa: F401
+from tests.support.service import Mesh
+from tests.support.stack import request_json as _request
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -120,18 +119,6 @@ def _stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
         proc.communicate(timeout=20)
         raise
     return proc.returncode, err
-
-
-def _request(url: str, body: dict | None = None) -> tuple[int, dict]:
-    """Blocking GET (or POST of ``body`` as JSON, with no capability): status and JSON answer."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read())
 
 
 async def test_auth_service_flags_serve_the_public_face(mesh: Mesh, nursery: trio.Nursery):

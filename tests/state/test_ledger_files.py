@@ -8,24 +8,11 @@ import stat
 import pytest
 
 from cotal_trio.core.errors import CodecError, ConfigError, Refused
-from cotal_trio.core.ledger import LedgerKind, LedgerRow, render_row
+from cotal_trio.core.ledger import LedgerKind, render_row
 from cotal_trio.state import LedgerReader, RootPaths, list_rows, read_principal, remove_row, row_path, write_row
+from tests.support.ledger_files import OWNER, row
 
-OWNER = "u_" + "a" * 26
 OTHER = "u_" + "b" * 26
-UID = "0" * 26
-GRANTED = "2026-11-29T10:00:00.000Z"
-
-
-def row(kind: LedgerKind, owner: str = OWNER, actor: str = "cli", **extra) -> LedgerRow:
-    fields = {
-        "kind": kind, "owner": owner, "actor": actor, "scope": ("spawn", "role:default"),
-        "allow_subscribe": (">",), "allow_publish": ("team.*",), "lifecycle_uid": UID,
-        "granted_at": GRANTED,
-    }
-    if kind is LedgerKind.MANAGED:
-        fields["token_hash"] = "f" * 64
-    return LedgerRow(**{**fields, **extra})
 
 
 @pytest.fixture

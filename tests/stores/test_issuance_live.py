@@ -19,33 +19,27 @@ import base64
 import functools
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
 
-from cotal_trio.broker.process import free_port
 from cotal_trio.core.admission import CalloutLimits
-from cotal_trio.core.bearer import BearerGrant, issue_bearer
 from cotal_trio.core.callout import TIMEOUT_REASON
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.issuance import IssuanceRow, parse_row, render_row, store_missing_reason
 from cotal_trio.core.plane import plane_bucket
-from cotal_trio.service.embedded import UpConfig, run_up
-from cotal_trio.lane.service_endpoints import open_store_user
 from cotal_trio.lane.run import run_lane
 from cotal_trio.lane.spec import FullLane, LaneCommon, ReplicaLane
-from cotal_trio.natsio import Connection, is_bucket_missing, kv_get, kv_keys, kv_put, open_loop
-from cotal_trio.state import RootPaths, SpacePaths, load_issuer_keys, load_owner_secret, load_space, read_principal
-from tests.core.test_callout_log import parse_callout_line
-from tests.support.stack import SPACE, Stack, client
-from tests.service.test_auth_service_live import AUTH_TIMEOUT_S, Mesh, refused, start_mesh
+from cotal_trio.natsio import Connection, is_bucket_missing, kv_get, kv_keys, kv_put
+from cotal_trio.state import load_owner_secret
+from tests.support.stack import SPACE, Stack, client, start_stack
+from tests.support.service import AUTH_TIMEOUT_S, Mesh, refused, start_mesh
+from tests.support.issuance import _bearer, callout_lines, release, stall, store_reader
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -57,23 +51,7 @@ BUDGET_MS = 750  # authorization { timeout: 1 } less the 250 ms margin
 @pytest.fixture
 async def stack(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> AsyncIterator[Stack]:
     """``run_up`` as tests/support/stack.py's, with the broker's ``authorization { timeout: 1 }``."""
-    paths = RootPaths(tmp_path / "root")
-    config = UpConfig(paths=paths, space=SPACE, port=free_port(), auth_timeout_s=1, nats_server=nats_server_bin)
-    with trio.fail_after(20):
-        info = await nursery.start(functools.partial(run_up, config))
-    yield Stack(info=info, paths=paths)
-
-
-@asynccontextmanager
-async def store_reader(space_paths: SpacePaths, server_url: str, space: str) -> AsyncIterator[Connection]:
-    """A data-account connection of the test's own, allowed the JetStream API and the auth bucket."""
-    permissions = {"pub": {"allow": ["$JS.API.>", f"$KV.{plane_bucket(space)}.>"]}, "sub": {"allow": ["_INBOX.>"]}}
-    material = load_space(space_paths.callout_json, space)
-    async with open_loop(), open_store_user(
-        material, server_url, name="test:issuance-reader", permissions=permissions, iat=int(time.time()),
-        reconnect=False,
-    ) as conn:
-        yield conn
+    yield await start_stack(nursery, tmp_path, nats_server_bin, auth_timeout_s=1)
 
 
 async def ttl_header(conn: Connection, space: str, key: str) -> int:
@@ -83,37 +61,6 @@ async def ttl_header(conn: Connection, space: str, key: str) -> int:
     message = json.loads((await conn.request(f"$JS.API.STREAM.MSG.GET.KV_{bucket}", request)).data)["message"]
     headers = base64.b64decode(message["hdrs"]).decode().split("\r\n")
     return int(next(line.split(":", 1)[1] for line in headers if line.lower().startswith("nats-ttl:")))
-
-
-def callout_lines(caplog: pytest.LogCaptureFixture) -> list[dict]:
-    return [parse_callout_line(r.getMessage()) for r in caplog.records
-            if r.name == "cotal.callout" and r.getMessage().startswith("auth callout: level=")
-            and "outcome=dropped" not in r.getMessage()]
-
-
-def stall(path: Path) -> bytes:
-    """Replace the row file at ``path`` by a FIFO: opening it blocks until a writer opens it.
-
-    Returns the row's bytes, for :func:`release`.
-    """
-    data = path.read_bytes()
-    fifo = path.with_name(path.name + ".fifo")
-    os.mkfifo(fifo, 0o600)
-    os.replace(fifo, path)
-    return data
-
-
-def release(path: Path, data: bytes) -> None:
-    """Answer a read blocked on the FIFO at ``path`` with ``data``, and put the row file back."""
-    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)  # never blocks; wakes a reader waiting in open()
-    try:
-        os.write(fd, data)
-        back = path.with_name(path.name + ".back")
-        back.write_bytes(data)
-        os.chmod(back, 0o600)
-        os.replace(back, path)
-    finally:
-        os.close(fd)  # the reader sees the row, then end of file
 
 
 async def admitted(stack: Stack, bearer: str, finished: list[float], start: float) -> None:
@@ -197,19 +144,6 @@ def _lane(mesh: Mesh, space: str, *, callout_only: bool) -> functools.partial:
     if callout_only:
         return functools.partial(run_lane, ReplicaLane(space=space, paths=paths, common=common))
     return functools.partial(run_lane, FullLane(space=space, paths=paths, common=common, idp_keys=dict))
-
-
-def _bearer(mesh: Mesh, space: str, sub: str) -> str:
-    """Grant ``sub``'s actor ``cli`` in ``space`` and sign its bearer with the space's issuer key
-    (a replica serves no exchange)."""
-    mesh.grant(space, sub, "cli")
-    paths = mesh.paths.space(space)
-    owner = derive_owner(load_owner_secret(paths.owner_secret_json), mesh.idp.issuer, sub)
-    row, _ = read_principal(paths, owner, "cli")
-    assert row is not None
-    grant = BearerGrant(owner=owner, actor="cli", scope=row.scope, lifecycle_uid=row.lifecycle_uid)
-    key = load_issuer_keys(paths.issuer_json, space).active
-    return issue_bearer(grant, key=key, space=space, now=int(time.time()), ttl_s=120)[0]
 
 
 def _expired_row(owner: str) -> bytes:

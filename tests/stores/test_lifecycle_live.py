@@ -44,7 +44,7 @@ from cotal_trio.stores.records import (
 from cotal_trio.lane.service_users import open_service_user, store_permissions
 from cotal_trio.natsio import Connection, ensure_bucket, kv_get, open_loop
 from cotal_trio.state import load_owner_secret, load_space, read_principal, row_path, write_row
-from tests.service.test_auth_service_live import Mesh, start_mesh
+from tests.support.service import Mesh, start_mesh
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 

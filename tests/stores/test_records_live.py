@@ -3,7 +3,6 @@ records, the missing-store sentence, and the three permission sets as data-accou
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
 import os
@@ -31,6 +30,7 @@ from cotal_trio.lane.service_users import open_service_user, replica_store_permi
 from cotal_trio.natsio import Connection, KeyExists, kv_put, open_connection, open_loop
 from cotal_trio.state import load_space
 from tests.support.stack import SPACE, Stack
+from tests.support.records import ttl_header
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -67,14 +67,6 @@ async def store(conn: Connection) -> RecordsStore:
     with trio.fail_after(CEILING_S):
         await ensure_records_stores(conn, SPACE)
     return RecordsStore(conn, SPACE)
-
-
-async def ttl_header(conn: Connection, bucket: str, key: str) -> int:
-    """The ``Nats-TTL`` the row under ``key`` was written with (a raw ``STREAM.MSG.GET``)."""
-    request = json.dumps({"last_by_subj": f"$KV.{bucket}.{key}"}).encode()
-    message = json.loads((await conn.request(f"$JS.API.STREAM.MSG.GET.KV_{bucket}", request)).data)["message"]
-    headers = base64.b64decode(message["hdrs"]).decode().split("\r\n")
-    return int(next(line.split(":", 1)[1] for line in headers if line.lower().startswith("nats-ttl:")))
 
 
 async def stream_config(conn: Connection, bucket: str) -> dict:

@@ -76,6 +76,19 @@ def _post(url: str, cap: str, body: dict) -> tuple[int, dict]:
     return status, answer
 
 
+def request_json(url: str, body: dict | None = None) -> tuple[int, dict]:
+    """Blocking ``GET`` of ``url`` (or ``POST`` of ``body`` as JSON), with no capability:
+    ``(status, JSON answer)``; an HTTP error status is an answer too."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read())
+
+
 def post_answer(url: str, cap: str, body: dict) -> tuple[int, dict, Message]:
     """``POST`` ``body`` as JSON with the capability: ``(status, JSON answer, headers)`` (blocking;
     the headers read case-insensitively)."""
@@ -102,11 +115,19 @@ async def client(stack: Stack, bearer: str | None, *, nonce: str | None = None) 
         yield conn
 
 
+async def start_stack(nursery: trio.Nursery, tmp_path, nats_server_bin: str, *, auth_timeout_s: int = 2) -> Stack:
+    """``run_up`` in ``nursery`` on ``tmp_path/root``, a random broker port and the broker's
+    ``authorization { timeout }`` of ``auth_timeout_s`` seconds; started within 20 s."""
+    paths = RootPaths(tmp_path / "root")
+    config = UpConfig(
+        paths=paths, space=SPACE, port=free_port(), auth_timeout_s=auth_timeout_s, nats_server=nats_server_bin
+    )
+    with trio.fail_after(20):
+        info = await nursery.start(functools.partial(run_up, config))
+    return Stack(info=info, paths=paths)
+
+
 @pytest.fixture
 async def stack(nursery: trio.Nursery, tmp_path, nats_server_bin: str) -> AsyncIterator[Stack]:
     """``run_up`` on a fresh root, a random broker port and a 2 s auth timeout."""
-    paths = RootPaths(tmp_path / "root")
-    config = UpConfig(paths=paths, space=SPACE, port=free_port(), auth_timeout_s=2, nats_server=nats_server_bin)
-    with trio.fail_after(20):
-        info = await nursery.start(functools.partial(run_up, config))
-    yield Stack(info=info, paths=paths)
+    yield await start_stack(nursery, tmp_path, nats_server_bin)

@@ -1,4 +1,7 @@
-"""Fixtures for provisioning tests: a root under ``tmp_path`` and a real operator-mode broker."""
+"""Fixtures for provisioning tests: a root under ``tmp_path`` and a real operator-mode broker.
+
+Registered once in tests/conftest.py (broker, cli and ops tests use them).
+"""
 
 from __future__ import annotations
 
