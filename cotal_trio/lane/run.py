@@ -55,7 +55,8 @@ import trio
 
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.natsio import Connection, Subscription, open_loop
-from cotal_trio.stores.issuance import RowExpiries, issuance_store, run_issuance_sweep
+from cotal_trio.stores.issuance import RowExpiries, issuance_store
+from cotal_trio.lane.sweep import run_issuance_sweep
 from cotal_trio.stores.issued import IssuedStores, IssuedStoresMissing
 from cotal_trio.stores.records import ensure_records_stores
 from cotal_trio.stores.streams import ensure_space_streams

@@ -29,7 +29,7 @@ scope):
    up holding nothing.
 
 The full service also prunes rows past their expiry at start and every ``PRUNE_EVERY_S``
-(:func:`run_issuance_sweep`); replicas hold no sweep (spec "Callout replicas"), and rows carry
+(:func:`cotal_trio.lane.sweep.run_issuance_sweep`); replicas hold no sweep (spec "Callout replicas"), and rows carry
 their own TTL. A sweep lists the keys, then reads only the rows whose expiry it does not know:
 the lane notes each row it writes, and each row a sweep reads, in :class:`RowExpiries`, so a
 busy lane's sweep is one listing, not one read per live row. Unknown rows (a replica's, or from
@@ -43,10 +43,10 @@ fix.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import NoReturn, Protocol
+from typing import Protocol
 
 import trio
 
@@ -54,7 +54,6 @@ from cotal_trio.core.errors import CodecError, RefusalCode, Refused, Unavailable
 from cotal_trio.core.issuance import (
     EXPIRY_TOLERANCE_S,
     ISSUANCE_KEY_PREFIX,
-    PRUNE_EVERY_S,
     IssuanceRow,
     exists_reason,
     is_expired,
@@ -89,7 +88,6 @@ __all__ = [
     "RowStore",
     "issuance_store",
     "prune_rows",
-    "run_issuance_sweep",
 ]
 
 log = logging.getLogger("cotal.issuance")
@@ -383,37 +381,3 @@ async def prune_rows(store: RowStore, *, now: float, expiries: RowExpiries | Non
     if unreadable:
         log.warning("issuance prune: %d unreadable natkey rows left alone", unreadable)
     return pruned
-
-
-async def run_issuance_sweep(
-    store: RowStore,
-    *,
-    space: str,
-    clock: Callable[[], float],
-    every_s: float = PRUNE_EVERY_S,
-    expiries: RowExpiries | None = None,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> NoReturn:
-    """Trio: prune expired issuance rows now and every ``every_s`` seconds; runs until cancelled.
-
-    A full lane runs it in its nursery once it holds the plane claim (the bucket exists then);
-    replicas never do (spec "Callout replicas"). A failed sweep is logged and tried again at the
-    next tick; it never ends the lane. ``expiries`` is the lane's :class:`RowExpiries` (the
-    callout notes the rows it keeps there), so only rows it does not know are read. Ticks are on
-    trio time, rows are judged on ``clock`` (wall
-    time, unix seconds).
-    """
-    task_status.started()
-    next_t = trio.current_time()
-    while True:
-        try:
-            pruned = await prune_rows(store, now=clock(), expiries=expiries)
-        except Unavailable as exc:
-            log.warning("space %s: issuance prune failed (%s); next try in %g s", space, exc, every_s)
-        except Exception:  # a bug or a foreign row: the sweep is housekeeping, never the lane's end
-            log.exception("space %s: issuance prune failed; next try in %g s", space, every_s)
-        else:
-            if pruned:
-                log.info("space %s: pruned %d expired issuance rows", space, pruned)
-        next_t += every_s
-        await trio.sleep_until(next_t)

@@ -36,8 +36,8 @@ from cotal_trio.stores.issuance import (
     IssuanceFailed,
     RowExpiries,
     prune_rows,
-    run_issuance_sweep,
 )
+from cotal_trio.lane.sweep import run_issuance_sweep
 from cotal_trio.natsio import WrongRevision
 from tests.support.callout_requests import NOW, OWNER, SPACE, UID, _key
 from tests.support.kv_fakes import FakeBucket
