@@ -110,12 +110,9 @@ async def run_aio(
 
     async def bounded() -> T:  # asyncio-flavoured
         # The coroutine is built here, inside the task: a task cancelled before its first step
-        # never calls make_coro, so nothing is left unawaited. It runs in this very task, under
-        # asyncio.timeout, not in the inner task asyncio.wait_for makes: a coroutine that fails
-        # as it is cancelled (nats-py's connect, refused as the lane stops) leaves its error on
-        # this task, which _on_done retrieves; on wait_for's inner task nobody read it, and
-        # trio-asyncio raised the "never retrieved" report out of open_loop
-        # (tests/natsio/test_loop.py).
+        # never calls make_coro, so nothing is left unawaited. It runs in this task, not in
+        # wait_for's inner one: an error raised as it is cancelled (nats-py's refused connect)
+        # is then read by _on_done, never left for trio-asyncio to raise out of open_loop.
         async with asyncio.timeout(bound_s):
             return await make_coro(bound_s)
 
