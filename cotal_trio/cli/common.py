@@ -85,14 +85,16 @@ class PublicFaceFlags:
     """
 
     exchange_public_port: Annotated[int | None, Parameter(help=(
-        "Serve the space's public exchange face on 127.0.0.1:N too (put a TLS reverse proxy in front)."))] = None
+        "Serve the space's public exchange face on 127.0.0.1:N too (put a TLS reverse proxy in front). cotal up "
+        "records it in the space's spaces.json entry; cotal auth-service takes it with --space only (a manifest "
+        "entry sets exchangePublicPort)."))] = None
     exchange_public_url: Annotated[str | None, Parameter(help=(
         "The https:// address clients reach the public face by (needs --exchange-public-port)."))] = None
     exchange_trusted_proxy: Annotated[bool, Parameter(help=(
         "Attribute public-face peers by the last X-Forwarded-For hop (needs --exchange-public-port)."))] = False
     advertised_server: Annotated[str | None, Parameter(help=(
         "The broker URL the public face advertises, nats/tls/ws/wss (needs --exchange-public-port; default: the "
-        "broker the service connects to)."))] = None
+        "broker the service connects to, --server)."))] = None
 
 
 def check_auth_timeout(seconds: float | None) -> float | None:

@@ -23,8 +23,7 @@ manager selection in the records store (:func:`select_manager_for`).
 
 The routes built on these are ``face_routes.py`` (``/health``, ``/jwks``, ``POST /exchange`` in
 the order of :func:`~cotal_trio.core.exchange.decide_exchange`, the password-proof door) and
-the doors and mesh routes; the transport pre-checks and the JSON body are ``transport.py``
-(:func:`check_transport` and :func:`read_json_body` are re-exported here).
+the doors and mesh routes; the transport pre-checks and the JSON body are ``transport.py``.
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ from cotal_trio.core.bridge import (
     no_root_credential,
 )
 from cotal_trio.core.errors import CodecError, ConfigError, RefusalCode, Refused, Unavailable
-from cotal_trio.core.exchange import MANAGER_CALLER, AgentExchange, HumanExchange, agent_bearer_ttl, exchange_arm, grant_from_row
+from cotal_trio.core.exchange import AgentExchange, HumanExchange, agent_bearer_ttl, grant_from_row
 from cotal_trio.core.identity import MIN_OWNER_SECRET_BYTES, check_space
 from cotal_trio.core.idp import IdpPin
 from cotal_trio.core.jose import IssuerKey
@@ -65,12 +64,10 @@ from cotal_trio.core.managers import SHED_PINNED, SHED_UNPINNED, ManagerInstance
 from cotal_trio.core.sessions import ChatSession
 from cotal_trio.core.views import SessionBinding, TransferTarget, view_ttl_cap
 from cotal_trio.core.windows import WindowLru
-from cotal_trio.http.transport import check_transport, read_json_body  # re-exported: doors and tests read them here
 from cotal_trio.state import row_lookup
 from cotal_trio.state.ledger_threads import BlockingCalls
 
 __all__ = [
-    "MANAGER_CALLER",
     "NO_VIEW",
     "SESSION_CALLER",
     "Caller",
@@ -83,11 +80,8 @@ __all__ = [
     "LEDGER_STALLED",
     "ExchangeContext",
     "Minted",
-    "check_transport",
-    "exchange_arm",
     "mint_for",
     "select_manager_for",
-    "read_json_body",
     "stock_authorizer",
 ]
 

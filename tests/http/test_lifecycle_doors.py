@@ -26,7 +26,7 @@ from cotal_trio.core.ledger import LedgerKind, LedgerRow
 from cotal_trio.core.lifecycle import LifecycleRecord, LifecycleState, parse_record
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.http.errors import UNAVAILABLE, install_edge
-from cotal_trio.http.faces import check_transport, read_json_body
+from cotal_trio.http.transport import check_transport, read_json_body
 from cotal_trio.http.lifecycle_doors import LifecycleDoors, routes
 from cotal_trio.stores import lifecycle as lifecycle_lane
 from cotal_trio.stores.issuance import MARKER_TTL_S

@@ -21,7 +21,7 @@ from cotal_trio.core.jose import BearerKeySet, IssuerKey, JwsWording, verify_ed2
 from cotal_trio.core.windows import SlidingWindow
 from cotal_trio.devidp import jwks
 from cotal_trio.http.errors import install_edge
-from cotal_trio.http.faces import check_transport, read_json_body
+from cotal_trio.http.transport import check_transport, read_json_body
 from cotal_trio.http.manager_doors import CONSENT_PATH, VERIFY_ENROLLMENT_PATH, ManagerDoors, routes
 from tests.support.loopback import DEV_IDP, ISSUER_KEY, NOW, OWNER, ceiling
 from tests.support.manager_doors import INSTANCE, MemoryRecords, SHA, _consent, _doors, _instance, _token

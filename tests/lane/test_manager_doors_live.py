@@ -27,7 +27,7 @@ from cotal_trio.core.ledger import LedgerKind
 from cotal_trio.core.managers import ManagerInstance
 from cotal_trio.devidp import jwks, mint_dev_token
 from cotal_trio.http.errors import install_edge
-from cotal_trio.http.faces import check_transport, read_json_body
+from cotal_trio.http.transport import check_transport, read_json_body
 from cotal_trio.http.manager_doors import CONSENT_PATH, VERIFY_ENROLLMENT_PATH, ManagerDoors, routes
 from cotal_trio.http.serve import serve_app
 from cotal_trio.stores.records import RecordsStore, ensure_records_stores, records_bucket

@@ -32,7 +32,7 @@ from cotal_trio.core.lifecycle import LifecycleState, LifecycleTarget, parse_rec
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.core.plane import plane_bucket
 from cotal_trio.http.errors import install_edge
-from cotal_trio.http.faces import check_transport, read_json_body
+from cotal_trio.http.transport import check_transport, read_json_body
 from cotal_trio.http.lifecycle_doors import LifecycleDoors, routes
 from cotal_trio.stores.issuance import issuance_store
 from cotal_trio.stores.lifecycle import retire_lifecycle
