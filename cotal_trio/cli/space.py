@@ -140,11 +140,11 @@ async def list_cmd(
 ) -> None:
     """List the root's spaces: name, mode (user-auth or static), hosted (in spaces.json).
 
-    While spaces.json cannot be read or its host refused it (a typo), hosted means what the
-    host's spaces.json.applied serves, and one last line says the refusal (on stderr with
-    --json): the lanes keep serving (issue 18 item 4). With nothing served, the broken file is
-    the one sentence on stderr and the exit code is 1, as before.
+    While spaces.json cannot be read or is refused (a typo), its lanes keep serving: hosted
+    then means served by its host (spaces.json.applied), and a last line names the refusal and
+    its fix (on stderr with --json). With nothing served, that is the error (exit 1).
     """
+    # Issue 18 item 4: a typo in spaces.json never hides what serves.
     paths = _paths(root)
     hosted = await trio.to_thread.run_sync(read_hosted, paths)
     if hosted.spaces is None:  # refused, and no lane serves to list instead: today's sentence

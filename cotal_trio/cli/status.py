@@ -30,7 +30,8 @@ A ``spaces.json`` that cannot be read or that its host refused (a typo) hides no
 item 4): the host keeps serving the lanes it has, so they are listed as above, and one more line
 says the refusal (:mod:`cotal_trio.cli._hosted`): ``manifest <path> refused, the current lanes
 keep serving: <the host's sentence, naming the fix>``, after the spaces (on stderr with
-``--json``, whose object carries it as ``refused``; ``null`` while the manifest is accepted).
+``--json``, whose object then carries the sentence as ``refused``, a key absent while the
+manifest is accepted, as ``servers`` is without ``--server``).
 
 Exit code: 0 when at least one space is listed and every one is ``serving`` (and, with
 ``--server``, at least one seed is reachable); 1 otherwise (a space not serving, no auth service
@@ -200,8 +201,9 @@ def status(
     hosted = read_hosted(paths)  # a refused spaces.json: its line, after the lanes (issue 18 item 4)
     if as_json:
         shown = {} if seeds is None else {"servers": [seed.to_json() for seed in seeds]}
+        refused = {} if hosted.refused is None else {"refused": hosted.refused}
         print(json.dumps({"root": str(paths.root), **shown, "running": running, "spaces": [s.to_json() for s in spaces],
-                          "refused": hosted.refused}))
+                          **refused}))
     else:
         for seed in seeds or ():
             print(seed.line())
