@@ -10,8 +10,10 @@ operator would, each a child process:
   plus one line with the host's refusal, and exits 0;
 * ``cotal space list`` (text and ``--json``) lists every space, ``a`` and ``b`` hosted as
   ``.applied`` says, plus the refusal line, and exits 0;
-* ``cotal watch`` shows both lanes serving and the refusal line; ``cotal watch --json`` prints
-  both faces' hellos and says the refusal on stderr.
+* ``cotal watch --json`` running when the typo is saved prints the host's ``manifest refused``
+  event and says the refusal on stderr, and goes on; a ``cotal watch`` started afterwards shows
+  both lanes serving under the refusal line, and ``cotal watch --json`` prints both faces'
+  hellos and says the refusal on stderr.
 
 Before the fix ``status`` and ``space list`` exited 1 with ``spaces.json is refused (...)`` and
 listed nothing, and ``watch`` listed no space and said ``no space serves a face yet``.
@@ -133,6 +135,26 @@ async def _watch_json(root: Path, log: Path) -> tuple[dict[str, dict], str]:
     return hellos, log.read_text()
 
 
+async def _watch_the_typo(root: Path, manifest: Path, log: Path) -> tuple[dict, str]:
+    """``cotal watch --json`` running when the typo is saved: once both hellos came, write
+    :data:`TYPO`; then read until the host's ``manifest`` event and the stderr line naming the
+    refusal: (that event, its stderr)."""
+    hellos: set[str] = set()
+    event: dict = {}
+    line = f"cotal watch: manifest {manifest} refused, the current lanes keep serving: {_refusal()}"
+    async with _watching(root, log, "--json") as lines:
+        with trio.move_on_after(CEILING_S):
+            while hellos != set(HOSTED):
+                event = json.loads(await lines.next())
+                hellos |= {event["space"]} if event["type"] == "hello" else set()
+            manifest.write_bytes(TYPO)  # an operator's edit in place
+            while event.get("type") != "manifest":
+                event = json.loads(await lines.next())
+            while line not in log.read_text():
+                await trio.sleep(0.05)
+    return event, log.read_text()
+
+
 async def test_a_refused_manifest_never_hides_what_serves(nursery, tmp_path, nats_server_bin, systemd):  # noqa: F811
     address, inbox = systemd
     mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
@@ -147,9 +169,13 @@ async def test_a_refused_manifest_never_hides_what_serves(nursery, tmp_path, nat
     lanes = {s["space"]: (s["state"], s["pid"], s["url"]) for s in json.loads(before.stdout)["spaces"]}
     assert sorted(lanes) == list(HOSTED) and {state for state, _, _ in lanes.values()} == {"serving"}
 
-    manifest.write_bytes(TYPO)  # an operator's edit in place
-    applied = await _applied_refused(manifest)
+    # A watcher running when the typo is saved gets the host's refusal event, and goes on.
+    event, err = await _watch_the_typo(root, manifest, tmp_path / "watch-live.log")
     refusal = _refusal()
+    assert {k: event.get(k) for k in ("type", "space", "outcome", "reason")} == {
+        "type": "manifest", "space": None, "outcome": "refused", "reason": refusal}
+    assert f"cotal watch: manifest {manifest} refused, the current lanes keep serving: {refusal}\n" in err, err
+    applied = await _applied_refused(manifest)
     assert applied["refused"] == refusal
     assert applied["spaces"] == {"a": {"state": "serving"}, "b": {"state": "serving"}}
     line = f"manifest {manifest} refused, the current lanes keep serving: {refusal}"
