@@ -44,6 +44,7 @@ All async functions are trio-flavoured and bounded by the caller's deadline (wra
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -516,17 +517,22 @@ def _space_name(folder_name: str) -> str | None:
     return folder_name if is_space(folder_name) else None
 
 
-def list_spaces(paths: RootPaths) -> list[dict[str, Any]]:
+def list_spaces(paths: RootPaths, *, hosted: Collection[str] | None = None) -> list[dict[str, Any]]:
     """Every space folder of the root holding material, sorted by name (blocking file I/O).
+
+    Args:
+        hosted: the spaces to call hosted; None (the default) reads them from ``spaces.json``.
+            A reader given them (what the host's ``.applied`` serves, issue 18 item 4) lists
+            the root while ``spaces.json`` is refused.
 
     Returns:
         ``[{"space": name, "mode": "user-auth"|"static", "hosted": bool}]``; ``hosted`` means
-        listed in ``spaces.json``.
+        listed in ``spaces.json`` (or in ``hosted``).
 
     Raises:
-        ConfigError: ``spaces.json`` or a ``mode.json`` is corrupt.
+        ConfigError: a ``mode.json`` is corrupt, or (``hosted`` None) ``spaces.json`` is.
     """
-    hosted = {e.space for e in hosted_entries(paths)}
+    hosted = {e.space for e in hosted_entries(paths)} if hosted is None else set(hosted)
     try:
         folders = sorted(paths.spaces_dir.iterdir())
     except FileNotFoundError:

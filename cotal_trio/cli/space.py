@@ -7,6 +7,7 @@ prints a space's offline secret inventory (:func:`cotal_trio.state.deprovision_s
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -29,6 +30,7 @@ from ..state import (
     resolve_root,
 )
 from ..state.space_folders import ROOT_MARKER, unrenamed_note, unrenamed_spaces
+from ._hosted import read_hosted
 
 __all__ = ["add", "deprovision", "list_cmd", "remove", "space_app"]
 
@@ -136,11 +138,23 @@ async def list_cmd(
     as_json: Annotated[bool, Parameter(name="--json", negative="", help="Print a JSON array.")] = False,
     root: Root = None,
 ) -> None:
-    """List the root's spaces: name, mode (user-auth or static), hosted (in spaces.json)."""
+    """List the root's spaces: name, mode (user-auth or static), hosted (in spaces.json).
+
+    While spaces.json cannot be read or is refused (a typo), its lanes keep serving: hosted
+    then means served by its host (spaces.json.applied), and a last line names the refusal and
+    its fix (on stderr with --json). With nothing served, that is the error (exit 1).
+    """
+    # Issue 18 item 4: a typo in spaces.json never hides what serves.
     paths = _paths(root)
-    rows = await trio.to_thread.run_sync(list_spaces, paths)
+    hosted = await trio.to_thread.run_sync(read_hosted, paths)
+    if hosted.spaces is None:  # refused, and no lane serves to list instead: today's sentence
+        assert hosted.problem is not None  # spaces is None only when spaces.json is refused
+        raise ConfigError(hosted.problem)
+    rows = await trio.to_thread.run_sync(functools.partial(list_spaces, paths, hosted=hosted.spaces))
     # A root an earlier version wrote lists nothing until a start renames its folders: say so.
     notes = [unrenamed_note(name) for name in await trio.to_thread.run_sync(unrenamed_spaces, paths)]
+    if (refusal := hosted.line()) is not None:  # last: the lanes above serve, this names the fix
+        notes.append(refusal)
     if as_json:
         print(json.dumps(rows))
         for note in notes:  # the JSON array stays the listing of usable spaces

@@ -26,9 +26,17 @@ seed says ``reachable`` (with the node's ``server_name``) or ``unreachable`` (wi
 credentials are sent: this checks the address answers as a nats-server, not that connects are
 admitted (``cotal check`` does that).
 
+A ``spaces.json`` that cannot be read or that its host refused (a typo) hides nothing (issue 18
+item 4): the host keeps serving the lanes it has, so they are listed as above, and one more line
+says the refusal (:mod:`cotal_trio.cli._hosted`): ``manifest <path> refused, the current lanes
+keep serving: <the host's sentence, naming the fix>``, after the spaces (on stderr with
+``--json``, whose object then carries the sentence as ``refused``, a key absent while the
+manifest is accepted, as ``servers`` is without ``--server``).
+
 Exit code: 0 when at least one space is listed and every one is ``serving`` (and, with
 ``--server``, at least one seed is reachable); 1 otherwise (a space not serving, no auth service
-running for the root, or no seed reachable, each said on stderr). An
+running for the root, or no seed reachable, each said on stderr). A refused manifest changes
+neither: 0 while its lanes serve, 1 when nothing does (as before, with the refusal's line). An
 unreadable root is one sentence on stderr and exit 1, like every command.
 """
 
@@ -53,6 +61,7 @@ from cotal_trio.lane.metrics import MetricsSummary, read_summary
 from ..state import RootPaths
 from ..state.applied import applied_path, read_applied
 from ..state.lock import LOCK_NAME
+from ._hosted import read_hosted
 from ._servers import parse_servers
 from .common import Where
 
@@ -189,14 +198,19 @@ def status(
     paths = Where(root=root).paths()
     seeds = None if servers is None else [probe_seed(url) for url in servers]
     running, spaces = read_status(paths)
+    hosted = read_hosted(paths)  # a refused spaces.json: its line, after the lanes (issue 18 item 4)
     if as_json:
         shown = {} if seeds is None else {"servers": [seed.to_json() for seed in seeds]}
-        print(json.dumps({"root": str(paths.root), **shown, "running": running, "spaces": [s.to_json() for s in spaces]}))
+        refused = {} if hosted.refused is None else {"refused": hosted.refused}
+        print(json.dumps({"root": str(paths.root), **shown, "running": running, "spaces": [s.to_json() for s in spaces],
+                          **refused}))
     else:
         for seed in seeds or ():
             print(seed.line())
         for space in spaces:
             print(space.line())
+    if (refusal := hosted.line()) is not None:
+        print(refusal, file=sys.stderr if as_json else sys.stdout)
     for name in unrenamed_spaces(paths):  # listed by no row until a start renames the folder
         print(unrenamed_note(name), file=sys.stderr if as_json else sys.stdout)
     if not running:
@@ -216,11 +230,12 @@ def read_status(paths: RootPaths) -> tuple[bool, list[SpaceStatus]]:
     ``running`` is True while the root's ``cotal up`` or any of its lanes' processes is alive.
 
     Raises:
-        ConfigError: ``spaces.json``, ``spaces.json.applied`` or a space's ``mode.json`` is
-            corrupt.
+        ConfigError: ``spaces.json.applied`` or a space's ``mode.json`` is corrupt (a refused
+            ``spaces.json`` is not read: the lanes stand as ``.applied`` and the readiness
+            files say, issue 18 item 4).
     """
     applied = read_applied(applied_path(paths.spaces_manifest))
-    records = {row["space"]: _service(paths, row["space"]) for row in list_spaces(paths)}
+    records = {row["space"]: _service(paths, row["space"]) for row in list_spaces(paths, hosted=())}
     served = {space: record for space, record in records.items() if record is not None}
     up_alive = _up_alive(paths)
     # `.applied` outlives the host that wrote it: it stands only while that host runs (the pid

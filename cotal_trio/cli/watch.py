@@ -15,6 +15,14 @@ Every :data:`RENDER_S` it prints, per space: lane state, connects per second by 
 (:class:`~cotal_trio.core.events.WatchModel`; :func:`render_view`). ``--json`` prints each event
 instead, one JSON line each, exactly as the face sent it (docs/events.md). Ctrl-C (or SIGTERM)
 exits 0.
+
+A manifest its host refused (a typo in ``spaces.json``) hides nothing (issue 18 item 4): the
+root's spaces are listed without reading it, their lanes keep serving and streaming, and the view
+starts with one line per refusal, ``manifest <path> refused, the current lanes keep serving:
+<the host's sentence>`` (with ``--json``, the same line on stderr when it appears). A refusal is
+learnt live from a face's ``manifest`` event and, for one made before the watcher started (a
+hello does not carry it), from the root's ``spaces.json.applied``, read every :data:`RESCAN_S`
+(:class:`Refusals`); the host's next ``applied`` event, or a file without it, clears the line.
 """
 
 from __future__ import annotations
@@ -35,10 +43,12 @@ from ..core.errors import ConfigError, leaves
 from ..core.events import LATENCY_WINDOW_S, RATE_WINDOW_S, SeqFilter, SpaceView, WatchModel
 from ..http.client import ServiceRecord, check_url, read_service
 from ..state import RootPaths
+from ..state.applied import refusal_line
 from ..state.space_folders import require_root
+from ._hosted import Hosted, read_hosted
 from .common import Where, stop_on_signal
 
-__all__ = ["WatchConfig", "render_view", "run_watch", "watch"]
+__all__ = ["Refusals", "WatchConfig", "render_view", "run_watch", "watch"]
 
 RETRY_S = 2.0  # a disconnected face is tried again after this long
 RENDER_S = 1.0  # the view is printed this often
@@ -104,6 +114,18 @@ class _Message:
 
 
 @dataclass(frozen=True, slots=True)
+class _Refused:
+    """The root's ``.applied`` (or ``spaces.json`` itself) changed what it says: ``line`` under
+    ``key`` (the host's pid, or ``"root"`` for a file no host refused), None to clear it;
+    ``manifest`` is the path the host with ``pid`` follows (None if none runs)."""
+
+    key: int | str | None
+    line: str | None
+    pid: int | None = None
+    manifest: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class _Link:
     """A space's face came up (``pid``: its process) or went down (``why``)."""
 
@@ -111,6 +133,9 @@ class _Link:
     up: bool
     why: str | None = None
     pid: int | None = None
+
+
+_Item = _Message | _Refused | _Link  # what the followers send the merger
 
 
 async def run_watch(
@@ -123,27 +148,106 @@ async def run_watch(
         emit: prints one text (an event's JSON line, or the whole view); sync.
         clock: wall time, unix seconds (the view's windows end now).
     """
-    send, receive = trio.open_memory_channel[_Message | _Link](FEED_BUFFER)
+    send, receive = trio.open_memory_channel[_Item](FEED_BUFFER)
     model = WatchModel(config.spaces, only=bool(config.spaces))
+    refusals = Refusals()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_follow_root, nursery, config, send)
+        nursery.start_soon(_follow_applied, config.paths, send)
         if not config.as_json:
-            nursery.start_soon(_render, model, emit, clock)
-        await _merge(receive, model, emit if config.as_json else None)
+            nursery.start_soon(_render, model, refusals, emit, clock)
+        await _merge(receive, model, emit if config.as_json else None, refusals=refusals)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+class Refusals:
+    """The manifest refusals a watcher shows, one line per host (its pid) or for the root's
+    ``spaces.json`` no host refused yet (``"root"``); insertion-ordered.
+
+    A face's ``manifest`` event sets (``refused``) or clears (``applied``) its process's line;
+    :func:`_follow_applied` reports what the root's ``.applied`` says each time it changes,
+    and which manifest path each host follows, so an event's line names it.
+    """
+
+    def __init__(self) -> None:
+        self._lines: dict[int | str, str] = {}
+        self._manifests: dict[int, str] = {}  # host pid -> the manifest it follows
+
+    def lines(self) -> list[str]:
+        """The lines shown now, each once."""
+        return list(dict.fromkeys(self._lines.values()))
+
+    def event(self, pid: int, event: dict[str, object]) -> str | None:
+        """Fold a ``manifest`` event of process ``pid``; the line it sets, when new."""
+        if event.get("outcome") == "applied":
+            self._lines.pop(pid, None)
+            return None
+        reason = event.get("reason")
+        if event.get("outcome") != "refused" or not isinstance(reason, str) or not reason:
+            return None
+        return self._set(pid, refusal_line(self._manifests.get(pid, f"of host pid {pid}"), reason))
+
+    def applied(self, item: _Refused) -> str | None:
+        """Fold a change of the root's ``.applied``; the line it sets, when new."""
+        if item.pid is not None and item.manifest is not None:
+            self._manifests[item.pid] = item.manifest
+        if item.key is None:
+            return None
+        if item.line is None:
+            self._lines.pop(item.key, None)
+            return None
+        return self._set(item.key, item.line)
+
+    def _set(self, key: int | str, line: str) -> str | None:
+        new = self._lines.get(key) != line
+        self._lines[key] = line
+        return line if new else None
+
+
+async def _follow_applied(paths: RootPaths, send: trio.MemorySendChannel[_Item]) -> NoReturn:
+    """Every :data:`RESCAN_S`, read the root's ``spaces.json`` and ``.applied``
+    (:func:`~cotal_trio.cli._hosted.read_hosted`) and send what they say when it changed since
+    the last read (the key it was said under cleared first). Only changes are sent, so a file
+    read just before its host rewrote it never undoes the newer event."""
+    said = _Refused(None, None)
+    while True:
+        now = _refused_now(await trio.to_thread.run_sync(read_hosted, paths))
+        if now != said:
+            if said.key is not None and said.key != now.key:
+                await send.send(_Refused(said.key, None))
+            await send.send(now)
+            said = now
+        await trio.sleep(RESCAN_S)
+
+
+def _refused_now(hosted: Hosted) -> _Refused:
+    """What the root's files say: the refusal's line under its host's pid (``"root"`` when no
+    running host refused the file), and the manifest that host follows."""
+    applied = hosted.applied if hosted.applied is not None and hosted.applied.alive is not False else None
+    pid = None if applied is None else applied.report.pid
+    line = hosted.line()
+    by_host = pid is not None and applied is not None and applied.refused is not None
+    key = None if line is None else (pid if by_host else "root")
+    return _Refused(key, line, pid=pid, manifest=None if pid is None else str(hosted.manifest))
+
+
 async def _merge(
-    receive: trio.MemoryReceiveChannel[_Message | _Link], model: WatchModel, emit_json: Callable[[str], None] | None
+    receive: trio.MemoryReceiveChannel[_Item], model: WatchModel, emit_json: Callable[[str], None] | None,
+    *, refusals: Refusals | None = None,
 ) -> None:
-    """Dedupe and fold (or print) every message; note links going up and down.
+    """Dedupe and fold (or print) every message; note links going up and down, and refusals
+    (each new one a stderr line with ``--json``).
 
     Each space has one follower, so at most one open link per space (``live``: its pid); a
     link's up and down tell the :class:`SeqFilter` which processes have a face open.
     """
     seqs = SeqFilter()
     live: dict[str, int] = {}  # space -> the pid of its open link
+    refusals = Refusals() if refusals is None else refusals
     async for item in receive:
+        if isinstance(item, _Refused):
+            _said(refusals.applied(item), emit_json)
+            continue
         if isinstance(item, _Link):
             model.connected(item.space, item.up)
             _track(seqs, live, item)
@@ -163,10 +267,18 @@ async def _merge(
                 seqs.hello(item.pid, seq)  # a restarted process (same pid) counts from 1 again
         elif not (isinstance(seq, int) and seqs.fresh(item.pid, seq)):
             continue  # a process's shared events reach every one of its faces
+        said = refusals.event(item.pid, event) if event.get("type") == "manifest" else None
         if emit_json is not None:
             emit_json(item.text)
+            _said(said, emit_json)
         else:
             model.add(event)
+
+
+def _said(line: str | None, emit_json: Callable[[str], None] | None) -> None:
+    """A new refusal's line on stderr with ``--json`` (the view shows it at the top)."""
+    if line is not None and emit_json is not None:
+        print(f"cotal watch: {line}", file=sys.stderr, flush=True)
 
 
 def _track(seqs: SeqFilter, live: dict[str, int], link: _Link) -> None:
@@ -179,13 +291,13 @@ def _track(seqs: SeqFilter, live: dict[str, int], link: _Link) -> None:
         seqs.opened(link.pid)
 
 
-async def _render(model: WatchModel, emit: Callable[[str], None], clock: Callable[[], float]) -> NoReturn:
+async def _render(model: WatchModel, refusals: Refusals, emit: Callable[[str], None], clock: Callable[[], float]) -> NoReturn:
     while True:
-        emit(render_view(model.views(clock())))
+        emit(render_view(model.views(clock()), refusals=refusals.lines()))
         await trio.sleep(RENDER_S)
 
 
-async def _follow_root(nursery: trio.Nursery, config: WatchConfig, send: trio.MemorySendChannel[_Message | _Link]) -> None:
+async def _follow_root(nursery: trio.Nursery, config: WatchConfig, send: trio.MemorySendChannel[_Item]) -> None:
     """Start one follower per space: the given ones, or the root's, rescanned forever."""
     started: set[str] = set()
     while True:
@@ -200,14 +312,15 @@ async def _follow_root(nursery: trio.Nursery, config: WatchConfig, send: trio.Me
 
 
 def _root_spaces(paths: RootPaths) -> list[str]:
-    """The root's user-auth spaces (blocking); none when the root cannot be listed."""
+    """The root's user-auth spaces (blocking); none when the root cannot be listed. ``spaces.json``
+    is not read (the view has no hosted column), so a refused one hides no space."""
     try:
-        return [row["space"] for row in list_spaces(paths) if row["mode"] != "static"]
+        return [row["space"] for row in list_spaces(paths, hosted=()) if row["mode"] != "static"]
     except ConfigError:
         return []
 
 
-async def _follow_face(paths: RootPaths, space: str, send: trio.MemorySendChannel[_Message | _Link]) -> NoReturn:
+async def _follow_face(paths: RootPaths, space: str, send: trio.MemorySendChannel[_Item]) -> NoReturn:
     """Stream one space's face into ``send``; on losing it (or not finding it) report it down
     and retry after :data:`RETRY_S`. Anything but the expected losses (:data:`_LOST`) propagates."""
     while True:
@@ -229,7 +342,7 @@ def _why(lost: BaseException) -> str:
     return str(lost) or type(lost).__name__
 
 
-async def _stream(record: ServiceRecord, space: str, send: trio.MemorySendChannel[_Message | _Link]) -> NoReturn:
+async def _stream(record: ServiceRecord, space: str, send: trio.MemorySendChannel[_Item]) -> NoReturn:
     """One connection to ``record``'s ``/events``, forwarding every text message; runs until
     the connection is lost. The TCP stream is ours and closed on every exit (trio-websocket
     leaves a refused handshake's socket open).
@@ -262,7 +375,7 @@ async def _stream(record: ServiceRecord, space: str, send: trio.MemorySendChanne
 # --- the view (pure) ----------------------------------------------------------------------------
 
 
-def render_view(views: Iterable[SpaceView]) -> str:
+def render_view(views: Iterable[SpaceView], *, refusals: Iterable[str] = ()) -> str:
     """The watch view's text for these :class:`SpaceView` lines (no trailing newline).
 
     One block per space::
@@ -275,10 +388,12 @@ def render_view(views: Iterable[SpaceView]) -> str:
                              no token ...
 
     ``disconnected`` replaces the state while no face of the space streams (the last known
-    state follows in parentheses); a state with a reason shows it after `` - ``.
+    state follows in parentheses); a state with a reason shows it after `` - ``. Each of
+    ``refusals`` (a refused manifest's line, :class:`Refusals`) comes first, one line each.
     """
     blocks = [_block(view) for view in views]
-    return "\n\n".join(blocks) if blocks else "no space serves a face yet - start `cotal up`, or pass --space"
+    shown = "\n\n".join(blocks) if blocks else "no space serves a face yet - start `cotal up`, or pass --space"
+    return "\n".join([*refusals, shown])
 
 
 def _block(view: SpaceView) -> str:

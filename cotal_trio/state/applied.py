@@ -6,6 +6,11 @@ The host rewrites ``.applied`` on every change and lists no lane once it stops c
 that process is alive and started before the file was written (its mtime,
 :func:`~cotal_trio.state.liveness.pid_alive`), so every reader (``cotal status``, ``cotal space
 remove``'s wait) tells a live host's file from a dead one's the same way.
+
+While the host refuses its manifest (a typo in ``spaces.json``), its lanes keep serving and the
+file names the refusal beside them (DESIGN.md 9): :attr:`AppliedFile.refused` is that sentence
+while its writer runs, and :func:`refusal_line` the one line every read-only command prints for
+it (issue 18 item 4).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from ..core.errors import ConfigError
 from ..core.manifest import AppliedReport, host_gone, parse_applied
 from .liveness import pid_alive
 
-__all__ = ["AppliedFile", "applied_path", "read_applied"]
+__all__ = ["AppliedFile", "applied_path", "read_applied", "refusal_line"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +42,21 @@ class AppliedFile:
     def gone(self) -> str | None:
         """``"no host running (the last host, pid N, is gone)"`` once the writer is gone, else None."""
         return host_gone(self.report.pid) if self.alive is False and self.report.pid is not None else None
+
+    @property
+    def refused(self) -> str | None:
+        """The host's refusal of its manifest (one sentence per problem, each naming its fix)
+        while the writer runs or names none; None once a manifest was applied after it, or
+        when the writer is gone (nothing follows the manifest then)."""
+        return self.report.refused if self.alive is not False else None
+
+
+def refusal_line(manifest: Path | str, sentence: str, *, serving: bool = True) -> str:
+    """``manifest <manifest> refused, the current lanes keep serving: <sentence>``, the host's
+    own log line (service/host.py); with ``serving`` False (no lane serves) ``..., nothing
+    serves: <sentence>``. ``manifest`` is its path, or words naming it when the path is unknown."""
+    keeps = "the current lanes keep serving" if serving else "nothing serves"
+    return f"manifest {manifest} refused, {keeps}: {sentence}"
 
 
 def applied_path(manifest: Path) -> Path:
