@@ -29,7 +29,7 @@ from ..state import (
     deprovision_secret_keys,
     resolve_root,
 )
-from ..state.space_folders import ROOT_MARKER, unrenamed_note, unrenamed_spaces
+from ..state.space_folders import ROOT_MARKER, require_root, unrenamed_note, unrenamed_spaces
 from ._hosted import read_hosted
 
 __all__ = ["add", "deprovision", "list_cmd", "remove", "space_app"]
@@ -146,6 +146,7 @@ async def list_cmd(
     """
     # Issue 18 item 4: a typo in spaces.json never hides what serves.
     paths = _paths(root)
+    require_root(paths)  # a mistyped --root is named, never an empty listing
     hosted = await trio.to_thread.run_sync(read_hosted, paths)
     if hosted.spaces is None:  # refused, and no lane serves to list instead: today's sentence
         assert hosted.problem is not None  # spaces is None only when spaces.json is refused

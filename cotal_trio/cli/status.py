@@ -53,7 +53,7 @@ from typing import Annotated, Any
 from cyclopts import Parameter
 
 from ..broker.spaces import list_spaces
-from ..state.space_folders import unrenamed_note, unrenamed_spaces
+from ..state.space_folders import require_root, unrenamed_note, unrenamed_spaces
 from ..core.errors import ConfigError
 from ..core.manifest import LaneStatus
 from ..http.client import ServiceRecord, check_url, no_redirect_opener, pid_alive, read_service
@@ -196,6 +196,7 @@ def status(
     """
     servers = None if server is None else parse_servers(server)
     paths = Where(root=root).paths()
+    require_root(paths)  # a mistyped --root is named, not reported as a root nothing serves
     seeds = None if servers is None else [probe_seed(url) for url in servers]
     running, spaces = read_status(paths)
     hosted = read_hosted(paths)  # a refused spaces.json: its line, after the lanes (issue 18 item 4)

@@ -96,3 +96,16 @@ def test_space_add_refuses_a_name_that_casefolds_to_an_existing_one(tmp_path, ca
     )
     assert sorted(p.name for p in (fresh / "spaces").iterdir()) == ["beta"]
     assert main(["space", "add", "beta", "--root", str(fresh)]) == 0  # the same name re-adds
+
+
+# Root-wide commands (no --space): a mistyped --root is named the same way, never an empty listing.
+ROOT_COMMANDS = [["space", "list"], ["space", "list", "--json"], ["status"], ["status", "--json"]]
+
+
+@pytest.mark.parametrize("argv", ROOT_COMMANDS, ids=" ".join)
+def test_a_root_wide_command_names_a_root_that_does_not_exist(tmp_path, capsys, argv):
+    typo = tmp_path / "typo"
+    capsys.readouterr()
+    assert main([*argv, "--root", str(typo)]) == 1
+    assert capsys.readouterr() == ("", f"cotal: there is no root at {typo} - pass the --root of one (`cotal up` makes one)\n")
+    assert not typo.exists()
