@@ -259,7 +259,8 @@ async def _open_public_face(
     if not idp_url:
         raise ConfigError(
             f"space {spec.space} is pinned to the development IdP, which only `cotal up` serves -"
-            " pin a real IdP before giving the space a public face, or drop exchangePublicPort"
+            " pin a real IdP before giving the space a public face, or drop --exchange-public-port"
+            " (exchangePublicPort in a manifest)"
         )
     public_url = face.url or f"http://127.0.0.1:{face.port}"
     app = build_public_app(

@@ -166,6 +166,19 @@ async def test_a_taken_public_port_is_named(mesh: Mesh, nursery: trio.Nursery):
     assert not mesh.paths.space("a").auth_service_json.exists()
 
 
+async def test_a_dev_idp_space_refuses_the_public_flag_naming_it(mesh: Mesh, nursery: trio.Nursery):
+    """Found by a new-user run: the refusal named only the manifest key (``exchangePublicPort``)
+    to a user who passed the flag."""
+    with trio.fail_after(CEILING_S):
+        proc = _auth_service(mesh, "--exchange-public-port", str(free_port()))
+        _, err = await trio.to_thread.run_sync(functools.partial(proc.communicate, timeout=30))
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        "cotal: space a is pinned to the development IdP, which only `cotal up` serves - pin a real IdP before"
+        " giving the space a public face, or drop --exchange-public-port (exchangePublicPort in a manifest)"
+    )
+
+
 async def test_up_serves_the_face_its_flags_record(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str):
     """``cotal up``'s flags become its space's entry, which gives the lane its face; a face
     whose port is taken fails the start, names the port, and is not recorded."""
