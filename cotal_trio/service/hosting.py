@@ -40,6 +40,7 @@ from cotal_trio.core.limits import DEFAULT_LIMITS, REPLICA_LIMITS, ConnectLimits
 from cotal_trio.core.manifest import SpaceEntry, public_face_problems
 from cotal_trio.devidp import jwks
 from cotal_trio.state import RootPaths, load_idp_pin
+from cotal_trio.state.space_folders import require_space
 from cotal_trio.lane.events import EventBus
 from cotal_trio.service.host import HostConfig, run_host
 from cotal_trio.service.idp_keys import IdpKeyCache, open_pinned_keys
@@ -209,7 +210,13 @@ async def _run_space(
 
     A full lane's ``idp_keys`` are replaced here by the space's pinned key set (a replica never
     verifies an IdP token).
+
+    Raises:
+        ConfigError: the root does not hold the space (``space S is not in the root R - see cotal
+            space list``: a manifest's typo, named before any of its files is read), or
+            :func:`run_lane`'s and :func:`_idp_keys`' own refusals.
     """
+    require_space(root, spec.space)  # a manifest's typo is named as every --space command names it
     async with trio.open_nursery() as nursery:
         if isinstance(spec, FullLane):
             keys = await _idp_keys(nursery, root, spec.space)
