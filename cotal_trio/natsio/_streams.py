@@ -44,7 +44,7 @@ from cotal_trio.core.errors import AuthServiceError, ConfigError
 
 from ._conn import Connection
 from ._js import StreamMessage, StreamNameInUse, StreamNotFound, SubjectFull, WrongLastSequence, js_api, js_msg_get, js_publish
-from ._kv import EXPECTED_LAST_SUBJECT_SEQ, _ttl_headers, check_replicas
+from ._kv import EXPECTED_LAST_SUBJECT_SEQ, _ttl_headers, check_replicas, settled
 
 __all__ = [
     "StreamDrift",
@@ -230,6 +230,7 @@ async def _scaled_up(conn: Connection, name: str, config: Mapping[str, Any], rep
     if have >= replicas:
         return int(have)
     answer = await _api(conn, f"$JS.API.STREAM.UPDATE.{name}", {**config, "num_replicas": replicas})
+    await settled(conn, name, replicas)  # a write before the new copies settle goes unanswered
     return int((answer.get("config") or {}).get("num_replicas") or replicas)
 
 
