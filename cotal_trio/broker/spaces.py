@@ -46,6 +46,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,6 +95,7 @@ __all__ = [
     "hosted_entries",
     "list_spaces",
     "mode_path",
+    "open_space_admin",
     "remove_space",
     "resolve_server_url",
     "set_hosted",
@@ -450,6 +453,25 @@ def _js_reply(what: str, data: bytes) -> dict[str, Any]:
     return reply
 
 
+@asynccontextmanager
+async def open_space_admin(url: str, material: SpaceMaterial, *, now: float) -> AsyncIterator[natsio.Connection]:
+    """Trio: a connection to ``url`` as a 60-second data-account service user of the space
+    (``cotal-space-admin``, the JetStream API only: :data:`ADMIN_PERMISSIONS`), which a CLI
+    command uses to delete or read the space's streams. Must run inside
+    :func:`cotal_trio.natsio.open_loop`.
+
+    Raises:
+        Unavailable: the connect was refused or the broker did not answer.
+    """
+    iat = int(now)
+    creds = provision.mint_service_user(
+        material, name=SPACE_ADMIN_USER, permissions=ADMIN_PERMISSIONS, iat=iat,
+        exp=iat + ADMIN_LIFETIME_S,
+    )
+    async with natsio.open_connection(url, creds=creds, name="cotal:space-admin", reconnect=False) as conn:
+        yield conn
+
+
 async def delete_space_streams(
     url: str, material: SpaceMaterial, *, now: float, prefix: str = STORE_STREAM_PREFIX
 ) -> tuple[str, ...]:
@@ -464,12 +486,7 @@ async def delete_space_streams(
     Raises:
         Unavailable: the connect was refused, or JetStream did not answer or refused.
     """
-    iat = int(now)
-    creds = provision.mint_service_user(
-        material, name=SPACE_ADMIN_USER, permissions=ADMIN_PERMISSIONS, iat=iat,
-        exp=iat + ADMIN_LIFETIME_S,
-    )
-    async with natsio.open_connection(url, creds=creds, name="cotal:space-admin", reconnect=False) as conn:
+    async with open_space_admin(url, material, now=now) as conn:
         names = sorted(n for n in await _stream_names(conn) if n.startswith(prefix))
         for name in names:
             reply = _js_reply(f"deleting stream {name}", (await conn.request(STREAM_DELETE + name, b"")).data)

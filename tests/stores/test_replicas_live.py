@@ -150,6 +150,10 @@ async def test_one_replica_on_one_node_serves_with_every_store_r1(one_node, caps
     assert [s.stream for s in stores] == list(space_stream_names(SPACE))
     assert {s.replicas for s in stores} == {1}
     assert all(s.leader for s in stores)
+    code, out, err = await cotal(capsys, "status", "--root", str(paths.root), "--server", url)
+    assert code == 0, err
+    (line,) = [line for line in out.splitlines() if line.startswith(f"{SPACE}  serving")]
+    assert line.endswith("  stores R1 (leader cotal)")
 
 
 async def test_space_add_refuses_a_bad_count_and_a_static_space(tmp_path, capsys):
@@ -230,6 +234,14 @@ async def test_three_replicas_on_three_nodes_create_and_scale_every_store(three_
             before = {s.stream: s.replicas for s in await read_store_replicas(conn, SPACE)}
         assert before == {auth_stream: 1, chat.name: 1}
         await push(capsys, paths, urls[1], 3)  # through another node
+        code, out, err = await cotal(capsys, "doctor", "auth", "--root", str(paths.root), "--server", urls[0])
+        assert code == 1, err
+        fix = "restart the space's full auth service: it scales its stores to R3 at its start"
+        for stream in (auth_stream, chat.name):
+            assert (
+                f"finding: space {SPACE}: its store {stream} keeps 1 copy where its spaces.json entry asks for"
+                f" replicas 3 - {fix}"
+            ) in out.splitlines()
         await nursery.start(full_lane(paths, urls[0]))
         async with open_loop(), admin(paths, urls[2]) as conn:
             stores = await read_store_replicas(conn, SPACE)
@@ -240,6 +252,28 @@ async def test_three_replicas_on_three_nodes_create_and_scale_every_store(three_
             assert entry is not None and entry.value == b"before"  # scaled, not recreated
             consumer = await js_api(conn, f"$JS.API.CONSUMER.INFO.{chat.name}.kept")
             assert len(consumer["cluster"]["replicas"]) == 2  # the durable followed its stream to R3
+        code, out, err = await cotal(capsys, "doctor", "auth", "--root", str(paths.root), "--server", urls[1])
+        assert "keeps 1 copy" not in out
+        lines = out.splitlines()
+        summary_line = next(line for line in lines if line.startswith("  stores R"))
+        assert summary_line.startswith("  stores R3 (leader") and summary_line.endswith(", replicas 3 wanted")
+        listed = [line.split() for line in lines if line.startswith("    KV_") or line.startswith("    COTAL_")]
+        assert [row[0] for row in listed] == list(space_stream_names(SPACE))
+        assert all(row[1] == "R3" and row[2] == "leader" and row[3] in NODES for row in listed), listed
+        code, out, err = await cotal(capsys, "doctor", "auth", "--json", "--root", str(paths.root), "--server", urls[1])
+        (row,) = json.loads(out)["spaces"]
+        assert row["stores"]["wanted"] == 3
+        assert {s["stream"]: s["replicas"] for s in row["stores"]["stores"]} == dict.fromkeys(space_stream_names(SPACE), 3)
+        assert {s["current"] for s in row["stores"]["stores"]} == {2}
+        seeds = ",".join(urls)
+        code, out, err = await cotal(capsys, "status", "--root", str(paths.root), "--server", seeds)
+        assert code == 0, err
+        (line,) = [line for line in out.splitlines() if line.startswith(f"{SPACE}  serving")]
+        assert "  stores R3 (leader" in line and "below" not in line
+        code, out, err = await cotal(capsys, "status", "--json", "--root", str(paths.root), "--server", seeds)
+        (space,) = json.loads(out)["spaces"]
+        assert [s["replicas"] for s in space["stores"]["stores"]] == [3] * len(space_stream_names(SPACE))
+        assert all(s["leader"] in NODES for s in space["stores"]["stores"])
         await push(capsys, paths, urls[0], 5)  # more copies than nodes: refused at start (err_code 10005)
         error = await refused_start(paths, urls[0])
         assert str(error) == unplaceable(5, auth_stream, "no suitable peers for placement (err_code 10005)", "UPDATE")
