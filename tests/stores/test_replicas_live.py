@@ -219,7 +219,7 @@ async def _meta_leader(paths: RootPaths, url: str, capsys) -> None:
     pytest.fail("the three nodes formed no JetStream cluster within 20 s")
 
 
-async def test_three_replicas_on_three_nodes_create_and_scale_every_store(three_nodes, capsys, nursery):
+async def test_three_replicas_on_three_nodes_create_and_scale_every_store(three_nodes, capsys, caplog, nursery):
     paths, urls = three_nodes
     auth_stream = f"KV_{wire.auth_bucket(SPACE)}"
     chat = wire.all_streams(SPACE)[0]
@@ -242,38 +242,52 @@ async def test_three_replicas_on_three_nodes_create_and_scale_every_store(three_
                 f"finding: space {SPACE}: its store {stream} keeps 1 copy where its spaces.json entry asks for"
                 f" replicas 3 - {fix}"
             ) in out.splitlines()
-        await nursery.start(full_lane(paths, urls[0]))
-        async with open_loop(), admin(paths, urls[2]) as conn:
-            stores = await read_store_replicas(conn, SPACE)
-            assert [s.stream for s in stores] == list(space_stream_names(SPACE))
-            assert {s.stream: s.replicas for s in stores} == dict.fromkeys(space_stream_names(SPACE), 3)
-            assert all(s.leader in NODES for s in stores), stores
-            entry = await kv_get(conn, wire.auth_bucket(SPACE), "kept.row")
-            assert entry is not None and entry.value == b"before"  # scaled, not recreated
-            consumer = await js_api(conn, f"$JS.API.CONSUMER.INFO.{chat.name}.kept")
-            assert len(consumer["cluster"]["replicas"]) == 2  # the durable followed its stream to R3
-        code, out, err = await cotal(capsys, "doctor", "auth", "--root", str(paths.root), "--server", urls[1])
-        assert "keeps 1 copy" not in out
-        lines = out.splitlines()
-        summary_line = next(line for line in lines if line.startswith("  stores R"))
-        assert summary_line.startswith("  stores R3 (leader") and summary_line.endswith(", replicas 3 wanted")
-        listed = [line.split() for line in lines if line.startswith("    KV_") or line.startswith("    COTAL_")]
-        assert [row[0] for row in listed] == list(space_stream_names(SPACE))
-        assert all(row[1] == "R3" and row[2] == "leader" and row[3] in NODES for row in listed), listed
-        code, out, err = await cotal(capsys, "doctor", "auth", "--json", "--root", str(paths.root), "--server", urls[1])
-        (row,) = json.loads(out)["spaces"]
-        assert row["stores"]["wanted"] == 3
-        assert {s["stream"]: s["replicas"] for s in row["stores"]["stores"]} == dict.fromkeys(space_stream_names(SPACE), 3)
-        assert {s["current"] for s in row["stores"]["stores"]} == {2}
-        seeds = ",".join(urls)
-        code, out, err = await cotal(capsys, "status", "--root", str(paths.root), "--server", seeds)
-        assert code == 0, err
-        (line,) = [line for line in out.splitlines() if line.startswith(f"{SPACE}  serving")]
-        assert "  stores R3 (leader" in line and "below" not in line
-        code, out, err = await cotal(capsys, "status", "--json", "--root", str(paths.root), "--server", seeds)
-        (space,) = json.loads(out)["spaces"]
-        assert [s["replicas"] for s in space["stores"]["stores"]] == [3] * len(space_stream_names(SPACE))
-        assert all(s["leader"] in NODES for s in space["stores"]["stores"])
+        async with trio.open_nursery() as lanes:
+            await lanes.start(full_lane(paths, urls[0]))
+            async with open_loop(), admin(paths, urls[2]) as conn:
+                stores = await read_store_replicas(conn, SPACE)
+                assert [s.stream for s in stores] == list(space_stream_names(SPACE))
+                assert {s.stream: s.replicas for s in stores} == dict.fromkeys(space_stream_names(SPACE), 3)
+                assert all(s.leader in NODES for s in stores), stores
+                entry = await kv_get(conn, wire.auth_bucket(SPACE), "kept.row")
+                assert entry is not None and entry.value == b"before"  # scaled, not recreated
+                consumer = await js_api(conn, f"$JS.API.CONSUMER.INFO.{chat.name}.kept")
+                assert len(consumer["cluster"]["replicas"]) == 2  # the durable followed its stream to R3
+            code, out, err = await cotal(capsys, "doctor", "auth", "--root", str(paths.root), "--server", urls[1])
+            assert "keeps 1 copy" not in out
+            lines = out.splitlines()
+            summary_line = next(line for line in lines if line.startswith("  stores R"))
+            assert summary_line.startswith("  stores R3 (leader") and summary_line.endswith(", replicas 3 wanted")
+            listed = [line.split() for line in lines if line.startswith("    KV_") or line.startswith("    COTAL_")]
+            assert [row[0] for row in listed] == list(space_stream_names(SPACE))
+            assert all(row[1] == "R3" and row[2] == "leader" and row[3] in NODES for row in listed), listed
+            code, out, err = await cotal(capsys, "doctor", "auth", "--json", "--root", str(paths.root), "--server", urls[1])
+            (row,) = json.loads(out)["spaces"]
+            assert row["stores"]["wanted"] == 3
+            assert {s["stream"]: s["replicas"] for s in row["stores"]["stores"]} == dict.fromkeys(space_stream_names(SPACE), 3)
+            assert {s["current"] for s in row["stores"]["stores"]} == {2}
+            seeds = ",".join(urls)
+            code, out, err = await cotal(capsys, "status", "--root", str(paths.root), "--server", seeds)
+            assert code == 0, err
+            (line,) = [line for line in out.splitlines() if line.startswith(f"{SPACE}  serving")]
+            assert "  stores R3 (leader" in line and "below" not in line
+            code, out, err = await cotal(capsys, "status", "--json", "--root", str(paths.root), "--server", seeds)
+            (space,) = json.loads(out)["spaces"]
+            assert [s["replicas"] for s in space["stores"]["stores"]] == [3] * len(space_stream_names(SPACE))
+            assert all(s["leader"] in NODES for s in space["stores"]["stores"])
+            lanes.cancel_scope.cancel()  # the lane stops and releases its plane claim
         await push(capsys, paths, urls[0], 5)  # more copies than nodes: refused at start (err_code 10005)
         error = await refused_start(paths, urls[0])
         assert str(error) == unplaceable(5, auth_stream, "no suitable peers for placement (err_code 10005)", "UPDATE")
+        # Fewer than the stores have: left as they are, one warning names them (never scaled down).
+        await push(capsys, paths, urls[0], 1)
+        await nursery.start(full_lane(paths, urls[0]))
+        async with open_loop(), admin(paths, urls[1]) as conn:
+            assert {s.replicas for s in await read_store_replicas(conn, SPACE)} == {3}
+    (warning,) = [r.getMessage() for r in caplog.records if "keep more copies" in r.getMessage()]
+    assert warning.startswith(f"space {SPACE}: COTAL_CHAT_{SPACE} (R3), ")
+    assert warning.endswith(
+        " keep more copies than its replicas 1 and are left as they are - raise \"replicas\" in its entry of"
+        " spaces.json to match, or scale them down by hand (nats stream edit --replicas)"
+    )
+    assert warning.count("(R3)") == len(space_stream_names(SPACE))
