@@ -102,6 +102,8 @@ async def add(
     if pin is not None:
         kind = "the development IdP" if pin.kind == "dev" else "IdP"
         print(f"  IdP: {kind} {pin.issuer}")
+    if replicas is not None:
+        print(f"  stores: replicas {replicas} (its full lane creates them so, or scales them up, at its start)")
 
 
 @space_app.command

@@ -62,9 +62,9 @@ def summary(found: SpaceStores) -> str:
         return f"stores: unread ({found.error})"
     if not found.stores:
         return "stores: none"
-    counts = "/".join(str(n) for n in sorted({s.replicas for s in found.stores}))
+    counts = "/".join(f"R{n}" for n in sorted({s.replicas for s in found.stores}))
     leaders = sorted({s.leader or "none" for s in found.stores})
-    text = f"stores R{counts} ({'leader' if len(leaders) == 1 else 'leaders'} {', '.join(leaders)})"
+    text = f"stores {counts} ({'leader' if len(leaders) == 1 else 'leaders'} {', '.join(leaders)})"
     if found.below:
         text += f", {len(found.below)} below replicas {found.wanted}"
     return text

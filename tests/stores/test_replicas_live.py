@@ -70,6 +70,7 @@ async def push(capsys, paths: RootPaths, url: str, replicas: int) -> None:
         capsys, "space", "add", SPACE, "--root", str(paths.root), "--server", url, "--replicas", str(replicas)
     )
     assert code == 0 and "accounts pushed" in out, err
+    assert out.splitlines()[-1] == f"  stores: replicas {replicas} (its full lane creates them so, or scales them up, at its start)"
 
 
 def entry_of(paths: RootPaths) -> SpaceEntry:
