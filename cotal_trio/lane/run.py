@@ -92,7 +92,9 @@ async def run_lane(
         ConfigError: before started: the space's material in the root is missing or corrupt; or
             this is a replica and the space admits service endpoints (spec "Callout replicas");
             or an issued store has drifted (spec "Issued authority"; the sentence names the
-            remedy), for a full lane and a replica alike.
+            remedy), for a full lane and a replica alike; or, for a full lane, the broker cannot
+            place the space's ``replicas`` copies of a store (issue 17 item 1; the sentence
+            names the fix: a lower count or more nodes).
         ClaimRefused: before started: another full service holds the space (a ConfigError).
         Unavailable: the broker refused or dropped the callout or store connection, or refused
             the first store user or issuer session, or one expired with no renewal let in; after
