@@ -5,6 +5,7 @@ Adding a space (:func:`add_space`)::
     ensure_root, ensure_space          keys created once, never again
     push data JWT, then auth JWT       $SYS.REQ.CLAIMS.UPDATE, each read back with LOOKUP
     <root>/spaces.json += {space}      version-2 manifest: a running host starts the lane
+                                       (``replicas`` given: the entry's store copies, issue 17)
 
 A space whose ``accounts.json`` existed before the call is re-signed first (:func:`resign_space`
 gives a later ``iat``): it may have been pushed and deleted before, and a deleted account
@@ -43,8 +44,10 @@ All async functions are trio-flavoured and bounded by the caller's deadline (wra
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +64,7 @@ from cotal_trio.broker.accounts import (
 )
 from cotal_trio.core.errors import ConfigError, Unavailable
 from cotal_trio.core.identity import is_space
-from cotal_trio.core.manifest import SpaceEntry, parse_manifest, render_manifest
+from cotal_trio.core.manifest import SpaceEntry, parse_manifest, render_manifest, replicas_problems
 from cotal_trio.state import (
     BrokerMaterial,
     IdpPinRecord,
@@ -92,6 +95,7 @@ __all__ = [
     "hosted_entries",
     "list_spaces",
     "mode_path",
+    "open_space_admin",
     "remove_space",
     "resolve_server_url",
     "set_hosted",
@@ -215,19 +219,27 @@ def _write_manifest(paths: RootPaths, entries: list[SpaceEntry]) -> None:
     atomic_write(paths.spaces_manifest, render_manifest(entries))
 
 
-def set_hosted(paths: RootPaths, space: str, hosted: bool) -> bool:
+def set_hosted(paths: RootPaths, space: str, hosted: bool, *, replicas: int | None = None) -> bool:
     """Add (keeping an existing entry as it is) or drop ``space`` in ``spaces.json``.
+
+    Args:
+        replicas: with ``hosted``, the entry's ``replicas`` (issue 17 item 1), set on a new or an
+            existing entry; None keeps an existing entry's count (a new one gets 1).
 
     Returns:
         Whether the space was listed before. The file is written only when something changes.
     """
     entries = hosted_entries(paths)
-    was = any(e.space == space for e in entries)
-    if hosted and not was:
-        _write_manifest(paths, [*entries, SpaceEntry(space=space)])
-    elif not hosted and was:
+    old = next((e for e in entries if e.space == space), None)
+    if hosted:
+        new = old or SpaceEntry(space=space)
+        if replicas is not None:
+            new = dataclasses.replace(new, replicas=replicas)
+        if new != old:
+            _write_manifest(paths, [*(e for e in entries if e.space != space), new])
+    elif old is not None:
         _write_manifest(paths, [e for e in entries if e.space != space])
-    return was
+    return old is not None
 
 
 def _provision(paths: RootPaths, space: str, static: bool, iat: int) -> tuple[BrokerMaterial, bool]:
@@ -286,6 +298,16 @@ def _check_name(space: str) -> None:
         raise ConfigError(f"{space!r} is not a space name - use 1 to 64 letters, digits, _ and -")
 
 
+def _check_replicas(replicas: int | None, static: bool) -> None:
+    if replicas is None:
+        return
+    if static:
+        raise ConfigError("--replicas sets a hosted space's store copies; a --static space has no lane - drop one of them")
+    problems = replicas_problems(replicas, "--replicas", "pass")
+    if problems:
+        raise ConfigError(problems[0])
+
+
 def _existing_space(paths: RootPaths, space: str) -> tuple[BrokerMaterial, SpacePaths]:
     _check_name(space)
     sp = require_space(paths, space)
@@ -323,7 +345,7 @@ async def resolve_server_url(paths: RootPaths, server_url: str | None) -> str | 
 
 async def add_space(
     paths: RootPaths, space: str, *, static: bool = False, server_url: str | None = None, now: float,
-    idp_pin: IdpPinRecord | None = None,
+    idp_pin: IdpPinRecord | None = None, replicas: int | None = None,
 ) -> AddedSpace:
     """Trio: provision ``space`` in the root, push its accounts, and host it (unless static).
 
@@ -334,13 +356,16 @@ async def add_space(
         now: unix seconds (``iat`` of anything signed).
         idp_pin: the IdP pin to record for a space that has none, before it is hosted (so a
             running host never starts its lane unpinned); an existing pin is kept.
+        replicas: the ``replicas`` of the space's ``spaces.json`` entry (1..5; issue 17 item 1),
+            None to keep an existing entry's (a new entry gets 1).
 
     Raises:
-        ConfigError: a bad space name; a corrupt root file or ``spaces.json``; the broker
+        ConfigError: a bad space name or replica count, or a count for a static space; a corrupt root file or ``spaces.json``; the broker
             refused a JWT or trusts another operator (nothing is added to ``spaces.json``).
         Unavailable: the broker did not answer, or LOOKUP disagreed with the push.
     """
     _check_name(space)
+    _check_replicas(replicas, static)
     await trio.to_thread.run_sync(_check_case_twin, paths, space)
     await trio.to_thread.run_sync(_check_same_mode, paths, space, static)
     iat = int(now)
@@ -358,7 +383,7 @@ async def add_space(
             await push_accounts(sys_conn, [record.data_jwt, record.auth_jwt])
     if idp_pin is not None and not static:
         await trio.to_thread.run_sync(lambda: save_idp_pin(paths.space(space).idp_json, idp_pin, exclusive=True))
-    await trio.to_thread.run_sync(set_hosted, paths, space, not static)
+    await trio.to_thread.run_sync(lambda: set_hosted(paths, space, not static, replicas=replicas))
     return AddedSpace(
         space=space, mode=MODE_STATIC if static else MODE_USER_AUTH, server_url=url,
         resigned=existed, data_jwt=record.data_jwt, auth_jwt=record.auth_jwt, hosted=not static,
@@ -428,6 +453,25 @@ def _js_reply(what: str, data: bytes) -> dict[str, Any]:
     return reply
 
 
+@asynccontextmanager
+async def open_space_admin(url: str, material: SpaceMaterial, *, now: float) -> AsyncIterator[natsio.Connection]:
+    """Trio: a connection to ``url`` as a 60-second data-account service user of the space
+    (``cotal-space-admin``, the JetStream API only: :data:`ADMIN_PERMISSIONS`), which a CLI
+    command uses to delete or read the space's streams. Must run inside
+    :func:`cotal_trio.natsio.open_loop`.
+
+    Raises:
+        Unavailable: the connect was refused or the broker did not answer.
+    """
+    iat = int(now)
+    creds = provision.mint_service_user(
+        material, name=SPACE_ADMIN_USER, permissions=ADMIN_PERMISSIONS, iat=iat,
+        exp=iat + ADMIN_LIFETIME_S,
+    )
+    async with natsio.open_connection(url, creds=creds, name="cotal:space-admin", reconnect=False) as conn:
+        yield conn
+
+
 async def delete_space_streams(
     url: str, material: SpaceMaterial, *, now: float, prefix: str = STORE_STREAM_PREFIX
 ) -> tuple[str, ...]:
@@ -442,12 +486,7 @@ async def delete_space_streams(
     Raises:
         Unavailable: the connect was refused, or JetStream did not answer or refused.
     """
-    iat = int(now)
-    creds = provision.mint_service_user(
-        material, name=SPACE_ADMIN_USER, permissions=ADMIN_PERMISSIONS, iat=iat,
-        exp=iat + ADMIN_LIFETIME_S,
-    )
-    async with natsio.open_connection(url, creds=creds, name="cotal:space-admin", reconnect=False) as conn:
+    async with open_space_admin(url, material, now=now) as conn:
         names = sorted(n for n in await _stream_names(conn) if n.startswith(prefix))
         for name in names:
             reply = _js_reply(f"deleting stream {name}", (await conn.request(STREAM_DELETE + name, b"")).data)

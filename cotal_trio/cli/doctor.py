@@ -18,7 +18,10 @@ Spec "Credential authority", section "Provisioning"; docs/static-credentials.md.
   and its data account (``CLAIMS.LOOKUP``) carries every revocation the records hold: a revocation
   recorded while no broker ran is a finding until it is pushed. With no broker answering, the
   account the broker stored (``broker/resolver/<account>.jwt``, what it serves when it starts) is
-  compared instead.
+  compared instead;
+* when the broker answers, each space's stores with their replica count and leader (issue 17
+  item 1; :mod:`cotal_trio.ops.store_replicas`): a store with fewer copies than the space's
+  ``spaces.json`` entry asks for (``replicas``) is a finding, fixed by the full lane's next start.
 
 A problem found twice (one corrupt ``devidp.json`` pinned by two spaces; a broker that lacks a
 revocation and so also differs from ``accounts.json``) is one finding, with its fix once.
@@ -53,6 +56,7 @@ from ..core.credentials import Finding, LabelRecord, Severity
 from ..core.creds import parse_creds
 from ..core.errors import CodecError, ConfigError, Unavailable
 from ..core.identity import is_space
+from cotal_trio.ops.store_replicas import SpaceStores, read_spaces_stores, summary
 from cotal_trio.service.idp_keys import fetch_jwks
 from cotal_trio.service.pins import load_pinned_dev_idp
 from ..state import (
@@ -101,6 +105,7 @@ class Inspection:
     revoked_label: dict[str, str] = field(default_factory=dict)  # space -> a label with a revoked key
     modes: dict[str, str] = field(default_factory=dict)
     broker: BrokerMaterial | None = None
+    stores: dict[str, SpaceStores] = field(default_factory=dict)  # space -> its stores, when the broker answered
 
     def find(self, subject: str, problem: str, next_step: str, severity: Severity = Severity.FINDING) -> None:
         finding = Finding(severity=severity, subject=subject, problem=problem, next=next_step)
@@ -377,6 +382,29 @@ async def check_broker(found: Inspection, paths: RootPaths, server: str | None, 
                        _push_command(found, space, root_flag))
 
 
+async def check_stores(found: Inspection, paths: RootPaths, server: str | None) -> None:
+    """When the broker answers, each user-auth space's stores with their replica count and leader
+    (``row["stores"]``); a store below the space's ``replicas`` is a finding."""
+    spaces = [row["space"] for row in found.spaces if row["mode"] != MODE_STATIC and row["space"] in found.accounts]
+    url = await resolve_server_url(paths, server) if spaces else None
+    if url is None:
+        return
+    for stores in await read_spaces_stores(paths, url, spaces, now=time.time()):
+        found.stores[stores.space] = stores
+        row = next(r for r in found.spaces if r["space"] == stores.space)
+        row["stores"] = stores.to_json()
+        if stores.error is not None:
+            found.notes.append(f"space {stores.space}'s stores were not read: {stores.error}")
+        for store in stores.below:
+            copies = "copy" if store.replicas == 1 else "copies"
+            found.find(
+                f"space {stores.space}",
+                f"its store {store.stream} keeps {store.replicas} {copies} where its spaces.json entry asks for"
+                f" replicas {stores.wanted}",
+                f"restart the space's full auth service: it scales its stores to R{stores.wanted} at its start",
+            )
+
+
 def _push_command(found: Inspection, space: str, root_flag: str | None) -> str:
     """What pushes the root's accounts: a revocation re-push keeps the revocations; else space add."""
     label = found.revoked_label.get(space)
@@ -411,6 +439,7 @@ async def auth(
     found = await trio.to_thread.run_sync(inspect_root, paths, space, root, int(time.time()))
     await check_idps(found)
     await check_broker(found, paths, server, root)
+    await check_stores(found, paths, server)
     healthy, last = rules.verdict(found.findings)
     if as_json:
         print(json.dumps({"healthy": healthy, "next": None if healthy else last.removeprefix("next: "),
@@ -430,6 +459,13 @@ def _render(found: Inspection, last: str, now: int) -> str:
             left = "never expires" if c["expiresAt"] is None else (
                 f"expired at {c['expiresAt']}" if c["expiresAt"] <= now else f"expires at {c['expiresAt']} (in {c['expiresAt'] - now} s)")
             lines.append(f"  {c['label']:<16} {c['profile']:<9} {c['health']:<12} {left}  {c['owner']}.{c['actor']}")
+        stores = found.stores.get(row["space"])
+        if stores is not None and stores.error is None:
+            wanted = "" if stores.wanted is None or stores.below else f", replicas {stores.wanted} wanted"
+            lines.append(f"  {summary(stores)}{wanted}")
+            for store in stores.stores:
+                others = f"  {store.current} of {store.replicas - 1} other copies current" if store.replicas > 1 else ""
+                lines.append(f"    {store.stream:<28} R{store.replicas}  leader {store.leader or 'none'}{others}")
     for finding in found.findings:
         lines.append(f"{finding.severity.value}: {finding.subject}: {finding.problem} - {finding.next}")
     lines += [f"note: {note}" for note in found.notes]

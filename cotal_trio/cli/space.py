@@ -65,6 +65,7 @@ async def add(
     server: Server = None,
     idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at URL/jwks). Default: the root's development IdP. A pin never changes.")] = None,
     new_root: Annotated[bool, Parameter(negative="", help="Create the root first when --root holds none (new operator keys).")] = False,
+    replicas: Annotated[int | None, Parameter(help="Copies JetStream keeps of each of the space's stores, 1 to 5 (more than 1 needs a cluster); written to its spaces.json entry. Default: an existing entry's count, else 1.")] = None,
 ) -> None:
     """Provision a space, pin its IdP, push its accounts to the running broker, and host it.
 
@@ -91,7 +92,9 @@ async def add(
         with trio.fail_after(COMMAND_DEADLINE_S):
             # Chosen (and a changed pin refused) before anything is written.
             pin = None if static or not is_space(name) else await choose_pin(paths, name, idp_url=idp)
-            done = await add_space(paths, name, static=static, server_url=server, now=time.time(), idp_pin=pin)
+            done = await add_space(
+                paths, name, static=static, server_url=server, now=time.time(), idp_pin=pin, replicas=replicas
+            )
     except trio.TooSlowError:
         raise _deadline_error(f"adding space {name}") from None
     if fresh:
@@ -101,6 +104,8 @@ async def add(
     if pin is not None:
         kind = "the development IdP" if pin.kind == "dev" else "IdP"
         print(f"  IdP: {kind} {pin.issuer}")
+    if replicas is not None:
+        print(f"  stores: replicas {replicas} (its full lane creates them so, or scales them up, at its start)")
 
 
 @space_app.command

@@ -33,6 +33,12 @@ keep serving: <the host's sentence, naming the fix>``, after the spaces (on stde
 ``--json``, whose object then carries the sentence as ``refused``, a key absent while the
 manifest is accepted, as ``servers`` is without ``--server``).
 
+Each listed space's stores (issue 17 item 1) are read from the broker when one answers (the first
+reachable ``--server`` seed, else the root's own broker by ``policy.json``): the line ends with
+``stores R3 (leader n2)`` (:func:`~cotal_trio.ops.store_replicas.summary`; ``, 1 below replicas
+3`` when a store has fewer copies than the space's entry asks for), the JSON's ``stores`` lists
+each store's count and leader. No broker answering leaves them out; they never change the exit code.
+
 Exit code: 0 when at least one space is listed and every one is ``serving`` (and, with
 ``--server``, at least one seed is reachable); 1 otherwise (a space not serving, no auth service
 running for the root, or no seed reachable, each said on stderr). A refused manifest changes
@@ -47,12 +53,16 @@ import socket
 import sys
 import urllib.error
 from urllib.parse import urlsplit
+import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import trio
 from cyclopts import Parameter
 
-from ..broker.spaces import list_spaces
+from ..broker.spaces import list_spaces, resolve_server_url
+from ..ops.store_replicas import SpaceStores, read_spaces_stores, summary
 from ..state.space_folders import require_root, unrenamed_note, unrenamed_spaces
 from ..core.errors import ConfigError
 from ..core.manifest import LaneStatus
@@ -92,6 +102,8 @@ class SpaceStatus:
         pid: the serving process, or None.
         url: the loopback exchange face, or None.
         metrics: the face's callout counts and in-flight, or None when not read.
+        stores: the space's stores with their replica counts and leaders, or None when no
+            broker answered (issue 17 item 1).
     """
 
     space: str
@@ -100,16 +112,20 @@ class SpaceStatus:
     pid: int | None = None
     url: str | None = None
     metrics: MetricsSummary | None = None
+    stores: SpaceStores | None = None
 
     def to_json(self) -> dict[str, Any]:
         """``{"space", "state", "reason", "pid", "url", "callouts": {outcome: n} | null,
-        "inFlight": n | null, "queueDepth": n | null}``."""
+        "inFlight": n | null, "queueDepth": n | null}``, plus ``"stores": {"wanted", "stores":
+        [{"stream", "replicas", "leader", "current"}], "error"}`` when a broker answered."""
         m = self.metrics
+        stores = {} if self.stores is None else {"stores": self.stores.to_json()}
         return {
             "space": self.space, "state": self.state, "reason": self.reason, "pid": self.pid, "url": self.url,
             "callouts": None if m is None else dict(m.answers),
             "inFlight": None if m is None else m.in_flight,
             "queueDepth": None if m is None else m.queue_depth,
+            **stores,
         }
 
     def line(self) -> str:
@@ -120,6 +136,8 @@ class SpaceStatus:
         if self.metrics is not None:
             parts += [" ".join(f"{outcome} {n}" for outcome, n in self.metrics.answers.items())]
             parts += [f"in-flight {self.metrics.in_flight}", f"queued {self.metrics.queue_depth}"]
+        if self.stores is not None and self.stores.error is None:
+            parts.append(summary(self.stores))
         if self.reason is not None:
             parts.append(f"({self.reason})")
         return "  ".join(parts)
@@ -200,6 +218,9 @@ def status(
     seeds = None if servers is None else [probe_seed(url) for url in servers]
     running, spaces = read_status(paths)
     hosted = read_hosted(paths)  # a refused spaces.json: its line, after the lanes (issue 18 item 4)
+    reachable = next((seed.url for seed in seeds or () if seed.reachable), None)
+    if spaces and (seeds is None or reachable is not None):
+        spaces = _with_stores(paths, spaces, reachable)
     if as_json:
         shown = {} if seeds is None else {"servers": [seed.to_json() for seed in seeds]}
         refused = {} if hosted.refused is None else {"refused": hosted.refused}
@@ -223,6 +244,17 @@ def status(
             file=sys.stderr,
         )
     return 0 if running and spaces and all(s.state == SERVING for s in spaces) and not none_reachable else 1
+
+
+def _with_stores(paths: RootPaths, spaces: list[SpaceStatus], seed: str | None) -> list[SpaceStatus]:
+    """``spaces`` with their stores read from ``seed`` (else the root's broker, when it listens)."""
+
+    async def read() -> list[SpaceStores]:
+        url = seed or await resolve_server_url(paths, None)
+        return [] if url is None else await read_spaces_stores(paths, url, [s.space for s in spaces], now=time.time())
+
+    found = {stores.space: stores for stores in trio.run(read)}
+    return [dataclasses.replace(s, stores=found.get(s.space)) for s in spaces]
 
 
 def read_status(paths: RootPaths) -> tuple[bool, list[SpaceStatus]]:

@@ -7,12 +7,14 @@ paragraphs; upstream-notes 5.1). The manifest, version 2, is exactly::
      "spaces": [{"space": "alpha", "exchangePublicPort": 7451,
                  "exchangePublicUrl": "https://auth.example", "exchangeTrustedProxy": true,
                  "advertisedServer": "wss://nats.example", "serviceEndpoints": false,
-                 "toolResultConsent": false}]}
+                 "toolResultConsent": false, "replicas": 3}]}
 
 Only ``space`` is required. ``exchangePublicPort``, ``exchangePublicUrl`` and
 ``advertisedServer`` may be absent or ``null``; ``exchangeTrustedProxy``, ``serviceEndpoints``
-and ``toolResultConsent`` are ``true`` or ``false`` and absent means ``false``. A callout-only host
-reads only ``space`` from each entry. An empty ``spaces`` list is a host serving nothing.
+and ``toolResultConsent`` are ``true`` or ``false`` and absent means ``false``. ``replicas`` is
+the copies JetStream keeps of each of the space's stores, a whole number from 1 to 5, absent
+means 1 (issue 17 item 1: more than 1 needs a cluster; the full lane creates and scales its
+stores to it). A callout-only host reads only ``space`` from each entry. An empty ``spaces`` list is a host serving nothing.
 
 A manifest with any problem is refused whole (:class:`ManifestRefused` lists every problem, one
 sentence each) and the host keeps its current lanes. After each reconcile the host writes
@@ -56,6 +58,8 @@ __all__ = [
     "Manifest",
     "ManifestDiff",
     "ManifestRefused",
+    "DEFAULT_REPLICAS",
+    "REPLICAS_RANGE",
     "SpaceEntry",
     "diff",
     "format_utc",
@@ -63,6 +67,7 @@ __all__ = [
     "parse_applied",
     "parse_manifest",
     "public_face_problems",
+    "replicas_problems",
     "render_applied",
     "render_manifest",
 ]
@@ -72,7 +77,8 @@ APPLIED_VERSION = 1
 # A lane's states as the `.applied` file names them (DESIGN.md 9).
 LANE_STATES = ("starting", "serving", "retrying", "stopping")
 
-# Manifest key -> SpaceEntry field. Absent means None for the first three keys, False for the rest.
+# Manifest key -> SpaceEntry field. Absent means None for the first three keys, 1 for replicas,
+# False for the rest.
 _ENTRY_KEYS = {
     "space": "space",
     "exchangePublicPort": "exchange_public_port",
@@ -81,7 +87,11 @@ _ENTRY_KEYS = {
     "advertisedServer": "advertised_server",
     "serviceEndpoints": "service_endpoints",
     "toolResultConsent": "tool_result_consent",
+    "replicas": "replicas",
 }
+# JetStream keeps 1 to 5 copies of a stream; a space's stores default to one.
+REPLICAS_RANGE = range(1, 6)
+DEFAULT_REPLICAS = 1
 _FLAG_KEYS = ("exchangeTrustedProxy", "serviceEndpoints", "toolResultConsent")
 # The public face's settings that need exchangePublicPort, and the names sentences give them.
 _NEEDS_PORT = ("exchangePublicUrl", "exchangeTrustedProxy", "advertisedServer")
@@ -89,7 +99,7 @@ _MANIFEST_NAMES: Mapping[str, str] = MappingProxyType({key: key for key in ("exc
 _TOP_KEYS = ("version", "spaces")
 _EMPTY = 'the manifest is empty - write {"version": 2, "spaces": []} to serve nothing'
 _SHAPE = '{"version": 2, "spaces": [{"space": "<name>"}]}'
-_ENTRY_TAKES = "an entry takes " + ", ".join(list(_ENTRY_KEYS)[:-1]) + " and toolResultConsent"
+_ENTRY_TAKES = "an entry takes " + ", ".join(list(_ENTRY_KEYS)[:-1]) + " and replicas"
 _SHOWN_CHARS = 64
 _MISSING: Any = object()
 
@@ -142,6 +152,8 @@ class SpaceEntry:
         service_endpoints: open the space's service-endpoint admission (nothing closes it).
         tool_result_consent: serve the opt-in host-only door ``POST /tool-result-consent/issue``
             on the space's loopback face (spec "Host-only routes"; docs/host-doors.md).
+        replicas: the copies JetStream keeps of each of the space's stores (1 to 5; more than
+            1 needs a cluster of at least that many nodes; issue 17 item 1).
 
     Raises:
         ManifestRefused: a field breaks its rule; one sentence per broken rule.
@@ -154,6 +166,7 @@ class SpaceEntry:
     advertised_server: str | None = None
     service_endpoints: bool = False
     tool_result_consent: bool = False
+    replicas: int = DEFAULT_REPLICAS
 
     def __post_init__(self) -> None:
         fields = {key: getattr(self, name) for key, name in _ENTRY_KEYS.items()}
@@ -301,6 +314,18 @@ def _address_problems(fields: Mapping[str, object], names: Mapping[str, str], ve
     return problems
 
 
+def replicas_problems(replicas: object, name: str = "replicas", verb: str = "write") -> list[str]:
+    """The broken rule of a replica count, one sentence naming its fix (a manifest entry's
+    ``replicas`` and ``cotal space add --replicas`` both use it): a whole number from 1 to 5."""
+    if type(replicas) is int and replicas in REPLICAS_RANGE:
+        return []
+    what = "is not a whole number" if type(replicas) is not int else "is outside 1-5"
+    return [
+        f"{name} {_show(replicas)} {what} - {verb} a count from 1 to 5 (more than 1 needs a cluster"
+        " of at least that many nodes)"
+    ]
+
+
 def _flag_problems(fields: Mapping[str, object], keys: Iterable[str] = _FLAG_KEYS) -> list[str]:
     return [
         f"{key} {_show(fields[key])} is not true or false - write true or false"
@@ -356,6 +381,7 @@ def _entry_problems(fields: Mapping[str, object]) -> list[str]:
         *_address_problems(fields, _MANIFEST_NAMES, "write"),
         *_flag_problems(fields),
         *_needs_port_problems(fields),
+        *replicas_problems(fields["replicas"]),
     ]
 
 
@@ -460,6 +486,7 @@ def _entry_fields(raw: Mapping[str, object], callout_only: bool) -> dict[str, ob
     """The entry's values by manifest key: absent flags are False, other absent values None."""
     read = ("space",) if callout_only else tuple(_ENTRY_KEYS)  # DESIGN.md 9: callout-only reads `space`
     fields: dict[str, object] = {key: False if key in _FLAG_KEYS else None for key in _ENTRY_KEYS}
+    fields["replicas"] = DEFAULT_REPLICAS
     fields.update({key: raw[key] for key in read if key in raw})
     fields["space"] = raw.get("space", _MISSING)
     return fields
@@ -529,20 +556,27 @@ def render_manifest(spaces: Iterable[SpaceEntry]) -> bytes:
     """The canonical manifest bytes of ``spaces`` (for a manifest writer such as ``space add``).
 
     Sorted keys, 2-space indent, trailing newline; entries sorted by space; absent, ``None``
-    and ``false`` values are omitted. ``parse_manifest(render_manifest(s)).spaces`` equals
+    and ``false`` values are omitted, and so is ``replicas`` at its default 1. ``parse_manifest(render_manifest(s)).spaces`` equals
     ``s`` sorted by space.
 
     Raises:
         ManifestRefused: a space listed twice or two spaces on one public port.
     """
     rows = [
-        {key: getattr(e, name) for key, name in _ENTRY_KEYS.items() if getattr(e, name) not in (None, False)}
+        {key: getattr(e, name) for key, name in _ENTRY_KEYS.items() if not _default(key, getattr(e, name))}
         for e in _checked_entries(spaces)
     ]
     return _canonical({"version": MANIFEST_VERSION, "spaces": rows})
 
 
 # --- diff and .applied ------------------------------------------------------------------------
+
+
+def _default(key: str, value: object) -> bool:
+    """Whether ``value`` is ``key``'s absent value (left out of a rendered manifest)."""
+    if key == "replicas":
+        return value == DEFAULT_REPLICAS and type(value) is int
+    return value is None or value is False
 
 
 def diff(old: Manifest | None, new: Manifest) -> ManifestDiff:

@@ -134,6 +134,7 @@ async def hold_plane(
     holder: str,
     lease: Lease = DEFAULT_LEASE,
     clock: Callable[[], float],
+    replicas: int = 1,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Trio: hold ``space``'s plane claim until cancelled; ``started(generation)``.
@@ -143,6 +144,7 @@ async def hold_plane(
         holder: this service's holder id (:func:`holder_id`).
         lease: lease and fencing margin.
         clock: wall time, unix seconds (the row's ``renewedAt``).
+        replicas: the auth bucket's copies, created or scaled up to (issue 17 item 1).
 
     Raises:
         ClaimRefused: before ``started``: another service holds the space, or the row is
@@ -153,7 +155,7 @@ async def hold_plane(
         ConfigError: the bucket exists with another shape.
     """
     bucket = plane_bucket(space)
-    await ensure_bucket(conn, bucket, history=1, allow_msg_ttl=True)
+    await ensure_bucket(conn, bucket, history=1, allow_msg_ttl=True, replicas=replicas)
     mine, revision, last_t = await _acquire(
         conn, space, bucket, holder=holder, lease=lease, clock=clock
     )

@@ -59,6 +59,7 @@ from cotal_trio.stores.issuance import RowExpiries, issuance_store
 from cotal_trio.lane.sweep import run_issuance_sweep
 from cotal_trio.stores.issued import IssuedStores, IssuedStoresMissing
 from cotal_trio.stores.records import ensure_records_stores
+from cotal_trio.stores.replicas import above_wanted, placing, read_store_replicas
 from cotal_trio.stores.streams import ensure_space_streams
 from cotal_trio.lane.callout.build import build_responder
 from cotal_trio.lane.callout.responder import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder
@@ -91,7 +92,9 @@ async def run_lane(
         ConfigError: before started: the space's material in the root is missing or corrupt; or
             this is a replica and the space admits service endpoints (spec "Callout replicas");
             or an issued store has drifted (spec "Issued authority"; the sentence names the
-            remedy), for a full lane and a replica alike.
+            remedy), for a full lane and a replica alike; or, for a full lane, the broker cannot
+            place the space's ``replicas`` copies of a store (issue 17 item 1; the sentence
+            names the fix: a lower count or more nodes).
         ClaimRefused: before started: another full service holds the space (a ConfigError).
         Unavailable: the broker refused or dropped the callout or store connection, or refused
             the first store user or issuer session, or one expired with no renewal let in; after
@@ -190,26 +193,45 @@ async def _hold_space(nursery: trio.Nursery, spec: FullLane, store_conn: Connect
     sweep runs in ``nursery`` too, from the moment the claim (and so the bucket) is held.
     """
     holder = spec.holder or holder_id()
-    await nursery.start(
-        functools.partial(
-            hold_plane, store_conn, spec.space, holder=holder, lease=spec.lease, clock=spec.common.clock,
+    with placing(spec.space, spec.replicas):  # a count the broker cannot place: one sentence (issue 17 item 1)
+        await nursery.start(
+            functools.partial(
+                hold_plane, store_conn, spec.space, holder=holder, lease=spec.lease, clock=spec.common.clock,
+                replicas=spec.replicas,
+            )
         )
-    )
     store = issuance_store(store_conn, spec.space)
     nursery.start_soon(
         functools.partial(run_issuance_sweep, store, space=spec.space, clock=spec.common.clock, expiries=row_expiries)
     )
-    await ensure_records_stores(store_conn, spec.space)
-    await ensure_space_streams(store_conn, spec.space)  # the wire layout's streams (docs/wire-layout.md)
-    # spec "Issued authority": both stores in their exact shape; a drifted one refuses the start
-    # with the remedy (cotal up --recreate-issued-stores), never silently adopted
-    await IssuedStores(store_conn, spec.space).ensure()
+    with placing(spec.space, spec.replicas):
+        await ensure_records_stores(store_conn, spec.space, replicas=spec.replicas)
+        # the wire layout's streams (docs/wire-layout.md)
+        await ensure_space_streams(store_conn, spec.space, replicas=spec.replicas)
+        # spec "Issued authority": both stores in their exact shape; a drifted one refuses the start
+        # with the remedy (cotal up --recreate-issued-stores), never silently adopted
+        await IssuedStores(store_conn, spec.space).ensure(replicas=spec.replicas)
+    await _warn_above(store_conn, spec.space, spec.replicas)
     if spec.service_endpoints:
         admission = await open_admission(store_conn, spec.space, holder=holder, now=spec.common.clock())
         log.info("space %s: service-endpoint admission open (since %s)", spec.space, admission.opened_at)
     # Only the claim's holder touches the readiness file: a refused second service (even one in
     # this process) leaves the serving lane's file alone.
     scrub_readiness(spec)
+
+
+async def _warn_above(store_conn: Connection, space: str, replicas: int) -> None:
+    """One warning naming the stores with more copies than the space's ``replicas``: they are left
+    as they are (never scaled down; :mod:`cotal_trio.stores.replicas`)."""
+    if replicas >= 5:
+        return  # nothing can have more
+    above = above_wanted(await read_store_replicas(store_conn, space), replicas)
+    if above:
+        log.warning(
+            "space %s: %s keep more copies than its replicas %d and are left as they are - raise \"replicas\""
+            " in its entry of spaces.json to match, or scale them down by hand (nats stream edit --replicas)",
+            space, ", ".join(f"{s.stream} (R{s.replicas})" for s in above), replicas,
+        )
 
 
 async def _until_lost(space: str, stopping: trio.Event, **conns: Connection) -> None:

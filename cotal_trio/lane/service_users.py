@@ -106,7 +106,10 @@ def store_permissions(space: str, inbox_nonce: str) -> Permissions:
       the four message streams, the presence and admission buckets, and the pinned consumer creates
       and consumer infos of the bind-only durables; plus ``STREAM.UPDATE`` of the presence bucket;
     * ``STREAM.INFO`` and ``STREAM.CREATE`` of the issued and accepted stores (created or checked
-      at start; everything written or read in them rides the issuer session).
+      at start; everything written or read in them rides the issuer session);
+    * ``STREAM.UPDATE`` of the four message streams, the admission store and the issued and
+      accepted stores: the lane scales them up to the space's ``replicas`` (issue 17 item 1; the
+      broker refuses undoing their append-only flags anyway, err_code 10052).
 
     ``sub.allow``: ``_INBOX_<inbox_nonce>.>``.
 
@@ -115,12 +118,15 @@ def store_permissions(space: str, inbox_nonce: str) -> Permissions:
     """
     provisioner = provisioner_permissions(space=space, inbox_nonce=inbox_nonce).pub_allow
     issued = [wire.kv_stream(wire.issued_bucket(space)), wire.kv_stream(wire.accepted_bucket(space))]
+    scaled = [*(s.name for s in wire.all_streams(space)), wire.kv_stream(wire.admission_bucket(space)), *issued]
     return _own([
         *(s for bucket in (wire.auth_bucket(space), wire.records_bucket(space), wire.sessions_bucket(space))
           for s in _kv_rw(bucket)),
         *(s for s in provisioner if s != wire.USER_INFO_SUBJECT),
         *_stream_api(wire.kv_stream(wire.presence_bucket(space)), "UPDATE"),
         *(s for stream in issued for s in _stream_api(stream, "INFO", "CREATE")),
+        # the replica count's scale-up (issue 17 item 1): the streams the provisioner's lists create
+        *(s for stream in scaled for s in _stream_api(stream, "UPDATE")),
     ], inbox_nonce)  # fmt: skip
 
 

@@ -134,6 +134,9 @@ class FullLane(_Lane):
             release (broker gone); None: a fresh id per start.
         tool_result_consent: serve the opt-in host-only door ``POST /tool-result-consent/issue``
             (the manifest entry's ``toolResultConsent``).
+        replicas: the copies JetStream keeps of each of the space's stores (the entry's
+            ``replicas``, 1..5): the lane creates them so and scales existing ones up at start
+            (issue 17 item 1; :mod:`cotal_trio.stores.replicas`). A replica lane creates none.
     """
 
     idp_keys: IdpKeys
@@ -146,6 +149,7 @@ class FullLane(_Lane):
     dev_idp_url: str | None = None
     holder: str | None = None
     tool_result_consent: bool = False
+    replicas: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -47,6 +47,7 @@ from ._js import (
     ConsumerNotFound,
     JetStreamError,
     NoMessageFound,
+    NoPlacement,
     StreamNameInUse,
     StoreUnreachable,
     StreamNotFound,
@@ -60,9 +61,11 @@ from ._js import (
 )
 from ._jsapi import ConsumerDrift, ack, consumer_info, consumer_names, ensure_consumer, pull_next
 from ._kv import (
+    REPLICAS_RANGE,
     KeyExists,
     KvEntry,
     WrongRevision,
+    check_replicas,
     delete_bucket,
     ensure_bucket,
     kv_create,
@@ -97,6 +100,7 @@ __all__ = [
     "ConsumerNotFound",
     "JetStreamError",
     "NoMessageFound",
+    "NoPlacement",
     "StreamNameInUse",
     "StoreUnreachable",
     "StreamNotFound",
@@ -114,6 +118,8 @@ __all__ = [
     "NoResponders",
     "Subscription",
     "WrongRevision",
+    "REPLICAS_RANGE",
+    "check_replicas",
     "delete_bucket",
     "ensure_bucket",
     "is_bucket_missing",

@@ -24,11 +24,13 @@ a :class:`JetStreamError` carries ``err_code`` (None when the broker sent none) 
 ========  ======================  ====================================================================
 err_code  raised                  the broker's answer
 ========  ======================  ====================================================================
+10005     NoPlacement             no suitable peers for placement (more replicas than the cluster can place)
 10014     ConsumerNotFound        consumer not found (``CONSUMER.INFO`` of a durable that is not there)
 10037     NoMessageFound          no message found (``STREAM.MSG.GET``: :func:`js_msg_get` answers None)
 10058     StreamNameInUse         stream name already in use with a different configuration
 10059     StreamNotFound          stream not found
 10071     WrongLastSequence       wrong last sequence: the subject's last sequence is not the expected
+10074     NoPlacement             replicas > 1 not supported in non-clustered mode (a single node)
 10077     SubjectFull             maximum messages per subject exceeded (``discard_new_per_subject``)
 10148     ConsumerExists          consumer already exists (action ``create``, another configuration)
 10164     WrongLastSequence       wrong last sequence (the constant form of 10071)
@@ -78,6 +80,7 @@ __all__ = [
     "ConsumerNotFound",
     "JetStreamError",
     "NoMessageFound",
+    "NoPlacement",
     "StreamNameInUse",
     "StreamMessage",
     "StoreUnreachable",
@@ -126,6 +129,12 @@ class NoMessageFound(JetStreamError):
     answers None for it."""
 
 
+class NoPlacement(JetStreamError):
+    """A ``STREAM.CREATE``/``UPDATE`` asked for more replicas than the broker can place: a single
+    node refuses any count above 1 (err_code 10074), a cluster one above its nodes (err_code
+    10005, measured on nats-server 2.15; a node that is down counts as missing too)."""
+
+
 class BucketMissing(StreamNotFound):
     """No stream takes the subject a publish was sent on: the KV bucket (or stream) is missing."""
 
@@ -158,11 +167,13 @@ class WrongLastSequence(AuthServiceError):
 # The one table from JetStream's err_code to our error type (the module docstring's table, in
 # its order); other codes are JetStreamError.
 ERRORS: Mapping[int, type[JetStreamError] | type[WrongLastSequence]] = MappingProxyType({
+    10005: NoPlacement,
     10014: ConsumerNotFound,
     10037: NoMessageFound,
     10058: StreamNameInUse,
     10059: StreamNotFound,
     10071: WrongLastSequence,
+    10074: NoPlacement,
     10077: SubjectFull,
     10148: ConsumerExists,
     10164: WrongLastSequence,

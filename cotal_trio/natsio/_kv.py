@@ -10,7 +10,8 @@ returns a marker as a value and ``create()`` then fails (reference stack-prototy
 and pitfall 11). So writes are plain JetStream publishes with the KV headers and reads fetch the
 last message on the key's subject (``$JS.API.STREAM.MSG.GET.KV_<bucket>`` with
 ``last_by_subj``, whatever ``allow_direct`` is) and look at its headers themselves; buckets are
-made with ``STREAM.INFO``/``CREATE``/``UPDATE``/``DELETE`` requests. Every call goes through the
+made with ``STREAM.INFO``/``CREATE``/``UPDATE``/``DELETE`` requests, at the replica count asked
+for (an existing one is scaled up to it, never down). Every call goes through the
 request-based JetStream client :mod:`._js` (typed errors: a missing bucket is
 :class:`~cotal_trio.natsio.BucketMissing` / :class:`~cotal_trio.natsio.StreamNotFound`). A key
 whose last message is a delete, a purge or a server marker is absent.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import trio
 from nats.js import api
 
 from cotal_trio.core.errors import AuthServiceError, ConfigError
@@ -33,9 +35,11 @@ from ._conn import Connection
 from ._js import StreamNameInUse, StreamNotFound, WrongLastSequence, js_api, js_msg_get, js_publish
 
 __all__ = [
+    "REPLICAS_RANGE",
     "KeyExists",
     "KvEntry",
     "WrongRevision",
+    "check_replicas",
     "delete_bucket",
     "ensure_bucket",
     "kv_create",
@@ -43,6 +47,7 @@ __all__ = [
     "kv_get",
     "kv_put",
     "kv_update",
+    "settled",
 ]
 
 # KV wire headers (ADR-8, ADR-43).
@@ -57,6 +62,12 @@ MAX_HISTORY = 64
 # the retry, so a few rounds are allowed before calling it a concurrent creator.
 CREATE_ATTEMPTS = 3
 # Key and bucket grammars of nats-py's KV (``VALID_KEY_RE``, ``VALID_BUCKET_RE``).
+# JetStream's replica counts: a stream keeps 1 to 5 copies (more than 1 needs a cluster).
+REPLICAS_RANGE = range(1, 6)
+# How long a stream just scaled up may take to elect its leader and bring its new copies current
+# (seconds), and how often that is asked (settled()).
+SETTLE_S = 10.0
+SETTLE_POLL_S = 0.1
 _BUCKET_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
 _KEY_RE = re.compile(r"^[-/_=\.a-zA-Z0-9]+$")
 
@@ -152,6 +163,18 @@ async def _last(conn: Connection, bucket: str, subject: str) -> _Last | None:
 # -- buckets -----------------------------------------------------------------------------------
 
 
+def check_replicas(replicas: int) -> int:
+    """Sync: ``replicas`` when it is a whole number in :data:`REPLICAS_RANGE` (JetStream's 1..5).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas not in REPLICAS_RANGE:
+        raise ValueError(f"replicas must be a whole number from 1 to 5, got {replicas!r}")
+    return replicas
+
+
+
 def _bucket_config(
     bucket: str,
     history: int,
@@ -214,8 +237,11 @@ async def ensure_bucket(
     direct: bool = False,
     max_age_s: float | None = None,
     marker_ttl_s: int | None = None,
-) -> None:
-    """Trio: create the KV bucket ``bucket`` (stream ``KV_<bucket>``), or verify the existing one.
+    replicas: int = 1,
+) -> int:
+    """Trio: create the KV bucket ``bucket`` (stream ``KV_<bucket>``) at ``replicas`` copies, or
+    verify the existing one and scale it up to ``replicas`` (issue 17 item 1); the bucket's
+    replica count now (more than ``replicas`` when it had more: left as it is).
 
     An existing bucket is accepted when it is a KV stream with the same ``allow_direct`` and
     ``allow_msg_ttl``; other differences (history, max age, marker TTL) are left as they are.
@@ -231,14 +257,44 @@ async def ensure_bucket(
         max_age_s: the bucket-wide max age in seconds, None for none.
         marker_ttl_s: when set, the server leaves a delete marker (``Nats-Marker-Reason``)
             for this many seconds when a key's last value ages out; needs ``allow_msg_ttl``.
+        replicas: the copies JetStream keeps (1..5; more than 1 needs a cluster).
 
     Raises:
         ConfigError: the existing stream differs in a way that matters (the message names it).
+        NoPlacement: the broker cannot place ``replicas`` copies (a single node, too few nodes).
         ValueError: an invalid bucket name or option.
         Unavailable: the broker or JetStream did not answer, or refused (server text).
     """
     want = _bucket_config(bucket, history, allow_msg_ttl, direct, max_age_s, marker_ttl_s)
-    _check_shape(bucket, await _ensure(conn, want), want)
+    want.num_replicas = check_replicas(replicas)
+    have = await _ensure(conn, want)
+    _check_shape(bucket, have, want)
+    if (have.num_replicas or 1) >= replicas:
+        return have.num_replicas or 1
+    have.num_replicas = replicas  # the broker's own configuration back, one field changed
+    answer = await js_api(conn, f"$JS.API.STREAM.UPDATE.{want.name}", have.as_dict())
+    await settled(conn, want.name, replicas)
+    return api.StreamConfig.from_response(answer.get("config") or {}).num_replicas or replicas
+
+
+async def settled(conn: Connection, stream: str, replicas: int) -> bool:
+    """Trio: wait until a stream just scaled to ``replicas`` has a leader and every other copy is
+    current (``STREAM.INFO``'s ``cluster``), polled every ``SETTLE_POLL_S`` for at most
+    ``SETTLE_S``; True when it did. A publish sent while the new peer set forms goes unanswered
+    (measured: 10 s without an ack on a 3-node nats-server 2.15 cluster right after R1 -> R3),
+    so the scaling caller waits here before it writes.
+
+    Raises:
+        Unavailable: the broker or JetStream did not answer, or refused.
+    """
+    with trio.move_on_after(SETTLE_S):
+        while True:
+            cluster = (await js_api(conn, f"$JS.API.STREAM.INFO.{stream}")).get("cluster") or {}
+            peers = [p for p in cluster.get("replicas") or [] if isinstance(p, dict)]
+            if cluster.get("leader") and len(peers) >= replicas - 1 and all(p.get("current") for p in peers):
+                return True
+            await trio.sleep(SETTLE_POLL_S)
+    return False
 
 
 async def _ensure(conn: Connection, want: api.StreamConfig) -> api.StreamConfig:

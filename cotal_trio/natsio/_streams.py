@@ -5,10 +5,11 @@ What the issued-authority stores (:mod:`cotal_trio.stores.issued`) need beyond :
 * :class:`StreamShape` and :func:`ensure_stream`: create a stream with an exact configuration
   (file storage, no limits, ``discard: new``, the append-only flags ``deny_delete``/
   ``deny_purge``/``allow_rollup_hdrs: false``, ``allow_direct``, ``max_msgs_per_subject``,
-  ``discard_new_per_subject``, ``allow_msg_ttl``), or verify an existing one and refuse it
-  (:class:`StreamDrift`) when any of those differs. An existing stream is never changed: the
-  broker cannot undo ``deny_delete`` anyway (err_code 10052), and a store whose shape is wrong
-  was written under other rules.
+  ``discard_new_per_subject``, ``allow_msg_ttl``) at the replica count asked for, or verify an
+  existing one and refuse it (:class:`StreamDrift`) when any of those differs. An existing
+  stream's shape is never changed: the broker cannot undo ``deny_delete`` anyway (err_code
+  10052), and a store whose shape is wrong was written under other rules. Its replica count is
+  the one thing changed, and only up (issue 17 item 1).
 * :func:`first_message` / :func:`last_message`: the first (``next_by_subj`` from sequence 1) or
   last (``last_by_subj``) message on one subject, by ``$JS.API.STREAM.MSG.GET``, so they work
   whatever ``allow_direct`` is.
@@ -43,7 +44,7 @@ from cotal_trio.core.errors import AuthServiceError, ConfigError
 
 from ._conn import Connection
 from ._js import StreamMessage, StreamNameInUse, StreamNotFound, SubjectFull, WrongLastSequence, js_api, js_msg_get, js_publish
-from ._kv import EXPECTED_LAST_SUBJECT_SEQ, _ttl_headers
+from ._kv import EXPECTED_LAST_SUBJECT_SEQ, _ttl_headers, check_replicas, settled
 
 __all__ = [
     "StreamDrift",
@@ -153,7 +154,7 @@ class StreamShape:
             if field == "subjects":
                 have, want = sorted(have or []), sorted(want)
             if field == "num_replicas" and isinstance(have, int) and have >= 1:
-                continue  # created R1; an operator may scale it (R3 in a cluster: docs/deploy.md)
+                continue  # the count is the space's `replicas` (ensure_stream), not a shape
             if have != want:
                 differences.append(f"{field} is {json.dumps(have)}, not {json.dumps(want)}")
         # Fields that bring messages in from elsewhere or send them on: none of our streams has one.
@@ -190,25 +191,47 @@ async def stream_config(conn: Connection, name: str) -> dict[str, Any] | None:
     return dict(info.get("config") or {})
 
 
-async def ensure_stream(conn: Connection, shape: StreamShape) -> None:
-    """Trio: create the stream ``shape`` describes, or verify the existing one.
+async def ensure_stream(conn: Connection, shape: StreamShape, *, replicas: int = 1) -> int:
+    """Trio: create the stream ``shape`` describes at ``replicas`` copies, or verify the existing
+    one and scale it up to ``replicas`` (a ``STREAM.UPDATE`` of ``num_replicas`` alone, issue 17
+    item 1); the stream's replica count now.
 
+    A stream with more copies than ``replicas`` is left as it is (the count returned says so).
     Idempotent; two concurrent callers both succeed (the broker answers an identical create).
 
     Raises:
         StreamDrift: the stream exists and differs from ``shape`` (it is left as it is).
+        NoPlacement: the broker cannot place ``replicas`` copies (a single node, too few nodes).
+        ValueError: ``replicas`` is not a whole number from 1 to 5.
         Unavailable: the broker or JetStream did not answer, or refused.
     """
+    check_replicas(replicas)
     config = await stream_config(conn, shape.name)
     if config is None:
         try:
-            answer = await _api(conn, f"$JS.API.STREAM.CREATE.{shape.name}", shape.config())
+            answer = await _api(conn, f"$JS.API.STREAM.CREATE.{shape.name}", {**shape.config(), "num_replicas": replicas})
             config = dict(answer.get("config") or {})
         except StreamNameInUse:  # someone made it meanwhile, another shape
             config = await stream_config(conn, shape.name) or {}
     differences = shape.drift(config)
     if differences:
         raise StreamDrift(shape.name, differences)
+    return await _scaled_up(conn, shape.name, config, replicas)
+
+
+async def _scaled_up(conn: Connection, name: str, config: Mapping[str, Any], replicas: int) -> int:
+    """Trio: the stream's replica count after raising it to ``replicas`` when it has fewer.
+
+    The update sends the broker's own configuration back with ``num_replicas`` changed, so no
+    other field moves. Consumers that follow their stream's count (ours: no ``num_replicas``)
+    are scaled with it by the broker.
+    """
+    have = config.get("num_replicas") or 1
+    if have >= replicas:
+        return int(have)
+    answer = await _api(conn, f"$JS.API.STREAM.UPDATE.{name}", {**config, "num_replicas": replicas})
+    await settled(conn, name, replicas)  # a write before the new copies settle goes unanswered
+    return int((answer.get("config") or {}).get("num_replicas") or replicas)
 
 
 async def delete_stream(conn: Connection, name: str) -> bool:

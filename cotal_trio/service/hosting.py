@@ -175,6 +175,7 @@ def lane_factory(
                     http_port=lanes.http_ports.get(entry.space, 0), service_endpoints=entry.service_endpoints,
                     public=PublicFace.of(entry), dev_idp_url=lanes.dev_idp_url, connect_limits=lanes.connect_limits,
                     holder=holders.setdefault(entry.space, holder_id()), tool_result_consent=entry.tool_result_consent,
+                    replicas=entry.replicas,
                 )
             case ReplicaLanes():
                 _refuse_full_fields(entry)

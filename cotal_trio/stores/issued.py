@@ -234,17 +234,19 @@ class IssuedStores:
 
     # -- the stores ----------------------------------------------------------------------------
 
-    async def ensure(self) -> None:
-        """Trio: create both stores with their exact shapes, or verify them (idempotent).
+    async def ensure(self, *, replicas: int = 1) -> None:
+        """Trio: create both stores with their exact shapes at ``replicas`` copies, or verify them
+        and scale them up to it (idempotent; issue 17 item 1).
 
         Raises:
             ConfigError: a store exists with another shape; the sentence names the differences
                 and the remedy (:data:`RECREATE_REMEDY`). The store is left as it is.
+            NoPlacement: the broker cannot place ``replicas`` copies.
             Unavailable: the broker or JetStream did not answer, or refused.
         """
         for shape in self._shapes:
             with self._drift():
-                await ensure_stream(self._conn, shape)
+                await ensure_stream(self._conn, shape, replicas=replicas)
 
     async def check(self) -> None:
         """Trio: verify both stores without creating one (a binder that is not their creator).
@@ -666,7 +668,9 @@ class IssuedStores:
 
 async def recreate_issued_stores(conn: Connection, space: str, backup_dir: Path) -> dict[str, int]:
     """Trio: back up both issued stores of ``space`` into ``backup_dir``, delete them, create them
-    again in the current shape. Returns ``{stream: messages backed up}`` (absent streams: none).
+    again in the current shape, with as many copies as the old ones had (the next full-lane start
+    scales them to the space's ``replicas``). Returns ``{stream: messages backed up}`` (absent
+    streams: none).
 
     Run it with the space's auth service, callout replicas and managers stopped: a write between
     the backup and the delete is lost. Both streams are backed up before either is deleted.
@@ -683,8 +687,10 @@ async def recreate_issued_stores(conn: Connection, space: str, backup_dir: Path)
     await trio.to_thread.run_sync(check_backup_dir, backup_dir)
     counts: dict[str, int] = {}
     shapes = issued_shapes(space)
+    replicas = 1
     for shape in shapes:
-        if await stream_config(conn, shape.name) is not None:
+        if (config := await stream_config(conn, shape.name)) is not None:
+            replicas = max(replicas, _replicas_of(config))
             try:
                 counts[shape.name] = await backup_stream(conn, shape.name, backup_dir)
             except OSError as exc:
@@ -692,8 +698,13 @@ async def recreate_issued_stores(conn: Connection, space: str, backup_dir: Path)
     for shape in shapes:
         await delete_stream(conn, shape.name)
         log.warning("space %s: deleted %s (backed up into %s)", space, shape.name, backup_dir)
-    await IssuedStores(conn, space).ensure()
+    await IssuedStores(conn, space).ensure(replicas=replicas)  # as many copies as before (issue 17 item 1)
     return counts
+
+
+def _replicas_of(config: dict) -> int:
+    count = config.get("num_replicas")
+    return count if isinstance(count, int) and 1 <= count <= 5 else 1
 
 
 def check_backup_dir(backup_dir: Path) -> None:

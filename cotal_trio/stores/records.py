@@ -93,8 +93,9 @@ class StoresMissing(Unavailable):
     """The space's records or sessions bucket does not exist; the message names the fix."""
 
 
-async def ensure_records_stores(conn: Connection, space: str) -> None:
-    """Trio: create both stores of ``space`` (history 1, per-message TTLs), or verify them.
+async def ensure_records_stores(conn: Connection, space: str, *, replicas: int = 1) -> None:
+    """Trio: create both stores of ``space`` (history 1, per-message TTLs) at ``replicas`` copies,
+    or verify them and scale them up to it (issue 17 item 1; :mod:`cotal_trio.stores.replicas`).
 
     Idempotent; a full lane calls it once at start, holding the plane claim.
 
@@ -104,10 +105,11 @@ async def ensure_records_stores(conn: Connection, space: str) -> None:
 
     Raises:
         ConfigError: a bucket exists with another shape (the sentence names the fix).
+        NoPlacement: the broker cannot place ``replicas`` copies.
         Unavailable: the broker or JetStream did not answer, or refused.
     """
     for bucket in (records_bucket(space), sessions_bucket(space)):
-        await ensure_bucket(conn, bucket, history=1, allow_msg_ttl=True)
+        await ensure_bucket(conn, bucket, history=1, allow_msg_ttl=True, replicas=replicas)
 
 
 def _kv_publish(bucket: str, prefix: str = "") -> str:

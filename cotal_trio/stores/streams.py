@@ -78,20 +78,24 @@ def admission_shape(space: str) -> StreamShape:
     )  # fmt: skip
 
 
-async def ensure_space_streams(conn: Connection, space: str) -> None:
+async def ensure_space_streams(conn: Connection, space: str, *, replicas: int = 1) -> None:
     """Trio: create (or verify) the space's four message streams, presence bucket and admission
-    store. Idempotent.
+    store, at ``replicas`` copies (an existing one is scaled up to it; issue 17 item 1). Idempotent.
+
+    The durables made later on these streams follow their stream's count (no ``num_replicas``
+    in :data:`DURABLE_CONFIG`), and the broker scales them with it.
 
     Raises:
         StreamDrift: a stream exists with another shape.
         ConfigError: the presence bucket exists with another ``allow_direct``/``allow_msg_ttl``.
         Refused: a bad space name.
+        NoPlacement: the broker cannot place ``replicas`` copies.
         Unavailable: the broker or JetStream did not answer, or refused.
     """
     for stream in wire.all_streams(space):
-        await ensure_stream(conn, message_stream_shape(stream))
-    await ensure_bucket(conn, wire.presence_bucket(space), history=1, direct=True, allow_msg_ttl=True)
-    await ensure_stream(conn, admission_shape(space))
+        await ensure_stream(conn, message_stream_shape(stream), replicas=replicas)
+    await ensure_bucket(conn, wire.presence_bucket(space), history=1, direct=True, allow_msg_ttl=True, replicas=replicas)
+    await ensure_stream(conn, admission_shape(space), replicas=replicas)
 
 
 async def ensure_durable(conn: Connection, durable: wire.Durable) -> None:

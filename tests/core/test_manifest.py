@@ -30,8 +30,9 @@ from cotal_trio.core.manifest import (
 SHA_A = "a" * 64
 ENTRY_TAKES = (
     "an entry takes space, exchangePublicPort, exchangePublicUrl, exchangeTrustedProxy, "
-    "advertisedServer, serviceEndpoints and toolResultConsent"
+    "advertisedServer, serviceEndpoints, toolResultConsent and replicas"
 )
+REPLICAS_FIX = "write a count from 1 to 5 (more than 1 needs a cluster of at least that many nodes)"
 SHAPE = '{"version": 2, "spaces": [{"space": "<name>"}]}'
 PORT_FIX = "write a port from 1 to 65535"
 URL_FIX = 'write the address clients reach, for example "https://auth.example"'
@@ -57,14 +58,14 @@ def test_a_full_entry_reads_every_field():
     data = doc({
         "space": "alpha", "exchangePublicPort": 7451, "exchangePublicUrl": "https://auth.example",
         "exchangeTrustedProxy": True, "advertisedServer": "wss://nats.example/ws", "serviceEndpoints": True,
-        "toolResultConsent": True,
+        "toolResultConsent": True, "replicas": 3,
     })
     manifest = parse_manifest(data)
     assert manifest == Manifest(
         spaces=(SpaceEntry(
             space="alpha", exchange_public_port=7451, exchange_public_url="https://auth.example",
             exchange_trusted_proxy=True, advertised_server="wss://nats.example/ws", service_endpoints=True,
-            tool_result_consent=True,
+            tool_result_consent=True, replicas=3,
         ),),
         sha256=hashlib.sha256(data).hexdigest(),
     )
@@ -204,6 +205,16 @@ REFUSALS = [
      ('spaces[0] ("a"): serviceEndpoints 1 is not true or false - write true or false',)),
     ("tool result consent string", doc({"space": "a", "toolResultConsent": "yes"}),
      ('spaces[0] ("a"): toolResultConsent "yes" is not true or false - write true or false',)),
+    ("replicas 0", doc({"space": "a", "replicas": 0}), (f'spaces[0] ("a"): replicas 0 is outside 1-5 - {REPLICAS_FIX}',)),
+    ("replicas 6", doc({"space": "a", "replicas": 6}), (f'spaces[0] ("a"): replicas 6 is outside 1-5 - {REPLICAS_FIX}',)),
+    ("replicas text", doc({"space": "a", "replicas": "3"}),
+     (f'spaces[0] ("a"): replicas "3" is not a whole number - {REPLICAS_FIX}',)),
+    ("replicas true", doc({"space": "a", "replicas": True}),
+     (f'spaces[0] ("a"): replicas true is not a whole number - {REPLICAS_FIX}',)),
+    ("replicas float", doc({"space": "a", "replicas": 3.0}),
+     (f'spaces[0] ("a"): replicas 3.0 is not a whole number - {REPLICAS_FIX}',)),
+    ("replicas null", doc({"space": "a", "replicas": None}),
+     (f'spaces[0] ("a"): replicas null is not a whole number - {REPLICAS_FIX}',)),
     ("url without port", doc({"space": "a", "exchangePublicUrl": "https://auth.example"}),
      (('spaces[0] ("a"): exchangePublicUrl needs exchangePublicPort - '
       "add the public listener's port or remove exchangePublicUrl"),)),
@@ -552,3 +563,31 @@ def test_diff_partitions_the_union_of_spaces(old_entries, new_entries):
     assert set(result.added) == set(new.names) - set(old.names)
     assert all(old.entry(s) != new.entry(s) for s in result.changed)
     assert diff(new, new).unchanged == new.names
+
+
+# --- replicas (issue 17 item 1) ------------------------------------------------------------------
+
+
+def test_replicas_absent_is_one_and_one_is_not_rendered():
+    manifest = parse_manifest(doc({"space": "a"}, {"space": "b", "replicas": 3}, {"space": "c", "replicas": 1}))
+    assert [e.replicas for e in manifest.spaces] == [1, 3, 1]
+    assert render_manifest(manifest.spaces) == (
+        b'{\n  "spaces": [\n    {\n      "space": "a"\n    },\n    {\n      "replicas": 3,\n      "space": "b"\n'
+        b'    },\n    {\n      "space": "c"\n    }\n  ],\n  "version": 2\n}\n'
+    )
+
+
+def test_a_changed_replica_count_restarts_that_lane_alone():
+    old = parse_manifest(doc({"space": "a"}, {"space": "b"}))
+    new = parse_manifest(doc({"space": "a", "replicas": 3}, {"space": "b"}))
+    assert diff(old, new) == ManifestDiff(added=(), removed=(), changed=("a",), unchanged=("b",))
+
+
+def test_a_space_entry_refuses_a_bad_count():
+    with pytest.raises(ManifestRefused) as refused:
+        SpaceEntry(space="a", replicas=9)
+    assert refused.value.reasons == (f'space "a": replicas 9 is outside 1-5 - {REPLICAS_FIX}',)
+
+
+def test_callout_only_ignores_replicas():
+    assert parse_manifest(doc({"space": "a", "replicas": "x"}), callout_only=True).spaces == (SpaceEntry(space="a"),)

@@ -33,8 +33,15 @@ def test_a_full_lane_store_user_holds_exactly_its_lists() -> None:
     ]  # fmt: skip
     provisioner = [s for s in provisioner_permissions(space="demo", inbox_nonce=NONCE).pub_allow if not s.startswith("$SYS")]
     issued = [*_api("KV_cotal_issued_demo", "INFO", "CREATE"), *_api("KV_cotal_accepted_demo", "INFO", "CREATE")]
+    # issue 17 item 1: the lane scales every stream it creates up to the space's replicas
+    scaled = [
+        f"$JS.API.STREAM.UPDATE.{stream}" for stream in (
+            "COTAL_CHAT_demo", "COTAL_DM_demo", "COTAL_TASK_demo", "COTAL_RUN_demo", "KV_cotal_admission_demo",
+            "KV_cotal_issued_demo", "KV_cotal_accepted_demo",
+        )
+    ]  # fmt: skip
     assert got == {
-        "pub": {"allow": [*own, *provisioner, "$JS.API.STREAM.UPDATE.KV_cotal_presence_demo", *issued]},
+        "pub": {"allow": [*own, *provisioner, "$JS.API.STREAM.UPDATE.KV_cotal_presence_demo", *issued, *scaled]},
         "sub": {"allow": [f"_INBOX_{NONCE}.>"]},
     }
 

@@ -17,6 +17,7 @@ from cotal_trio.natsio import (
     ConsumerNotFound,
     JetStreamError,
     NoMessageFound,
+    NoPlacement,
     StreamNameInUse,
     StreamNotFound,
     StreamShape,
@@ -41,8 +42,8 @@ CEILING_S = 20
 
 def test_the_table_maps_each_code_once():
     assert ERRORS == {
-        10014: ConsumerNotFound, 10037: NoMessageFound, 10058: StreamNameInUse, 10059: StreamNotFound,
-        10071: WrongLastSequence, 10077: SubjectFull, 10148: ConsumerExists, 10164: WrongLastSequence,
+        10005: NoPlacement, 10014: ConsumerNotFound, 10037: NoMessageFound, 10058: StreamNameInUse,
+        10059: StreamNotFound, 10071: WrongLastSequence, 10074: NoPlacement, 10077: SubjectFull, 10148: ConsumerExists, 10164: WrongLastSequence,
     }  # fmt: skip
     assert all(issubclass(kind, JetStreamError) for kind in ERRORS.values() if kind is not WrongLastSequence)
     assert issubclass(SubjectFull, JetStreamError)
