@@ -9,46 +9,18 @@ comma-separated. Without it they fall back to ``policy.json``'s loopback port.
 from __future__ import annotations
 
 from typing import Annotated
-from urllib.parse import urlsplit
-
 from cyclopts import Parameter
 
 from ..core.errors import ConfigError
+from ..core.servers import parse_servers
 from ..state import RootPaths, load_policy
 
 __all__ = ["Server", "parse_servers", "resolve_servers"]
 
-SCHEMES = ("nats", "tls")
-
 Server = Annotated[
     str | None,
-    Parameter(help="The broker, nats://host:port, or every node of a cluster comma-separated (default: the root's `cotal up` broker)."),
+    Parameter(help="The broker's seed URLs, comma-separated: nats://host:port, or every node of a cluster (default: the root's `cotal up` broker)."),
 ]
-
-
-def parse_servers(text: str) -> tuple[str, ...]:
-    """``--server`` as seed URLs: comma-separated, blanks around commas ignored, order kept,
-    duplicates dropped.
-
-    Raises:
-        ConfigError: no URL, or one that is not ``nats://`` or ``tls://`` with a host.
-    """
-    servers = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
-    if not servers:
-        raise ConfigError("--server is empty - pass nats://host:port (a cluster: every node's URL, comma-separated)")
-    for server in servers:
-        if not _is_broker_url(server):
-            raise ConfigError(f"--server {server} is not a broker address - pass nats://host:port")
-    return servers
-
-
-def _is_broker_url(url: str) -> bool:
-    parts = urlsplit(url)
-    try:
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-    except ValueError:
-        return False
-    return parts.scheme in SCHEMES and bool(parts.hostname)
 
 
 def resolve_servers(paths: RootPaths, server: str | None) -> tuple[str, ...]:

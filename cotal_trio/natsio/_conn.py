@@ -14,6 +14,11 @@ nats-py internals relied on (nats-py 2.16; re-check on upgrade):
 * ``connect()`` may return while not connected (server closed the socket during an auth
   callout, or sent PING before PONG: pitfall P5/P11); we check ``is_connected``.
 * ``Client._server_info`` (private) for :attr:`Connection.connected_server_id`.
+* ``Client.connected_url`` (a ``urllib`` ``ParseResult``) is the seed or learned node the socket
+  is up to, updated before ``reconnected_cb`` runs: the reconnect line names it (issue 17 item 3).
+* With several ``servers`` and ``allow_reconnect`` off, ``connect()`` still tries each seed once
+  in turn (its server pool), calling ``error_cb`` per failed seed; so our ``error_cb`` lets a
+  failed seed pass while another is left to try and stops only after the last.
 * ``Client.options["connect_timeout"]`` is read at each reconnect attempt (TCP, INFO, PONG), so
   it is lowered to ``PONG_TIMEOUT_S`` once connected: a hung broker costs each attempt that long.
 * ``Client.stats["reconnects"]`` counts completed reconnects; a reconnect drops the PONG futures
@@ -44,6 +49,7 @@ import trio
 from cotal_trio.core.creds import parse_creds
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.nkeys import KeyPair
+from cotal_trio.core.servers import join_servers, parse_servers
 
 from ._loop import DEFAULT_CAP_S, current_loop, run_aio
 
@@ -195,9 +201,11 @@ class Connection:
             errors, stale connection), or None.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, url: str) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, servers: tuple[str, ...]) -> None:
         self._loop = loop
-        self._url = url
+        self._servers = servers
+        self._url = join_servers(servers)  # log lines before a node is reached name every seed
+        self._seeds_failed = 0  # seeds the initial connect has given up on (see _error_cb)
         self._nc = nats.aio.client.Client()
         self._connecting = False
         self._stepped: set[asyncio.Task[None]] = set()  # publishes that had to suspend
@@ -224,6 +232,18 @@ class Connection:
     def client_id(self) -> int | None:
         """Sync: the client id the broker assigned (from its INFO), or None."""
         return self._nc.client_id
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """Sync: the seed URLs this connection was opened with, in order."""
+        return self._servers
+
+    @property
+    def connected_url(self) -> str | None:
+        """Sync: ``nats://host:port`` of the node the socket is up to (a seed, or a node learned
+        from the cluster's INFO), or None while not connected."""
+        url = self._nc.connected_url if self._nc.is_connected else None
+        return None if url is None else f"{url.scheme}://{url.hostname}:{url.port}"
 
     @property
     def connected_server_id(self) -> str | None:
@@ -477,6 +497,12 @@ class Connection:
         self._error_arrived.set()
         self._error_arrived = trio.Event()
         if self._connecting:
+            # nats-py goes on to the next seed after a failed one; stop after each seed had its try.
+            self._seeds_failed += 1
+            if self._seeds_failed < len(self._servers):
+                log.info("nats %s: seed %d of %d failed (%s); trying the next", self._url,
+                         self._seeds_failed, len(self._servers), self.last_error)
+                return
             raise _ConnectFailed(self.last_error) from exc
         log.warning("nats %s: %s", self._url, self.last_error)
 
@@ -485,7 +511,8 @@ class Connection:
             log.warning("nats %s: disconnected", self._url)
 
     async def _reconnected_cb(self) -> None:  # asyncio-flavoured
-        log.info("nats %s: reconnected", self._url)
+        # The node reached, not the seeds: after a node loss the operator reads where it went.
+        log.info("nats %s: reconnected", self.connected_url or self._url)
 
     async def _closed_cb(self) -> None:  # asyncio-flavoured
         self._fail_requests()
@@ -641,7 +668,7 @@ def _creds_options(creds: str) -> dict[str, Any]:
 
 @asynccontextmanager
 async def open_connection(
-    url: str,
+    servers: str | Sequence[str],
     *,
     creds: str | None = None,
     token: str | None = None,
@@ -655,7 +682,10 @@ async def open_connection(
     shielded ``finally`` bounded by ``CLOSE_S`` (5 s), after scheduled replies are sent.
 
     Args:
-        url: ``nats://host:port``.
+        servers: the broker's seed URLs: ``nats://host:port``, a comma-separated list of them
+            (a ``--server`` value), or a sequence. The first connect tries each in order, once,
+            and uses the first that admits it; reconnects go to any seed or any node the cluster
+            announced (nats-py's server pool).
         creds: the text of a NATS ``.creds`` file (user JWT + seed), not a path.
         token: sent as the CONNECT ``auth_token`` (next to ``creds`` when both are given: the
             bearer for an auth callout).
@@ -672,15 +702,19 @@ async def open_connection(
     ``last_error`` naming it, as a closed socket does (issue 15 item 5).
 
     Raises:
-        Unavailable: the connect failed or was refused; the message carries the broker's text,
-            e.g. ``'Authorization Violation'``. Nothing is left open. Bounded by the caller's
-            deadline (``Cancelled``) or ``CONNECT_CAP_S`` (5 s) without one.
+        Unavailable: the connect failed or was refused through every seed; the message carries
+            the broker's text of the last, e.g. ``'Authorization Violation'``. Nothing is left
+            open. Bounded by the caller's deadline (``Cancelled``) or ``CONNECT_CAP_S`` (5 s)
+            without one, for all the seeds together.
+        ConfigError: ``servers`` is empty or has an item that is not ``nats://`` / ``tls://``.
         CodecError: ``creds`` is malformed.
         RuntimeError: no enclosing ``open_loop()``.
     """
     loop = current_loop()
+    seeds = parse_servers(servers) if isinstance(servers, str) else parse_servers(join_servers(list(servers)))
     options: dict[str, Any] = {
-        "servers": [url],
+        "servers": list(seeds),
+        "dont_randomize": True,  # seeds in the order given: the operator's first choice first
         "name": name,
         "allow_reconnect": False,  # switched to `reconnect` once connected
         "max_reconnect_attempts": RECONNECT_ATTEMPTS if reconnect else 0,
@@ -691,7 +725,7 @@ async def open_connection(
         options.update(_creds_options(creds))
     if inbox_prefix is not None:
         options["inbox_prefix"] = inbox_prefix
-    conn = Connection(loop, url)
+    conn = Connection(loop, seeds)
     options.update(
         error_cb=conn._error_cb,
         disconnected_cb=conn._disconnected_cb,
@@ -705,4 +739,4 @@ async def open_connection(
         with trio.move_on_after(CLOSE_S, shield=True) as scope:
             await conn._aclose()
         if scope.cancelled_caught:
-            log.warning("nats %s: close did not finish within %.0f s", url, CLOSE_S)
+            log.warning("nats %s: close did not finish within %.0f s", conn._url, CLOSE_S)

@@ -10,7 +10,7 @@ from cotal_trio.state import BrokerPolicy, RootPaths, save_policy
 
 
 def test_a_list_keeps_its_order_and_drops_blanks_and_repeats():
-    assert parse_servers(" tls://a:1, nats://b:2,,tls://a:1 ") == ("tls://a:1", "nats://b:2")
+    assert parse_servers(" tls://a:1, nats://b:2 ,tls://a:1 ") == ("tls://a:1", "nats://b:2")
     assert parse_servers("nats://h") == ("nats://h",)  # nats-py's default port
 
 
@@ -18,6 +18,13 @@ def test_a_list_keeps_its_order_and_drops_blanks_and_repeats():
 def test_a_bad_url_is_named(bad):
     with pytest.raises(ConfigError, match=f"^--server {bad} is not a broker address - pass nats://host:port$"):
         parse_servers(f"nats://ok:1,{bad}")
+
+
+@pytest.mark.parametrize("holed", ["nats://a:1,,nats://b:2", "nats://a:1,", ",nats://a:1"])
+def test_an_empty_item_is_refused_not_skipped(holed):
+    """A hole in the list is a typo (a lost node URL), so it is named, not read past."""
+    with pytest.raises(ConfigError, match=f"^--server {holed} has an empty item - pass nats://host:port"):
+        parse_servers(holed)
 
 
 def test_an_empty_list_is_refused():
