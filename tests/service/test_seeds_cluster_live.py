@@ -1,0 +1,64 @@
+"""A lane started with several seed URLs while the first is down (issue 17 item 3).
+
+A real 3-node cluster on 127.0.0.1, its configs rendered by ``cotal broker config`` from a root
+made as docs/deploy.md makes one (``cotal space add --new-root``, then ``--server`` to push the
+space). Node 1 is SIGTERMed by pid; the full auth service is then started with
+``--server n1,n2,n3``: every connection of its lane opens through n2 (the first seed that
+answers), it serves, and a connect through node 2 is admitted (``cotal check``). Before the seed
+list, the lane's first connect to n1 failed and the service could not start at all.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+
+import pytest
+import trio
+
+from cotal_trio.broker.process import free_port
+from cotal_trio.service.hosting import ServiceConfig, run_service
+from cotal_trio.state import RootPaths
+from tests.support.cluster import node
+from tests.support.cli_root import cotal
+
+pytestmark = pytest.mark.broker
+
+SPACE = "alpha"
+CEILING_S = 30
+NODES = ("n1", "n2", "n3")
+
+
+async def test_a_lane_starts_through_the_second_seed_when_the_first_is_down(nursery, tmp_path, capsys):
+    paths = RootPaths(tmp_path / "root")
+    ports = {name: (free_port(), free_port()) for name in NODES}
+    routes = ",".join(f"nats-route://127.0.0.1:{cluster}" for _, cluster in ports.values())
+    urls = {name: f"nats://127.0.0.1:{port}" for name, (port, _) in ports.items()}
+    with trio.fail_after(CEILING_S):
+        code, _, err = await cotal(capsys, "space", "add", SPACE, "--root", str(paths.root), "--new-root")
+        assert (code, err) == (0, ""), err
+        pids = {}
+        for name, (port, cluster_port) in ports.items():
+            code, text, err = await cotal(
+                capsys, "broker", "config", "--root", str(paths.root), "--node", name, "--port", str(port),
+                "--cluster-port", str(cluster_port), "--cluster-routes", routes,
+            )
+            assert (code, err) == (0, ""), err
+            config = tmp_path / f"{name}.conf"
+            config.write_text(text)
+            pids[name] = await nursery.start(functools.partial(node, config, port))
+        code, out, err = await cotal(capsys, "space", "add", SPACE, "--root", str(paths.root), "--server", urls["n1"])
+        assert code == 0 and "accounts pushed" in out, err
+        logs = [tmp_path / f"{name}.log" for name in NODES]
+        while not all("metadata leader" in log.read_text() for log in logs):
+            await trio.sleep(0.2)  # the three have met (bounded by CEILING_S)
+        os.kill(pids["n1"], signal.SIGTERM)
+        while "Server Exiting" not in logs[0].read_text():
+            await trio.sleep(0.1)
+        seeds = ",".join(urls[name] for name in NODES)
+        info = await nursery.start(run_service, ServiceConfig(root=paths, server_url=seeds, space=SPACE))
+        assert info.spaces == (SPACE,)
+        code, out, err = await cotal(capsys, "check", "--server", urls["n2"], "--root", str(paths.root), "--space", SPACE)
+    assert code == 0 and out.splitlines()[-1] == "check passed", out + err
+    assert "✓ connect with the sentinel creds and the bearer" in out
