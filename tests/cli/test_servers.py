@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from cotal_trio.cli._servers import parse_servers, resolve_servers
+from cotal_trio.cli.broker import client_url
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.state import BrokerPolicy, RootPaths, save_policy
+from cotal_trio.state.seeds import load_seeds, record_seed
 
 
 def test_a_list_keeps_its_order_and_drops_blanks_and_repeats():
@@ -43,6 +45,36 @@ def test_neither_names_both_and_the_fix(tmp_path):
     with pytest.raises(ConfigError) as missing:
         resolve_servers(RootPaths(tmp_path), None)
     assert str(missing.value) == (
-        f"no broker address for root {tmp_path}: --server is not given and {tmp_path}/policy.json is missing"
+        f"no broker address for root {tmp_path}: --server is not given, no node is recorded in"
+        f" {tmp_path}/broker/seeds.json (`cotal broker config` records them) and {tmp_path}/policy.json is missing"
         " (only `cotal up` writes it) - pass --server nats://host:port (a cluster: every node's URL, comma-separated)"
     )
+
+
+def test_the_recorded_nodes_are_the_default_and_win_over_policy(tmp_path):
+    """``cotal broker config`` records each rendered node's client URL (state/seeds.py); with no
+    --server they are the seeds, in the order first rendered, a re-render replacing its entry."""
+    paths = RootPaths(tmp_path)
+    save_policy(paths.policy_json, BrokerPolicy(port=4999))
+    for node, url in [("n1", "nats://10.0.0.1:4222"), ("n2", "nats://10.0.0.2:4222"), ("n1", "nats://10.0.0.9:4222")]:
+        record_seed(paths, node, url)
+    assert load_seeds(paths) == ("nats://10.0.0.9:4222", "nats://10.0.0.2:4222")
+    assert resolve_servers(paths, None) == ("nats://10.0.0.9:4222", "nats://10.0.0.2:4222")
+    assert resolve_servers(paths, "nats://x:1") == ("nats://x:1",)  # --server still wins
+    assert (paths.broker_dir / "seeds.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_corrupt_record_is_named(tmp_path):
+    paths = RootPaths(tmp_path)
+    paths.broker_dir.mkdir()
+    (paths.broker_dir / "seeds.json").write_text('{"ver": 1, "nodes": {"n1": "http://h:1"}}')
+    with pytest.raises(ConfigError, match=f"^{tmp_path}/broker/seeds.json.*nodes.n1 http://h:1 is not a broker address"):
+        resolve_servers(paths, None)
+
+
+@pytest.mark.parametrize("host, url", [
+    ("127.0.0.1", "nats://127.0.0.1:4222"), ("n1.internal", "nats://n1.internal:4222"), ("::1", "nats://[::1]:4222"),
+    ("0.0.0.0", None), ("::", None),
+])  # fmt: skip
+def test_a_rendered_node_is_recorded_by_its_client_url_unless_it_listens_everywhere(host, url):
+    assert client_url(host, 4222) == url

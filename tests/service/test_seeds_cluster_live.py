@@ -5,12 +5,15 @@ made as docs/deploy.md makes one (``cotal space add --new-root``, then ``--serve
 space). Node 1 is SIGTERMed by pid; the full auth service is then started with
 ``--server n1,n2,n3``: every connection of its lane opens through n2 (the first seed that
 answers), it serves, and a connect through node 2 is admitted (``cotal check``). Before the seed
-list, the lane's first connect to n1 failed and the service could not start at all.
+list, the lane's first connect to n1 failed and the service could not start at all. The nodes
+``cotal broker config`` rendered are the default ``--server`` of ``auth-service``, ``check`` and
+``connect-info`` (``<root>/broker/seeds.json``).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 
@@ -18,6 +21,7 @@ import pytest
 import trio
 
 from cotal_trio.broker.process import free_port
+from cotal_trio.cli.auth_service import _check_server
 from cotal_trio.service.hosting import ServiceConfig, run_service
 from cotal_trio.state import RootPaths
 from tests.support.cluster import node
@@ -57,8 +61,15 @@ async def test_a_lane_starts_through_the_second_seed_when_the_first_is_down(nurs
         while "Server Exiting" not in logs[0].read_text():
             await trio.sleep(0.1)
         seeds = ",".join(urls[name] for name in NODES)
+        # `cotal broker config` recorded each node: `auth-service` without --server takes them all
+        assert _check_server(paths, None) == seeds
         info = await nursery.start(run_service, ServiceConfig(root=paths, server_url=seeds, space=SPACE))
         assert info.spaces == (SPACE,)
         code, out, err = await cotal(capsys, "check", "--server", urls["n2"], "--root", str(paths.root), "--space", SPACE)
-    assert code == 0 and out.splitlines()[-1] == "check passed", out + err
-    assert "✓ connect with the sentinel creds and the bearer" in out
+        assert code == 0 and out.splitlines()[-1] == "check passed", out + err
+        assert "✓ connect with the sentinel creds and the bearer" in out
+        # no --server: the recorded nodes; n1 is down, the check goes through n2
+        code, out, err = await cotal(capsys, "check", "--root", str(paths.root), "--space", SPACE)
+        assert code == 0 and out.splitlines()[-1] == "check passed", out + err
+        code, out, err = await cotal(capsys, "connect-info", "--json", "--root", str(paths.root), "--space", SPACE)
+    assert (code, err) == (0, "") and json.loads(out)["servers"] == [urls[name] for name in NODES]
