@@ -69,7 +69,7 @@ _PLAIN = re.compile(r"[^\s\"'\\;]+")  # an ExecStart word that needs no quotes
 class Serve:
     """The flags of the unit's ``cotal auth-service`` that both kinds of unit take."""
 
-    server: Annotated[str, Parameter(help="The broker, nats://host:port; it must already trust the spaces' accounts.")]
+    server: Annotated[str, Parameter(help="The broker's seed URLs, comma-separated: nats://host:port, or every node of a cluster; it must already trust the spaces' accounts.")]
     spaces: Annotated[Path | None, Parameter(help="Serve the spaces this manifest lists (exclusive with --space).")] = None
     space: Annotated[str | None, Parameter(help="Serve this one space (exclusive with --spaces).")] = None
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal), made absolute.")] = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cotal_trio.cli._servers import parse_servers, resolve_servers
+from cotal_trio.cli import main
 from cotal_trio.cli.broker import client_url
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.state import BrokerPolicy, RootPaths, save_policy
@@ -78,3 +79,16 @@ def test_a_corrupt_record_is_named(tmp_path):
 ])  # fmt: skip
 def test_a_rendered_node_is_recorded_by_its_client_url_unless_it_listens_everywhere(host, url):
     assert client_url(host, 4222) == url
+
+
+@pytest.mark.parametrize("argv", [["auth-service", "--space", "alpha"], ["check", "--space", "alpha"],
+                                  ["connect-info", "--space", "alpha"], ["service", "render", "auth-service", "--space", "alpha"]])
+def test_a_holed_list_is_one_sentence_for_every_command(tmp_path, capsys, argv):
+    capsys.readouterr()
+    code = main([*argv, "--server", "nats://127.0.0.1:4222,,nats://127.0.0.1:4223", "--root", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert err == (
+        "cotal: --server nats://127.0.0.1:4222,,nats://127.0.0.1:4223 has an empty item - pass nats://host:port"
+        " (a cluster: every node's URL, comma-separated), with no empty item between commas\n"
+    )
