@@ -16,15 +16,19 @@ import functools
 import json
 import os
 import signal
+import time
 
 import pytest
 import trio
 
 from cotal_trio.broker.process import free_port
 from cotal_trio.cli.auth_service import _check_server
+from cotal_trio.lane.service_users import IssuerSession
+from cotal_trio.natsio import open_loop
 from cotal_trio.service.hosting import ServiceConfig, run_service
-from cotal_trio.state import RootPaths
+from cotal_trio.state import RootPaths, load_space
 from tests.support.cluster import node
+from tests.support.service import start_mesh
 from tests.support.cli_root import cotal
 
 pytestmark = pytest.mark.broker
@@ -73,3 +77,21 @@ async def test_a_lane_starts_through_the_second_seed_when_the_first_is_down(nurs
         assert code == 0 and out.splitlines()[-1] == "check passed", out + err
         code, out, err = await cotal(capsys, "connect-info", "--json", "--root", str(paths.root), "--space", SPACE)
     assert (code, err) == (0, "") and json.loads(out)["servers"] == [urls[name] for name in NODES]
+
+
+async def test_the_issuer_session_renews_through_the_seed_that_answers(nursery, tmp_path, nats_server_bin):
+    """The issuer session's renewals open with the whole seed list too: its first seed is down,
+    and each new session comes up through the second (lane/service_users.py)."""
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    dead = f"nats://127.0.0.1:{free_port()}"
+    session = IssuerSession(
+        load_space(mesh.paths.space("a").callout_json, "a"), f"{dead},{mesh.server_url}", lifetime_s=3,
+        clock=time.time, reconnect=False,
+    )
+    with trio.fail_after(CEILING_S):
+        async with open_loop(), trio.open_nursery() as inner:
+            await inner.start(session.run)
+            while session.renewals < 2:  # one every 2 s (2/3 of the lifetime); bounded by CEILING_S
+                await trio.sleep(0.1)
+            inner.cancel_scope.cancel()
+    assert session.trouble is None
