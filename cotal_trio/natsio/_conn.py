@@ -206,6 +206,7 @@ class Connection:
         self._servers = servers
         self._url = join_servers(servers)  # log lines before a node is reached name every seed
         self._seeds_failed = 0  # seeds the initial connect has given up on (see _error_cb)
+        self._at: str | None = None  # the node last reached: what later log lines name
         self._nc = nats.aio.client.Client()
         self._connecting = False
         self._stepped: set[asyncio.Task[None]] = set()  # publishes that had to suspend
@@ -504,15 +505,16 @@ class Connection:
                          self._seeds_failed, len(self._servers), self.last_error)
                 return
             raise _ConnectFailed(self.last_error) from exc
-        log.warning("nats %s: %s", self._url, self.last_error)
+        log.warning("nats %s: %s", self._at or self._url, self.last_error)
 
     async def _disconnected_cb(self) -> None:  # asyncio-flavoured
         if not self._connecting and not self._nc.is_closed:
-            log.warning("nats %s: disconnected", self._url)
+            log.warning("nats %s: disconnected", self._at or self._url)
 
     async def _reconnected_cb(self) -> None:  # asyncio-flavoured
         # The node reached, not the seeds: after a node loss the operator reads where it went.
-        log.info("nats %s: reconnected", self.connected_url or self._url)
+        self._at = self.connected_url or self._at
+        log.info("nats %s: reconnected", self._at or self._url)
 
     async def _closed_cb(self) -> None:  # asyncio-flavoured
         self._fail_requests()
@@ -524,7 +526,7 @@ class Connection:
         self.error_count += 1
         self._error_arrived.set()
         self._error_arrived = trio.Event()
-        log.warning("nats %s: %s", self._url, reason)
+        log.warning("nats %s: %s", self._at or self._url, reason)
         self._fail_requests()
         self.closed.set()
 
@@ -554,7 +556,7 @@ class Connection:
                     self._lost(f"no PING answered within {PONG_TIMEOUT_S:g} s - the broker is hung or unreachable")
                     return
             except (nats.errors.Error, OSError) as exc:  # closed or reconnecting: judged next round
-                log.debug("nats %s: keepalive: %r", self._url, exc)
+                log.debug("nats %s: keepalive: %r", self._at or self._url, exc)
 
     async def _connect(self, options: dict[str, Any], reconnect: bool) -> None:
         """Trio: the initial connect; see :func:`open_connection` for errors."""
@@ -570,6 +572,7 @@ class Connection:
             self._nc.options["allow_reconnect"] = reconnect
             self._nc.options["connect_timeout"] = PONG_TIMEOUT_S  # each reconnect attempt's bound
             self._keeper = asyncio.get_running_loop().create_task(self._keep_alive())
+            self._at = self.connected_url
 
         what = f"connect {self._url}"
         try:
@@ -578,7 +581,7 @@ class Connection:
             raise Unavailable(f"{what}: {exc}") from exc.__cause__
         except (nats.errors.Error, OSError) as exc:
             raise _translate(what, exc) from exc
-        log.debug("nats %s: connected (client id %s)", self._url, self.client_id)
+        log.debug("nats %s: connected to %s (client id %s)", self._url, self._at, self.client_id)
 
     async def _aclose(self) -> None:
         """Trio: wait for scheduled replies, then close nats-py. Call it shielded and bounded."""
@@ -707,6 +710,11 @@ async def open_connection(
             open. Bounded by the caller's deadline (``Cancelled``) or ``CONNECT_CAP_S`` (5 s)
             without one, for all the seeds together.
         ConfigError: ``servers`` is empty or has an item that is not ``nats://`` / ``tls://``.
+
+    A seed that refuses TCP (a stopped node) costs nothing; one that accepts it and never
+    answers (a hung node) uses up the connect bound, so later seeds are not reached in time.
+    Log lines name the node reached (``nats nats://n2:4222: reconnected``) once there is one,
+    every seed before.
         CodecError: ``creds`` is malformed.
         RuntimeError: no enclosing ``open_loop()``.
     """

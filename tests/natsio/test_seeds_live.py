@@ -62,12 +62,14 @@ async def test_every_seed_down_is_unavailable_naming_them_all():
     assert str(down.value).startswith(f"connect {','.join(dead)}: ")
 
 
-async def test_the_reconnect_line_names_the_node_reached(nursery, tmp_path, caplog):
-    """Connected through n1 (the only seed given), n1 SIGTERMed: the line names n2 or n3."""
+@pytest.mark.parametrize("seeds", ["n1", "all"])
+async def test_the_reconnect_line_names_the_node_reached(nursery, tmp_path, caplog, seeds):
+    """Connected through n1 (the only seed given, or the first of all three), n1 SIGTERMed: the
+    disconnect line names n1 and the reconnect line n2 or n3, never the seeds it started with."""
     caplog.set_level(logging.INFO, logger="cotal.natsio")
     urls, pids = await start_cluster(nursery, tmp_path, 3)
     with trio.fail_after(CEILING_S):
-        async with open_loop(), open_connection(urls[0]) as conn:
+        async with open_loop(), open_connection(urls[0] if seeds == "n1" else ",".join(urls)) as conn:
             while len(conn._nc.servers) < 3:  # the cluster's INFO names the other nodes (bounded)
                 await trio.sleep(0.1)
                 await conn.flush()
@@ -78,4 +80,6 @@ async def test_the_reconnect_line_names_the_node_reached(nursery, tmp_path, capl
                 await trio.sleep(0.1)
             assert conn.connected_url in urls[1:]
             assert f"nats {conn.connected_url}: reconnected" in [r.getMessage() for r in caplog.records]
-            assert f"nats {urls[0]}: reconnected" not in [r.getMessage() for r in caplog.records]
+            lines = [r.getMessage() for r in caplog.records]
+            assert f"nats {urls[0]}: reconnected" not in lines and f"nats {','.join(urls)}: reconnected" not in lines
+            assert f"nats {urls[0]}: disconnected" in lines
