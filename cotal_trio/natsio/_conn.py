@@ -705,18 +705,19 @@ async def open_connection(
     ``last_error`` naming it, as a closed socket does (issue 15 item 5).
 
     Raises:
-        Unavailable: the connect failed or was refused through every seed; the message carries
-            the broker's text of the last, e.g. ``'Authorization Violation'``. Nothing is left
-            open. Bounded by the caller's deadline (``Cancelled``) or ``CONNECT_CAP_S`` (5 s)
-            without one, for all the seeds together.
+        Unavailable: no seed was reachable, or the first reachable one refused the connect (a
+            refusal is not retried on the next seed); the message carries the last error's
+            text, e.g. ``'Authorization Violation'``. Nothing is left open. Bounded by the
+            caller's deadline (``Cancelled``) or ``CONNECT_CAP_S`` (5 s) without one, for all
+            the seeds together.
         ConfigError: ``servers`` is empty or has an item that is not ``nats://`` / ``tls://``.
+        CodecError: ``creds`` is malformed.
+        RuntimeError: no enclosing ``open_loop()``.
 
     A seed that refuses TCP (a stopped node) costs nothing; one that accepts it and never
     answers (a hung node) uses up the connect bound, so later seeds are not reached in time.
     Log lines name the node reached (``nats nats://n2:4222: reconnected``) once there is one,
     every seed before.
-        CodecError: ``creds`` is malformed.
-        RuntimeError: no enclosing ``open_loop()``.
     """
     loop = current_loop()
     seeds = parse_servers(servers) if isinstance(servers, str) else parse_servers(join_servers(list(servers)))
