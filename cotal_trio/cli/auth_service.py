@@ -24,7 +24,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import urlsplit
 
 import trio
 from cyclopts import Parameter
@@ -33,15 +32,15 @@ from ..core.admission import CalloutLimits
 from ..broker.spaces import MODE_STATIC, space_mode
 from ..core.errors import ConfigError
 from ..core.manifest import ManifestRefused, parse_manifest
+from ..core.servers import join_servers
 from cotal_trio.service.hosting import ServiceConfig, ServiceInfo, public_fields, run_service
 from cotal_trio.service.runtime import tune_for_serving
 from ..state.space_folders import migrate_space_folders, rename_note
+from ..state import RootPaths
+from ._servers import resolve_servers
 from .common import PublicFaceFlags, Where, check_auth_timeout, serve_until_signal
 
 __all__ = ["auth_service"]
-
-_SCHEMES = ("nats", "tls")
-
 
 @Parameter(name="*")
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +54,7 @@ class Served:
 async def auth_service(
     *,
     served: Served = Served(),
-    server: Annotated[str, Parameter(help="The broker, nats://host:port; it must already trust the spaces' accounts.")],
+    server: Annotated[str | None, Parameter(help="The broker's seed URLs, comma-separated: nats://host:port, or every node of a cluster (the first that answers is used; default: the nodes `cotal broker config` rendered, else the root's `cotal up` broker); it must already trust the spaces' accounts.")] = None,
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
     callout_only: Annotated[bool, Parameter(help="Replica: the callout only (no HTTP face, no auth-service.json).")] = False,
     auth_timeout: Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2); the callout deadline budget.")] = None,
@@ -75,7 +74,7 @@ async def auth_service(
     if space is not None:
         Where(root=root, space=space).space_paths()  # validates the name
     config = ServiceConfig(
-        root=Where(root=root).paths(), server_url=_check_server(server), space=space, manifest=spaces,
+        root=Where(root=root).paths(), server_url=_check_server(Where(root=root).paths(), server), space=space, manifest=spaces,
         callout_only=callout_only, service_endpoints=service_endpoints, limits=_limits(auth_timeout),
         **public_fields(public),
     )
@@ -129,11 +128,11 @@ def _zero_spaces_reason(manifest: Path, callout_only: bool) -> str:
     return "the manifest lists none"
 
 
-def _check_server(server: str) -> str:
-    parts = urlsplit(server)
-    if parts.scheme not in _SCHEMES or not parts.hostname:
-        raise ConfigError(f"--server {server} is not a broker address - pass nats://host:port")
-    return server
+def _check_server(paths: RootPaths, server: str | None) -> str:
+    """``--server`` checked and normalised (blanks dropped), else the root's recorded nodes or
+    its ``cotal up`` broker (:func:`resolve_servers`): the comma-separated seed list every
+    connection of the service's lanes opens with (issue 17 item 3)."""
+    return join_servers(resolve_servers(paths, server))
 
 
 def _limits(auth_timeout: float | None) -> CalloutLimits:

@@ -94,7 +94,7 @@ class PublicFaceFlags:
         "Attribute public-face peers by the last X-Forwarded-For hop (needs --exchange-public-port)."))] = False
     advertised_server: Annotated[str | None, Parameter(help=(
         "The broker URL the public face advertises, nats/tls/ws/wss (needs --exchange-public-port; default: the "
-        "broker the service connects to, --server)."))] = None
+        "first URL of --server, the broker the service connects to)."))] = None
 
 
 def check_auth_timeout(seconds: float | None) -> float | None:

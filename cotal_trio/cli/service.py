@@ -38,12 +38,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import urlsplit
 
 import cyclopts
 from cyclopts import Parameter
 
 from ..core.errors import ConfigError
+from ..core.servers import join_servers, parse_servers
 from cotal_trio.service.hosting import ServiceConfig, public_fields
 from ..state.files import atomic_write
 from .common import PublicFaceFlags, Where, check_auth_timeout
@@ -61,7 +61,6 @@ UNIT_MODE = 0o644  # systemd reads units as any user; a unit holds no secret (pa
 DEFAULT_START_TIMEOUT_S = 90.0  # systemd's own DefaultTimeoutStartSec
 MIN_WATCHDOG_S = 1.0  # pings every half of it; below a second a GC pause or a busy loop is a restart
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
-_SCHEMES = ("nats", "tls")  # what `cotal auth-service --server` accepts
 _PLAIN = re.compile(r"[^\s\"'\\;]+")  # an ExecStart word that needs no quotes
 
 
@@ -70,7 +69,7 @@ _PLAIN = re.compile(r"[^\s\"'\\;]+")  # an ExecStart word that needs no quotes
 class Serve:
     """The flags of the unit's ``cotal auth-service`` that both kinds of unit take."""
 
-    server: Annotated[str, Parameter(help="The broker, nats://host:port; it must already trust the spaces' accounts.")]
+    server: Annotated[str, Parameter(help="The broker's seed URLs, comma-separated: nats://host:port, or every node of a cluster; it must already trust the spaces' accounts.")]
     spaces: Annotated[Path | None, Parameter(help="Serve the spaces this manifest lists (exclusive with --space).")] = None
     space: Annotated[str | None, Parameter(help="Serve this one space (exclusive with --spaces).")] = None
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal), made absolute.")] = None
@@ -250,14 +249,12 @@ def _config(serve: Serve, full: Full, *, callout_only: bool) -> ServiceConfig:
     """The :class:`ServiceConfig` ``cotal auth-service`` would build from these flags."""
     if (serve.space is None) == (serve.spaces is None):
         raise ConfigError("pass exactly one of --space (one space) and --spaces (a manifest of spaces)")
-    parts = urlsplit(serve.server)
-    if parts.scheme not in _SCHEMES or not parts.hostname:
-        raise ConfigError(f"--server {serve.server} is not a broker address - pass nats://host:port")
+    server = join_servers(parse_servers(serve.server))  # the seed list, as auth-service takes it
     check_auth_timeout(serve.auth_timeout)
     if serve.space is not None:
         Where(root=serve.root, space=serve.space).space_paths()  # validates the name
     return ServiceConfig(
-        root=Where(root=serve.root).paths(), server_url=serve.server, space=serve.space,
+        root=Where(root=serve.root).paths(), server_url=server, space=serve.space,
         manifest=Path(os.path.abspath(serve.spaces)) if serve.spaces is not None else None,
         callout_only=callout_only, service_endpoints=full.service_endpoints,
         **public_fields(full.public),

@@ -26,6 +26,7 @@ from quart_trio import QuartTrio
 from cotal_trio.core.bearer import space_issuer
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.core.limits import ConnectLimiter, Limited
+from cotal_trio.core.servers import parse_servers
 from cotal_trio.http.client import pid_alive
 from cotal_trio.http.errors import Handler
 from cotal_trio.http.faces import ExchangeContext
@@ -265,7 +266,7 @@ async def _open_public_face(
     public_url = face.url or f"http://127.0.0.1:{face.port}"
     app = build_public_app(
         ctx, public_url=public_url, advertised_server=face.advertised_server,
-        server_url=spec.common.server_url, idp_url=idp_url, sentinel_creds=material.sentinel_creds,
+        server_url=parse_servers(spec.common.server_url)[0], idp_url=idp_url, sentinel_creds=material.sentinel_creds,
         trusted_proxy=face.trusted_proxy,
     )
     answer_health(app, health, spec.space)

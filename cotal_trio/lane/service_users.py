@@ -186,6 +186,7 @@ async def open_service_user(
     ``open_loop()``.
 
     Args:
+        server_url: the broker's seed URLs, comma-separated (as ``open_connection`` takes them).
         name: the user JWT's and the connection's name (the broker's monitoring shows it).
         permissions: ``{"pub": {...}, "sub": {...}}`` as :func:`mint_service_user` takes them, or
             a function of the inbox nonce returning them.
@@ -269,7 +270,8 @@ class RenewedUser:
 
     Args:
         material: the space's material (its service signing key signs the sessions).
-        server_url: the broker.
+        server_url: the broker's seed URLs, comma-separated: each renewal reconnects through the
+            first seed that answers (issue 17 item 3).
         what: the session's name in logs and errors (``"issuer session"``).
         name: each user's and connection's name (``cotal:issuer:S``).
         permissions: the user's permissions for an inbox nonce (:func:`open_service_user`).

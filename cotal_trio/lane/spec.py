@@ -37,7 +37,9 @@ class LaneCommon:
     """What a full lane and a replica both take; a host gives all its lanes the same one.
 
     Attributes:
-        server_url: the broker, ``nats://127.0.0.1:<port>``.
+        server_url: the broker's seed URLs, comma-separated (``nats://127.0.0.1:<port>`` for one
+            node): every connection the lane opens (callout, issuer and store sessions, the
+            plane keeper) is given the whole list (issue 17 item 3).
         limits: callout limits (spec "Callout deadlines").
         reconnect: ride out a broker restart (a lane of a host); False ends the lane when its
             connection drops, so a single-space process exits non-zero and its unit restarts

@@ -14,6 +14,11 @@ nats-py internals relied on (nats-py 2.16; re-check on upgrade):
 * ``connect()`` may return while not connected (server closed the socket during an auth
   callout, or sent PING before PONG: pitfall P5/P11); we check ``is_connected``.
 * ``Client._server_info`` (private) for :attr:`Connection.connected_server_id`.
+* ``Client.connected_url`` (a ``urllib`` ``ParseResult``) is the seed or learned node the socket
+  is up to, updated before ``reconnected_cb`` runs: the reconnect line names it (issue 17 item 3).
+* With several ``servers`` and ``allow_reconnect`` off, ``connect()`` still tries each seed once
+  in turn (its server pool), calling ``error_cb`` per failed seed; so our ``error_cb`` lets a
+  failed seed pass while another is left to try and stops only after the last.
 * ``Client.options["connect_timeout"]`` is read at each reconnect attempt (TCP, INFO, PONG), so
   it is lowered to ``PONG_TIMEOUT_S`` once connected: a hung broker costs each attempt that long.
 * ``Client.stats["reconnects"]`` counts completed reconnects; a reconnect drops the PONG futures
@@ -44,6 +49,7 @@ import trio
 from cotal_trio.core.creds import parse_creds
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.nkeys import KeyPair
+from cotal_trio.core.servers import join_servers, parse_servers
 
 from ._loop import DEFAULT_CAP_S, current_loop, run_aio
 
@@ -195,9 +201,12 @@ class Connection:
             errors, stale connection), or None.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, url: str) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, servers: tuple[str, ...]) -> None:
         self._loop = loop
-        self._url = url
+        self._servers = servers
+        self._url = join_servers(servers)  # log lines before a node is reached name every seed
+        self._seeds_failed = 0  # seeds the initial connect has given up on (see _error_cb)
+        self._at: str | None = None  # the node last reached: what later log lines name
         self._nc = nats.aio.client.Client()
         self._connecting = False
         self._stepped: set[asyncio.Task[None]] = set()  # publishes that had to suspend
@@ -224,6 +233,18 @@ class Connection:
     def client_id(self) -> int | None:
         """Sync: the client id the broker assigned (from its INFO), or None."""
         return self._nc.client_id
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """Sync: the seed URLs this connection was opened with, in order."""
+        return self._servers
+
+    @property
+    def connected_url(self) -> str | None:
+        """Sync: ``nats://host:port`` of the node the socket is up to (a seed, or a node learned
+        from the cluster's INFO), or None while not connected."""
+        url = self._nc.connected_url if self._nc.is_connected else None
+        return None if url is None else f"{url.scheme}://{url.hostname}:{url.port}"
 
     @property
     def connected_server_id(self) -> str | None:
@@ -477,15 +498,23 @@ class Connection:
         self._error_arrived.set()
         self._error_arrived = trio.Event()
         if self._connecting:
+            # nats-py goes on to the next seed after a failed one; stop after each seed had its try.
+            self._seeds_failed += 1
+            if self._seeds_failed < len(self._servers):
+                log.info("nats %s: seed %d of %d failed (%s); trying the next", self._url,
+                         self._seeds_failed, len(self._servers), self.last_error)
+                return
             raise _ConnectFailed(self.last_error) from exc
-        log.warning("nats %s: %s", self._url, self.last_error)
+        log.warning("nats %s: %s", self._at or self._url, self.last_error)
 
     async def _disconnected_cb(self) -> None:  # asyncio-flavoured
         if not self._connecting and not self._nc.is_closed:
-            log.warning("nats %s: disconnected", self._url)
+            log.warning("nats %s: disconnected", self._at or self._url)
 
     async def _reconnected_cb(self) -> None:  # asyncio-flavoured
-        log.info("nats %s: reconnected", self._url)
+        # The node reached, not the seeds: after a node loss the operator reads where it went.
+        self._at = self.connected_url or self._at
+        log.info("nats %s: reconnected", self._at or self._url)
 
     async def _closed_cb(self) -> None:  # asyncio-flavoured
         self._fail_requests()
@@ -497,7 +526,7 @@ class Connection:
         self.error_count += 1
         self._error_arrived.set()
         self._error_arrived = trio.Event()
-        log.warning("nats %s: %s", self._url, reason)
+        log.warning("nats %s: %s", self._at or self._url, reason)
         self._fail_requests()
         self.closed.set()
 
@@ -527,7 +556,7 @@ class Connection:
                     self._lost(f"no PING answered within {PONG_TIMEOUT_S:g} s - the broker is hung or unreachable")
                     return
             except (nats.errors.Error, OSError) as exc:  # closed or reconnecting: judged next round
-                log.debug("nats %s: keepalive: %r", self._url, exc)
+                log.debug("nats %s: keepalive: %r", self._at or self._url, exc)
 
     async def _connect(self, options: dict[str, Any], reconnect: bool) -> None:
         """Trio: the initial connect; see :func:`open_connection` for errors."""
@@ -543,6 +572,7 @@ class Connection:
             self._nc.options["allow_reconnect"] = reconnect
             self._nc.options["connect_timeout"] = PONG_TIMEOUT_S  # each reconnect attempt's bound
             self._keeper = asyncio.get_running_loop().create_task(self._keep_alive())
+            self._at = self.connected_url
 
         what = f"connect {self._url}"
         try:
@@ -551,7 +581,7 @@ class Connection:
             raise Unavailable(f"{what}: {exc}") from exc.__cause__
         except (nats.errors.Error, OSError) as exc:
             raise _translate(what, exc) from exc
-        log.debug("nats %s: connected (client id %s)", self._url, self.client_id)
+        log.debug("nats %s: connected to %s (client id %s)", self._url, self._at, self.client_id)
 
     async def _aclose(self) -> None:
         """Trio: wait for scheduled replies, then close nats-py. Call it shielded and bounded."""
@@ -641,7 +671,7 @@ def _creds_options(creds: str) -> dict[str, Any]:
 
 @asynccontextmanager
 async def open_connection(
-    url: str,
+    servers: str | Sequence[str],
     *,
     creds: str | None = None,
     token: str | None = None,
@@ -655,7 +685,10 @@ async def open_connection(
     shielded ``finally`` bounded by ``CLOSE_S`` (5 s), after scheduled replies are sent.
 
     Args:
-        url: ``nats://host:port``.
+        servers: the broker's seed URLs: ``nats://host:port``, a comma-separated list of them
+            (a ``--server`` value), or a sequence. The first connect tries each in order, once,
+            and uses the first that admits it; reconnects go to any seed or any node the cluster
+            announced (nats-py's server pool).
         creds: the text of a NATS ``.creds`` file (user JWT + seed), not a path.
         token: sent as the CONNECT ``auth_token`` (next to ``creds`` when both are given: the
             bearer for an auth callout).
@@ -672,15 +705,25 @@ async def open_connection(
     ``last_error`` naming it, as a closed socket does (issue 15 item 5).
 
     Raises:
-        Unavailable: the connect failed or was refused; the message carries the broker's text,
-            e.g. ``'Authorization Violation'``. Nothing is left open. Bounded by the caller's
-            deadline (``Cancelled``) or ``CONNECT_CAP_S`` (5 s) without one.
+        Unavailable: no seed was reachable, or the first reachable one refused the connect (a
+            refusal is not retried on the next seed); the message carries the last error's
+            text, e.g. ``'Authorization Violation'``. Nothing is left open. Bounded by the
+            caller's deadline (``Cancelled``) or ``CONNECT_CAP_S`` (5 s) without one, for all
+            the seeds together.
+        ConfigError: ``servers`` is empty or has an item that is not ``nats://`` / ``tls://``.
         CodecError: ``creds`` is malformed.
         RuntimeError: no enclosing ``open_loop()``.
+
+    A seed that refuses TCP (a stopped node) costs nothing; one that accepts it and never
+    answers (a hung node) uses up the connect bound, so later seeds are not reached in time.
+    Log lines name the node reached (``nats nats://n2:4222: reconnected``) once there is one,
+    every seed before.
     """
     loop = current_loop()
+    seeds = parse_servers(servers) if isinstance(servers, str) else parse_servers(join_servers(list(servers)))
     options: dict[str, Any] = {
-        "servers": [url],
+        "servers": list(seeds),
+        "dont_randomize": True,  # seeds in the order given: the operator's first choice first
         "name": name,
         "allow_reconnect": False,  # switched to `reconnect` once connected
         "max_reconnect_attempts": RECONNECT_ATTEMPTS if reconnect else 0,
@@ -691,7 +734,7 @@ async def open_connection(
         options.update(_creds_options(creds))
     if inbox_prefix is not None:
         options["inbox_prefix"] = inbox_prefix
-    conn = Connection(loop, url)
+    conn = Connection(loop, seeds)
     options.update(
         error_cb=conn._error_cb,
         disconnected_cb=conn._disconnected_cb,
@@ -705,4 +748,4 @@ async def open_connection(
         with trio.move_on_after(CLOSE_S, shield=True) as scope:
             await conn._aclose()
         if scope.cancelled_caught:
-            log.warning("nats %s: close did not finish within %.0f s", url, CLOSE_S)
+            log.warning("nats %s: close did not finish within %.0f s", conn._url, CLOSE_S)

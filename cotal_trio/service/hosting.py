@@ -253,7 +253,10 @@ class ServiceConfig:
 
     Attributes:
         root: the root holding each space's material.
-        server_url: the broker, which already trusts the spaces' accounts.
+        server_url: the broker's seed URLs, comma-separated (``nats://n1:4222,nats://n2:4222``;
+            one URL for one node), which already trusts the spaces' accounts. Every connection
+            of every lane opens with the whole list and uses the first seed that answers
+            (issue 17 item 3).
         space: serve this one space alone (exclusive with ``manifest``).
         manifest: serve the spaces this manifest lists, live (exclusive with ``space``).
         callout_only: replica lanes: no HTTP face, no ``auth-service.json``.

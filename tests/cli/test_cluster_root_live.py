@@ -51,7 +51,8 @@ async def cluster_root(nursery, tmp_path, capsys, nats_server_bin) -> tuple[Root
 
 def missing_server(paths: RootPaths) -> str:
     return (
-        f"cotal: no broker address for root {paths.root}: --server is not given and {paths.policy_json} is"
+        f"cotal: no broker address for root {paths.root}: --server is not given, no node is recorded in"
+        f" {paths.broker_dir}/seeds.json (`cotal broker config` records them) and {paths.policy_json} is"
         " missing (only `cotal up` writes it) - pass --server nats://host:port (a cluster: every node's URL,"
         " comma-separated)\n"
     )

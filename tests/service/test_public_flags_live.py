@@ -87,9 +87,9 @@ async def _pin_real_idp(mesh: Mesh, nursery: trio.Nursery, space: str) -> None:
     ))  # fmt: skip
 
 
-def _auth_service(mesh: Mesh, *flags: str) -> subprocess.Popen[str]:
+def _auth_service(mesh: Mesh, *flags: str, server: str | None = None) -> subprocess.Popen[str]:
     argv = [
-        sys.executable, "-m", "cotal_trio", "auth-service", "--space", "a", "--server", mesh.server_url,
+        sys.executable, "-m", "cotal_trio", "auth-service", "--space", "a", "--server", server or mesh.server_url,
         "--root", str(mesh.paths.root), "--auth-timeout", "1", *flags,
     ]
     return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -125,7 +125,10 @@ async def test_auth_service_flags_serve_the_public_face(mesh: Mesh, nursery: tri
     port = free_port()
     with trio.fail_after(CEILING_S):
         await _pin_real_idp(mesh, nursery, "a")
-        proc = _auth_service(mesh, "--exchange-public-port", str(port), "--exchange-public-url", PUBLIC_URL)
+        # a seed list (issue 17 item 3): the service connects through the first; the bootstrap
+        # document names that one URL (a client reads `server` as one broker address)
+        seeds = f"{mesh.server_url},nats://127.0.0.1:{free_port()}"
+        proc = _auth_service(mesh, "--exchange-public-port", str(port), "--exchange-public-url", PUBLIC_URL, server=seeds)
         try:
             banner = await trio.to_thread.run_sync(_wait_ready, proc)
             assert f"public face on 127.0.0.1:{port} ({PUBLIC_URL})" in banner
