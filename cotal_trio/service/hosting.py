@@ -32,6 +32,7 @@ from typing import NoReturn
 import trio
 from nacl.signing import VerifyKey
 
+from cotal_trio.broker.spaces import hosted_entries
 from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.core.events import lane_event
@@ -355,7 +356,10 @@ async def run_service(
         await nursery.start(notifier.run)
         if config.manifest is None:
             assert config.space is not None  # __post_init__
-            entry = SpaceEntry(space=config.space, service_endpoints=config.service_endpoints, **public_fields(config))
+            entry = SpaceEntry(
+                space=config.space, service_endpoints=config.service_endpoints,
+                replicas=_recorded_replicas(config.root, config.space), **public_fields(config),
+            )
             events.publish(lane_event(config.space, "starting"))
             lane = await nursery.start(start_lane(entry))
             events.publish(lane_event(config.space, "serving"))
@@ -372,6 +376,20 @@ async def run_service(
                 applied=_applied(config.manifest),
             ))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _recorded_replicas(root: RootPaths, space: str) -> int:
+    """The store replica count the root's ``spaces.json`` entry of ``space`` asks for
+    (``cotal space add S --replicas N``; issue 17 item 1), else 1: ``--space`` serves a space the
+    root's manifest may describe too. A manifest that does not parse is logged and read as no
+    entry (a ``--space`` service does not serve that file, so its typo stops nothing here).
+    """
+    try:
+        entries = hosted_entries(root)
+    except ConfigError as exc:
+        log.warning("space %s: %s; its stores keep replicas 1", space, exc)
+        return 1
+    return next((entry.replicas for entry in entries if entry.space == space), 1)
 
 
 def _applied(manifest: Path) -> Path:

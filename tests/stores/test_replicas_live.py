@@ -36,7 +36,7 @@ from cotal_trio.lane.spec import LaneCommon
 from cotal_trio.natsio import (
     Connection, ensure_bucket, ensure_consumer, ensure_stream, js_api, kv_get, kv_put, open_connection, open_loop,
 )
-from cotal_trio.service.hosting import FullLanes, lane_factory
+from cotal_trio.service.hosting import FullLanes, ServiceConfig, lane_factory, run_service
 from cotal_trio.state import RootPaths, load_broker, load_space
 from cotal_trio.stores.replicas import read_store_replicas, space_stream_names
 from cotal_trio.stores.streams import message_stream_shape
@@ -138,6 +138,23 @@ async def test_three_replicas_on_one_node_are_refused_at_start_with_the_fix(one_
         )
         async with open_loop(), admin(paths, url) as conn:
             assert await read_store_replicas(conn, SPACE) == []  # the refused create made nothing
+
+
+async def test_a_single_space_service_takes_the_count_of_the_roots_entry(one_node, capsys):
+    """``cotal auth-service --space S`` (no manifest) creates S's stores at the count the root's
+    spaces.json entry records (``cotal space add S --replicas 3``), as a manifest host's lane does:
+    3 on one node is refused with the same sentence. (It used 1 whatever the entry said.)"""
+    paths, url = one_node
+    with trio.fail_after(CEILING_S):
+        await push(capsys, paths, url, 3)
+        with pytest.RaisesGroup(pytest.RaisesExc(ConfigError), flatten_subgroups=True) as refused:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(run_service, ServiceConfig(root=paths, server_url=url, space=SPACE))
+                pytest.fail("the service started")
+    (error,) = [e for e in leaves(refused.value) if isinstance(e, ConfigError)]
+    assert str(error) == unplaceable(
+        3, f"KV_{wire.auth_bucket(SPACE)}", "replicas > 1 not supported in non-clustered mode (err_code 10074)"
+    )
 
 
 async def test_one_replica_on_one_node_serves_with_every_store_r1(one_node, capsys, nursery):
