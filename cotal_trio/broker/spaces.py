@@ -51,6 +51,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import trio
 
@@ -65,6 +66,7 @@ from cotal_trio.broker.accounts import (
 from cotal_trio.core.errors import ConfigError, Unavailable
 from cotal_trio.core.identity import is_space
 from cotal_trio.core.manifest import SpaceEntry, parse_manifest, render_manifest, replicas_problems
+from cotal_trio.core.servers import join_servers, parse_servers
 from cotal_trio.state import (
     BrokerMaterial,
     IdpPinRecord,
@@ -81,6 +83,7 @@ from cotal_trio.state import (
     save_idp_pin,
 )
 from cotal_trio.state.applied import applied_path, read_applied
+from cotal_trio.state.seeds import load_seeds
 from cotal_trio.state.space_folders import require_space
 
 __all__ = [
@@ -318,26 +321,40 @@ def _existing_space(paths: RootPaths, space: str) -> tuple[BrokerMaterial, Space
 
 
 async def resolve_server_url(paths: RootPaths, server_url: str | None) -> str | None:
-    """Trio: ``server_url``; else the root's broker when it is listening; else None.
+    """Trio: ``server_url`` (one URL or a comma-separated seed list); else the nodes recorded in
+    ``<root>/broker/seeds.json`` (``cotal broker config``; issue 17 item 3) when one of them
+    listens; else the root's broker by ``policy.json`` when it is listening; else None.
 
     Raises:
-        ConfigError: ``server_url`` is empty, or ``policy.json`` is corrupt.
+        ConfigError: ``server_url`` is empty or not a seed list (one sentence naming the fix), or
+            ``seeds.json`` or ``policy.json`` is corrupt.
     """
     if server_url is not None:
         if not server_url.strip():
             raise ConfigError("--server is empty - pass nats://host:port, or leave it out for the root's broker")
-        return server_url
+        return join_servers(parse_servers(server_url))
+    seeds = await trio.to_thread.run_sync(load_seeds, paths)
+    if seeds:
+        return join_servers(seeds) if await _any_listens(seeds) else None
     if not await trio.to_thread.run_sync(paths.policy_json.exists):
         return None
     policy = await trio.to_thread.run_sync(load_policy, paths.policy_json)
+    url = f"nats://127.0.0.1:{policy.port}"
+    return url if await _any_listens((url,)) else None
+
+
+async def _any_listens(urls: tuple[str, ...]) -> bool:
+    """Trio: does a TCP connect to one of ``urls`` succeed within :data:`PROBE_S` in all?"""
     with trio.move_on_after(PROBE_S):
-        try:
-            stream = await trio.open_tcp_stream("127.0.0.1", policy.port)
-        except OSError:
-            return None
-        await stream.aclose()
-        return f"nats://127.0.0.1:{policy.port}"
-    return None
+        for url in urls:
+            where = urlsplit(url)
+            try:
+                stream = await trio.open_tcp_stream(where.hostname or "127.0.0.1", where.port or 4222)
+            except OSError:
+                continue
+            await stream.aclose()
+            return True
+    return False
 
 
 # -- add -------------------------------------------------------------------------------------------

@@ -82,6 +82,10 @@ async def test_a_lane_starts_through_the_second_seed_when_the_first_is_down(nurs
         assert code == 0 and out.splitlines()[-1] == "check passed", out + err
         code, out, err = await cotal(capsys, "connect-info", "--json", "--root", str(paths.root), "--space", SPACE)
         assert (code, err) == (0, "") and json.loads(out)["servers"] == [urls[name] for name in NODES]
+        # and `space add` without --server pushes to the recorded nodes too (n1 still down); it
+        # pushed nothing before: the root has no policy.json, the only default it read
+        code, out, err = await cotal(capsys, "space", "add", "beta", "--root", str(paths.root))
+        assert code == 0 and "accounts pushed" in out, out + err
         # n1 back, then n2 (where the lane is) SIGTERMed: the lane's reconnect lines name the node
         # each connection reached (n1 or n3), not the seed list it started with nor n2
         before = logs[0].stat().st_size
