@@ -38,6 +38,7 @@ import trio
 
 from cotal_trio.core.manifest import ManifestRefused, parse_manifest
 from tests.support.notify import start_service, stop, systemd  # noqa: F401 - systemd is a fixture
+from tests.support.process_lines import Lines
 from tests.support.service import start_mesh, write_manifest
 
 pytestmark = pytest.mark.broker
@@ -67,22 +68,6 @@ async def _applied_refused(manifest: Path) -> dict:
         while not (applied := json.loads(path.read_text()))["refused"]:
             await trio.sleep(0.05)
     return applied
-
-
-class Lines:
-    """A child's stdout as lines, each read within what is left of one deadline."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self._stream, self._buffer = stream, b""
-
-    async def next(self) -> str:
-        while b"\n" not in self._buffer:
-            chunk = await self._stream.receive_some()
-            if not chunk:
-                raise EOFError(f"the process ended; unread: {self._buffer!r}")
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode()
 
 
 @asynccontextmanager

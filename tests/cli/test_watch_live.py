@@ -32,26 +32,11 @@ from cotal_trio.core.events import SpaceView, WatchModel
 from cotal_trio.core.identity import derive_owner
 from cotal_trio.state import load_owner_secret
 from tests.support.stack import SPACE, client, stack  # noqa: F401 - stack is a fixture
+from tests.support.process_lines import Lines
 from tests.support.service import SPACES, start_mesh, write_manifest
 from tests.support.notify import start_service, stop
 
 CEILING_S = 30
-
-
-class Lines:
-    """A process's stdout as lines, read as they come."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self._stream, self._buffer = stream, b""
-
-    async def next(self) -> str:
-        while b"\n" not in self._buffer:
-            chunk = await self._stream.receive_some()
-            if not chunk:
-                raise EOFError(f"the process ended; unread: {self._buffer!r}")
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode()
 
 
 @pytest.mark.broker
