@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cotal_trio.cli import main
 from cotal_trio.lane.metrics import CONTENT_TYPE
+from cotal_trio.stores.replicas import space_stream_names
 from cotal_trio.state import read_json
 
 from tests.support.stack import SPACE, client
@@ -89,5 +90,9 @@ async def test_metrics_and_status_count_what_happened(stack, capsys):
         "spaces": [{
             "space": SPACE, "state": "serving", "reason": None, "pid": service["pid"], "url": service["url"],
             "callouts": {"minted": 1, "denied": 1, "timeout": 0, "shed": 0}, "inFlight": 0, "queueDepth": 0,
+            # each store's count and leader (issue 17 item 1): `cotal up`'s one node, named cotal
+            "stores": {"wanted": 1, "error": None, "stores": [
+                {"stream": stream, "replicas": 1, "leader": "cotal", "current": 0} for stream in space_stream_names(SPACE)
+            ]},
         }],
     }  # fmt: skip
