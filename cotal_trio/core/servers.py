@@ -30,7 +30,8 @@ def parse_servers(text: str, *, flag: str = "--server") -> tuple[str, ...]:
 
     Raises:
         ConfigError: the list is empty, has an empty item (``a,,b``, a trailing comma), or an
-            item that is not ``nats://`` or ``tls://`` with a host and a numeric port.
+            item that is not ``nats://`` or ``tls://`` with a host (a numeric port optional:
+            nats-py takes 4222 without one).
     """
     parts = [part.strip() for part in text.split(",")]
     if not any(parts):
