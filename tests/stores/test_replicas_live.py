@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import functools
 import json
-import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 import trio
 
-from cotal_trio.broker import provision
 from cotal_trio.broker.config import Cluster, Node, render_node, route_secret, write_config
 from cotal_trio.broker.process import free_port, run_nats_server
 from cotal_trio.core import wire
@@ -34,13 +31,14 @@ from cotal_trio.core.errors import ConfigError
 from cotal_trio.core.manifest import SpaceEntry
 from cotal_trio.lane.spec import LaneCommon
 from cotal_trio.natsio import (
-    Connection, ensure_bucket, ensure_consumer, ensure_stream, js_api, kv_get, kv_put, open_connection, open_loop,
+    Connection, ensure_bucket, ensure_consumer, ensure_stream, js_api, kv_get, kv_put, open_loop,
 )
 from cotal_trio.service.hosting import FullLanes, ServiceConfig, lane_factory, run_service
-from cotal_trio.state import RootPaths, load_broker, load_space
+from cotal_trio.state import RootPaths, load_broker
 from cotal_trio.stores.replicas import read_store_replicas, space_stream_names
 from cotal_trio.stores.streams import message_stream_shape
 from tests.support.cli_root import cotal
+from tests.support.cluster import js_admin
 
 pytestmark = pytest.mark.broker
 
@@ -85,17 +83,9 @@ def full_lane(paths: RootPaths, url: str):
     return start(entry_of(paths))
 
 
-@asynccontextmanager
-async def admin(paths: RootPaths, url: str) -> AsyncIterator[Connection]:
-    """A short-lived data-account user allowed the JetStream API (what a test reads stores with)."""
-    material = load_space(paths.space(SPACE).callout_json, SPACE)
-    now = int(time.time())
-    creds = provision.mint_service_user(
-        material, name="test-replicas", permissions={"pub": {"allow": ["$JS.API.>", "$KV.>"]}, "sub": {"allow": ["_INBOX.>"]}},
-        iat=now, exp=now + 300,
-    )  # fmt: skip
-    async with open_connection(url, creds=creds, name="test-replicas", reconnect=False) as conn:
-        yield conn
+def admin(paths: RootPaths, url: str) -> AbstractAsyncContextManager[Connection]:
+    """A short-lived data-account user of the space allowed the JetStream API (tests/support/cluster.py)."""
+    return js_admin(paths, SPACE, url)
 
 
 def leaves(error: BaseException) -> list[BaseException]:
