@@ -12,8 +12,8 @@ with that session whenever no ``--idp-token`` is given (:func:`cotal_trio.cli._i
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -26,7 +26,7 @@ from ..core.device_flow import DeviceAuthorization, Failed, Signed, Wait, next_p
 from ..core.errors import ConfigError, Unavailable
 from ..http.idp_client import poll_device_token, request_device_code, sign_out
 from ..state import load_idp_pin
-from ..state.login_sessions import LoginSession, remove_session, save_session, session_path
+from ..state.login_sessions import LoginSession, remove_session, save_session
 from ._idp_session import idp_base_url, kept_session
 from .common import Where
 from .exits import ExitCode
@@ -89,7 +89,8 @@ async def login(
     """Log in as a person at the space's pinned IdP (the device-code flow) and keep the session.
 
     Prints a user code and the address to approve it at, waits for the approval, then keeps the
-    IdP session 0600 in $XDG_CONFIG_HOME/cotal/sessions/ (default ~/.config/cotal/sessions/).
+    IdP session 0600 in $XDG_CONFIG_HOME/cotal/sessions/ (default ~/.config/cotal/sessions/),
+    signing out the session it replaces.
     `cotal exchange` and `cotal check --actor A` use it when no --idp-token is given; `cotal
     logout` revokes it. With the development IdP (`cotal up` without --idp), approve the code with
     `cotal dev-idp approve --user-code <code> --sub <you>`.
@@ -99,7 +100,10 @@ async def login(
     signed = await run_device_login(base, space=space_paths.space, client_id=client_id, show=_print_code)
     now = int(time.time())
     expires = now + signed.expires_in_s if signed.expires_in_s is not None else None
-    path = session_path(os.environ, space=space_paths.space, issuer=pin.issuer)
+    path, earlier = kept_session(space_paths, pin)
+    if earlier is not None:  # replaced: sign the old session out too, or it stays live with no handle
+        with contextlib.suppress(ConfigError, Unavailable):
+            await trio.to_thread.run_sync(sign_out, base, earlier.session)
     record = LoginSession(space=space_paths.space, issuer=pin.issuer, idp_url=base, session=signed.session,
                           created_at=now, expires_at=expires)  # fmt: skip
     await trio.to_thread.run_sync(save_session, path, record)

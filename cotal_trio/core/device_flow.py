@@ -43,6 +43,8 @@ DEFAULT_INTERVAL_S = 5
 SLOW_DOWN_STEP_S = 5
 # An IdP naming a longer wait than this is treated as broken rather than waited on.
 MAX_INTERVAL_S = 300
+# The client never polls more than once a second, even when an IdP names an interval of 0.
+MIN_INTERVAL_S = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,7 +57,8 @@ class DeviceAuthorization:
         verification_uri: where the person approves the code.
         verification_uri_complete: the same address with the code filled in, or None.
         expires_in_s: seconds the codes stay valid, positive.
-        interval_s: seconds between polls (``DEFAULT_INTERVAL_S`` when the IdP named none).
+        interval_s: seconds between polls (``DEFAULT_INTERVAL_S`` when the IdP named none;
+            at least ``MIN_INTERVAL_S``).
     """
 
     device_code: str
@@ -92,7 +95,7 @@ class DeviceAuthorization:
         complete = body.get("verification_uri_complete")
         return cls(
             **texts, verification_uri_complete=complete if isinstance(complete, str) and complete else None,
-            expires_in_s=expires_in, interval_s=interval,
+            expires_in_s=expires_in, interval_s=max(interval, MIN_INTERVAL_S),
         )
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -76,6 +77,81 @@ def _oauth_error(error: str, description: str, status: int = 400) -> Answer:
     return {"error": error, "error_description": description}, status
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Routes:
+    """The handlers of one dev IdP app: its signer, its grants and its clock."""
+
+    material: TokenSigner
+    grants: DeviceGrants
+    clock: Callable[[], float]
+    base_path: str
+
+    async def device_code(self) -> Answer:
+        fields = await _fields()
+        client_id, scope = fields.get("client_id"), fields.get("scope", "")
+        if not isinstance(client_id, str) or not client_id or not isinstance(scope, str):
+            return _oauth_error("invalid_request", "client_id is required (a string), scope is optional")
+        verification = f"{request.host_url.rstrip('/')}{self.base_path}/device"
+        return self.grants.issue(client_id=client_id, scope=scope, verification_uri=verification, now=self.clock()), 200
+
+    async def device_token(self) -> Answer:
+        fields = await _fields()
+        if fields.get("grant_type") != DEVICE_CODE_GRANT:
+            return _oauth_error("unsupported_grant_type", f"grant_type must be {DEVICE_CODE_GRANT}")
+        code, client_id = fields.get("device_code"), fields.get("client_id")
+        if not isinstance(code, str) or not isinstance(client_id, str):
+            return _oauth_error("invalid_request", "device_code and client_id are required")
+        status, body = self.grants.poll(device_code=code, client_id=client_id, now=self.clock())
+        return body, status
+
+    async def device_page(self) -> Answer:
+        code = request.args.get("user_code", "") or "<code>"
+        return {"user_code": code, "status": "pending", "approve": f"cotal dev-idp approve --user-code {code} --sub <you>"}, 200
+
+    def _signed_in_subject(self) -> str:
+        pin = IdpPin(issuer=self.material.issuer, audience=self.material.audience)
+        try:
+            return verify_idp_token(_bearer(), pin=pin, keys=parse_jwks(jwks(self.material)), now=self.clock()).sub
+        except Refused:
+            raise Refused(
+                RefusalCode.BAD_CREDENTIAL,
+                "sign in first: send Authorization: Bearer <a development IdP token> (`cotal dev-idp approve` does)",
+            ) from None
+
+    async def _answer_code(self, approving: bool) -> Answer:
+        subject = self._signed_in_subject()
+        user_code = (await _fields()).get("userCode")
+        if not isinstance(user_code, str) or not user_code:
+            return _oauth_error("invalid_request", "userCode is required")
+        now = self.clock()
+        if approving:
+            done = self.grants.approve(user_code=user_code, subject=subject, now=now)
+        else:
+            done = self.grants.deny(user_code=user_code, now=now)
+        if not done:
+            return _oauth_error("invalid_request", "no pending user code matches - start `cotal login` again")
+        return {"success": True}, 200
+
+    async def approve(self) -> Answer:
+        return await self._answer_code(True)
+
+    async def deny(self) -> Answer:
+        return await self._answer_code(False)
+
+    async def token(self) -> Answer:
+        now = self.clock()
+        found = self.grants.session_subject(_bearer(), now=now)
+        if found is None:
+            return {"error": "UNAUTHORIZED", "message": "no live session - log in again"}, 401
+        subject, signed_in_at = found
+        ttl_s, auth_time = SESSION_JWT_TTL_S, int(signed_in_at)
+        return {"token": mint_dev_token(self.material, sub=subject, now=int(now), ttl_s=ttl_s, auth_time=auth_time)}, 200
+
+    async def sign_out(self) -> Answer:
+        self.grants.revoke(_bearer())
+        return {"success": True}, 200
+
+
 def build_dev_idp_app(
     material: TokenSigner,
     *,
@@ -100,11 +176,8 @@ def build_dev_idp_app(
     """
     app = QuartTrio("cotal_trio.devidp")
     key_set = jwks(material)
-    keys, pin = parse_jwks(key_set), IdpPin(issuer=material.issuer, audience=material.audience)
     grants = DeviceGrants(policy=device or DevicePolicy(), random_bytes=random_bytes)
-
-    def approve_command(code: str) -> str:
-        return f"cotal dev-idp approve --user-code {code} --sub <you>"
+    routes = _Routes(material=material, grants=grants, clock=clock, base_path=base_path)
 
     async def serve_jwks() -> tuple[dict[str, Any], int, dict[str, str]]:
         return key_set, 200, {"Cache-Control": f"max-age={_JWKS_MAX_AGE_S}"}
@@ -112,74 +185,11 @@ def build_dev_idp_app(
     async def health() -> dict[str, Any]:
         return {"ok": True, "devOnly": True, "issuer": material.issuer}
 
-    async def device_code() -> Answer:
-        fields = await _fields()
-        client_id, scope = fields.get("client_id"), fields.get("scope", "")
-        if not isinstance(client_id, str) or not client_id or not isinstance(scope, str):
-            return _oauth_error("invalid_request", "client_id is required (a string), scope is optional")
-        verification = f"{request.host_url.rstrip('/')}{base_path}/device"
-        return grants.issue(client_id=client_id, scope=scope, verification_uri=verification, now=clock()), 200
-
-    async def device_token() -> Answer:
-        fields = await _fields()
-        if fields.get("grant_type") != DEVICE_CODE_GRANT:
-            return _oauth_error("unsupported_grant_type", f"grant_type must be {DEVICE_CODE_GRANT}")
-        code, client_id = fields.get("device_code"), fields.get("client_id")
-        if not isinstance(code, str) or not isinstance(client_id, str):
-            return _oauth_error("invalid_request", "device_code and client_id are required")
-        status, body = grants.poll(device_code=code, client_id=client_id, now=clock())
-        return body, status
-
-    async def device_page() -> Answer:
-        code = request.args.get("user_code", "")
-        return {"user_code": code, "status": "pending", "approve": approve_command(code or "<code>")}, 200
-
-    def signed_in_subject() -> str:
-        try:
-            return verify_idp_token(_bearer(), pin=pin, keys=keys, now=clock()).sub
-        except Refused:
-            raise Refused(
-                RefusalCode.BAD_CREDENTIAL,
-                "sign in first: send Authorization: Bearer <a development IdP token> (`cotal dev-idp approve` does)",
-            ) from None
-
-    async def answer_code(approving: bool) -> Answer:
-        subject = signed_in_subject()
-        user_code = (await _fields()).get("userCode")
-        if not isinstance(user_code, str) or not user_code:
-            return _oauth_error("invalid_request", "userCode is required")
-        now = clock()
-        done = grants.approve(user_code=user_code, subject=subject, now=now) if approving else grants.deny(
-            user_code=user_code, now=now
-        )
-        if not done:
-            return _oauth_error("invalid_request", "no pending user code matches - start `cotal login` again")
-        return {"success": True}, 200
-
-    async def approve() -> Answer:
-        return await answer_code(True)
-
-    async def deny() -> Answer:
-        return await answer_code(False)
-
-    async def token() -> Answer:
-        now = clock()
-        found = grants.session_subject(_bearer(), now=now)
-        if found is None:
-            return {"error": "UNAUTHORIZED", "message": "no live session - log in again"}, 401
-        subject, signed_in_at = found
-        jwt = mint_dev_token(material, sub=subject, now=int(now), ttl_s=SESSION_JWT_TTL_S, auth_time=int(signed_in_at))
-        return {"token": jwt}, 200
-
-    async def sign_out() -> Answer:
-        grants.revoke(_bearer())
-        return {"success": True}, 200
-
-    routes = {
+    table = {
         "/jwks": {"GET": serve_jwks}, "/health": {"GET": health},
-        "/device/code": {"POST": device_code}, "/device/token": {"POST": device_token},
-        "/device": {"GET": device_page}, "/device/approve": {"POST": approve}, "/device/deny": {"POST": deny},
-        "/token": {"GET": token}, "/sign-out": {"POST": sign_out},
+        "/device/code": {"POST": routes.device_code}, "/device/token": {"POST": routes.device_token},
+        "/device": {"GET": routes.device_page}, "/device/approve": {"POST": routes.approve},
+        "/device/deny": {"POST": routes.deny}, "/token": {"GET": routes.token}, "/sign-out": {"POST": routes.sign_out},
     }  # fmt: skip
-    install_edge(app, routes={base_path + path: methods for path, methods in routes.items()}, unknown_path=DEV_UNKNOWN_PATH)
+    install_edge(app, routes={base_path + path: methods for path, methods in table.items()}, unknown_path=DEV_UNKNOWN_PATH)
     return app

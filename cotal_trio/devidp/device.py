@@ -35,6 +35,7 @@ __all__ = ["DevicePolicy", "DeviceGrants", "normalize_user_code"]
 # no look-alikes) carries about 34.5 bits, enough within its short lifetime and the poll rate.
 _USER_CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"
 _USER_CODE_LENGTH = 8
+_UNBIASED = 256 - 256 % len(_USER_CODE_ALPHABET)
 _SECRET_BYTES = 32
 # Better Auth's default session lifetime: seven days.
 SESSION_TTL_S = 7 * 24 * 3600
@@ -112,9 +113,10 @@ class DeviceGrants:
 
     def _user_code(self) -> str:
         while True:
-            raw = self.random_bytes(_USER_CODE_LENGTH)
-            code = "".join(_USER_CODE_ALPHABET[b % len(_USER_CODE_ALPHABET)] for b in raw)
-            if code not in self._by_user_code:
+            # Bytes of 240 and above are dropped, so each of the 20 letters is equally likely.
+            letters = [b % len(_USER_CODE_ALPHABET) for b in self.random_bytes(2 * _USER_CODE_LENGTH) if b < _UNBIASED]
+            code = "".join(_USER_CODE_ALPHABET[i] for i in letters[:_USER_CODE_LENGTH])
+            if len(code) == _USER_CODE_LENGTH and code not in self._by_user_code:
                 return code
 
     def issue(self, *, client_id: str, scope: str, verification_uri: str, now: float) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from cotal_trio.devidp import DevicePolicy, build_dev_idp_app, mint_dev_token
 from cotal_trio.http.idp_client import answer_user_code
 from cotal_trio.http.serve import serve_app
 from tests.support.cli_root import cotal
-from tests.support.login import OriginIdp, finish, person_env, session_files, start_login
+from tests.support.login import round_trip, OriginIdp, finish, person_env, session_files, start_login
 from tests.support.stack import SPACE, client, start_stack
 
 CEILING_S = 60
@@ -56,6 +56,5 @@ async def test_login_against_a_better_auth_shaped_idp(nursery, tmp_path, nats_se
         code, bearer, err = await cotal(capsys, "exchange", "--actor", "cli", "--json", *where)
         assert code == 0, err
         async with client(stack, json.loads(bearer)["token"]) as conn:
-            await conn.publish("team.hello", b"hi")
-            await conn.flush()
+            await round_trip(conn, SPACE)
         assert (await cotal(capsys, "logout", *where))[0] == 0

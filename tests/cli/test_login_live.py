@@ -5,13 +5,15 @@ revocable session).
 The person runs ``cotal login --space alpha`` (a real process), approves the printed code with
 ``cotal dev-idp approve``, and the session lands 0600 in their config folder; ``cotal exchange``
 without ``--idp-token`` then mints a bearer that connects, and ``cotal check --actor`` passes on
-it. ``cotal logout`` revokes it at the IdP: a later exchange asks for ``cotal login``, and the old
+it; a second login signs the session it replaces out. ``cotal logout`` revokes it at the IdP: a later exchange asks for ``cotal login``, and the old
 session, put back, is refused by the IdP with the same remedy. A denied code ends the login with
 ``access_denied``'s sentence.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import shutil
 import stat
 
@@ -19,8 +21,9 @@ import pytest
 import trio
 
 from cotal_trio.devidp import DevicePolicy
+from cotal_trio.http.idp_client import SessionRejected, fetch_session_token
 from tests.support.cli_root import cotal
-from tests.support.login import finish, person_env, session_files, start_login
+from tests.support.login import round_trip, finish, person_env, session_files, start_login
 from tests.support.stack import SPACE, client, start_stack
 
 CEILING_S = 60
@@ -53,11 +56,18 @@ async def test_login_exchange_check_and_logout(nursery, tmp_path, nats_server_bi
         code, bearer, err = await cotal(capsys, "exchange", "--actor", "cli", *where)
         assert code == 0, err
         async with client(stack, bearer.strip()) as conn:
-            await conn.publish("team.hello", b"hi")
-            await conn.flush()
+            await round_trip(conn, SPACE)
         code, out, err = await cotal(capsys, "check", "--actor", "cli", *where)
         assert code == 0, err
         assert out.endswith("check passed\n")
+
+        first = json.loads(kept.read_text())["session"]
+        process, user_code = await start_login(nursery, stack.paths.root, SPACE, env)  # log in again
+        await cotal(capsys, "dev-idp", "approve", "--user-code", user_code, "--sub", "alice", *where)
+        assert (await finish(process))[0] == 0
+        assert json.loads(kept.read_text())["session"] != first
+        with pytest.raises(SessionRejected):  # the replaced session was signed out
+            await trio.to_thread.run_sync(functools.partial(fetch_session_token, stack.info.dev_idp_url, first, relogin="x"))
 
         shutil.copy(kept, tmp_path / "kept-session.json")
         code, out, err = await cotal(capsys, "logout", *where)

@@ -93,3 +93,8 @@ def test_a_missing_interval_means_five_seconds():
 def test_a_device_code_answer_of_another_shape_is_named(change, member):
     with pytest.raises(ConfigError, match=f"without a valid {member} - it does not speak the device-code flow"):
         DeviceAuthorization.from_answer({**CODE, **change}, idp="http://idp")
+
+
+def test_an_interval_of_zero_still_waits_a_second():
+    authorization = DeviceAuthorization.from_answer({**CODE, "interval": 0}, idp="http://idp")
+    assert start_polling(authorization, space="alpha", now=NOW).until == NOW + 1

@@ -73,3 +73,15 @@ async def _drain(stream: trio.abc.ReceiveStream) -> bytes:
     while chunk := await stream.receive_some():
         data += chunk
     return data
+
+
+async def round_trip(conn, space: str) -> None:
+    """Publish on channel ``team.hello`` of ``space`` and receive it back: the bearer's grant
+    (``team.>`` both ways, as ``Stack.grant`` gives) works on the broker, with no error."""
+    received, inbox = trio.open_memory_channel(4)
+    subject = f"cotal.{space}.ch.team.hello"
+    await conn.subscribe(f"cotal.{space}.ch.team.>", on_message=received.send_nowait)
+    await conn.publish(subject, b"hi")
+    await conn.flush()
+    msg = await inbox.receive()
+    assert (msg.subject, msg.data, conn.error_count) == (subject, b"hi", 0)
