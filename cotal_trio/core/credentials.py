@@ -59,6 +59,7 @@ from .identity import (
 )
 from .nkeys import Prefix, looks_like_public_key
 from .sessions import is_endpoint
+from .issued import horizon_of, is_accepted_token, is_generation
 
 __all__ = [
     "DEFAULT_LIFETIME_S",
@@ -209,6 +210,8 @@ class Credential:
     surface_digest: str | None = None
     verbs: tuple[str, ...] = ()
     pending: bool = False
+    generation: str | None = None
+    accepted_token: str | None = None
 
     def __post_init__(self) -> None:
         checks = (
@@ -225,6 +228,7 @@ class Credential:
             (self.revoked_at is None or _is_time(self.revoked_at), "revocation time"),
             (self.endpoint is None or self._caller_ok(), "standalone caller"),
             (self.endpoint is not None or (self.surface_digest, self.verbs, self.pending) == (None, (), False), "endpoint"),
+            (self.generation is None and self.accepted_token is None or self._issued_ok(), "issued generation"),
         )  # fmt: skip
         for ok, what in checks:
             if not ok:
@@ -240,6 +244,14 @@ class Credential:
             and all(is_endpoint(v) for v in verbs) and len(set(verbs)) == len(verbs) and type(self.pending) is bool
             and self.profile == "agent" and self.role is None and self.allow_publish == self.allow_subscribe
             and self.expires_at is not None
+        )  # fmt: skip
+
+    def _issued_ok(self) -> bool:
+        """A static agent's issuance (spec "Issued authority"): a generation and the accepted
+        token chosen at its mint, on an agent that is no standalone caller."""
+        return (
+            is_generation(self.generation) and is_accepted_token(self.accepted_token) and self.profile == "agent"
+            and self.endpoint is None
         )  # fmt: skip
 
     @property
@@ -260,6 +272,8 @@ class Credential:
         if self.endpoint is not None:
             obj |= {"endpoint": self.endpoint, "surfaceDigest": self.surface_digest, "verbs": list(self.verbs),
                     "pending": self.pending}  # fmt: skip
+        if self.generation is not None:
+            obj |= {"generation": self.generation, "acceptedToken": self.accepted_token}
         return obj
 
     @classmethod
@@ -269,12 +283,14 @@ class Credential:
         Raises:
             CodecError: not an object of exactly those fields, or a field is malformed.
         """
-        if not isinstance(obj, dict) or set(obj) not in (_FIELDS, _FIELDS | _CALLER_FIELDS):
+        if not isinstance(obj, dict) or set(obj) not in (_FIELDS, _FIELDS | _CALLER_FIELDS, _FIELDS | _ISSUED_FIELDS):
             raise _bad("is not an object of the credential fields")
         caller: dict[str, Any] = {}
         if "endpoint" in obj:
             caller = {"endpoint": obj["endpoint"], "surface_digest": obj["surfaceDigest"],
                       "verbs": _tuple(obj["verbs"]), "pending": obj["pending"]}  # fmt: skip
+        if "generation" in obj:
+            caller = {"generation": obj["generation"], "accepted_token": obj["acceptedToken"]}
         try:
             return cls(
                 label=obj["label"], space=obj["space"], profile=obj["profile"], owner=obj["owner"],
@@ -292,6 +308,7 @@ _FIELDS = {
     "path", "inboxNonce", "role", "allowPublish", "allowSubscribe", "revokedAt",
 }
 _CALLER_FIELDS = {"endpoint", "surfaceDigest", "verbs", "pending"}
+_ISSUED_FIELDS = {"generation", "acceptedToken"}
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
@@ -553,6 +570,9 @@ def receipt(cred: Credential, *, replaced: bool) -> dict[str, Any]:
     if cred.endpoint is not None:
         obj |= {"endpoint": cred.endpoint, "surfaceDigest": cred.surface_digest, "verbs": list(cred.verbs),
                 "channels": list(cred.allow_publish)}  # fmt: skip
+    if cred.generation is not None:
+        obj |= {"generation": cred.generation, "acceptedToken": cred.accepted_token,
+                "horizon": horizon_of(cred.generation)}  # fmt: skip
     return obj
 
 
