@@ -169,18 +169,22 @@ async def mint_agent(
                             raise
                         await _retire_quietly(stores, cred)
                         if isinstance(exc, ConfigError):  # the file could not be written, or a durable drifted
-                            raise ConfigError(_unissued(cred, str(exc))) from None
+                            raise ConfigError(_unissued(cred, str(exc), issued=True)) from None
                         raise
         except trio.TooSlowError:
-            raise ConfigError(_unissued(cred, f"the mint did not finish within {deadline_s:g} s")) from None
+            raise ConfigError(_unissued(cred, f"the mint did not finish within {deadline_s:g} s", issued=issued)) from None
         except (Refused, Unavailable) as exc:
-            raise ConfigError(_unissued(cred, exc.detail if isinstance(exc, Refused) else str(exc))) from None
+            raise ConfigError(_unissued(cred, exc.detail if isinstance(exc, Refused) else str(exc), issued=issued)) from None
         except OSError as exc:
-            raise ConfigError(_unissued(cred, f"{exc.strerror or exc} ({exc.filename})")) from None
+            raise ConfigError(_unissued(cred, f"{exc.strerror or exc} ({exc.filename})", issued=issued)) from None
     return cred, fresh, record is not None
 
 
-def _unissued(cred: Credential, problem: str) -> str:
+def _unissued(cred: Credential, problem: str, *, issued: bool) -> str:
+    """The sentence of a mint that failed before its file: nothing was written, or its issuance
+    was written and no credential carries it."""
+    if not issued:
+        return f"{problem} - nothing was written"
     return (f"{problem} - nothing was handed out (no file, no record; generation {cred.generation} is carried by no "
             f"credential and authorizes nothing): run the same `cotal auth mint` again")  # fmt: skip
 
