@@ -13,6 +13,9 @@ Rules, all pure (the shell passes ``now`` in unix seconds):
   ``--no-expiry``; at most one of them (:func:`choose_expiry`).
 * **Replace**: a label's credential is replaced only with ``--replace``, and only once it has
   expired, when it has no expiry, or when its key was revoked (:func:`check_replace`).
+* **Renewal** (spec "Issued authority"): a near-expiry static agent that carries an issued
+  generation before its horizon is renewed in place (:func:`renew_command`, ``cotal auth renew``);
+  one without, or past its horizon, is minted again with ``--identity``.
 * **Health** (:func:`classify`): ``expired`` at or after ``exp``; ``near-expiry`` with less than
   10 % of its lifetime left; ``no-expiry`` (a warning: minted on purpose with
   ``--no-expiry``); ``revoked``; ``pending`` (a live standalone caller whose mint did not
@@ -81,6 +84,7 @@ __all__ = [
     "interrupted_sentence",
     "issue_time",
     "mint_command",
+    "renew_command",
     "principal_of_claims",
     "receipt",
     "revocations",
@@ -635,6 +639,19 @@ def mint_command(cred: Credential, *, flags: str, identity: str | None = None) -
     return " ".join([*parts, "--replace"])
 
 
+def renew_command(cred: Credential, *, flags: str) -> str:
+    """The ``cotal auth renew`` that renews an issued static agent's ``cred`` with the same
+    lifetime (it keeps its generation: the same ceiling; spec "Issued authority").
+
+    Args:
+        flags: ``--space <s>`` (and ``--root <r>``), shell-quoted by the caller.
+    """
+    parts = ["cotal auth renew", cred.label, flags]
+    if cred.expires_at is not None and cred.expires_at - cred.issued_at != DEFAULT_LIFETIME_S:
+        parts.append(f"--expires-in {cred.expires_at - cred.issued_at}")
+    return " ".join(parts)
+
+
 def credential_findings(record: LabelRecord, *, now: int, flags: str, identity: str | None) -> list[Finding]:
     """What doctor says of one label's record (module docstring, "Health").
 
@@ -658,10 +675,11 @@ def credential_findings(record: LabelRecord, *, now: int, flags: str, identity: 
         found.append(Finding(severity=Severity.FINDING, subject=subject, problem=f"expired at {cred.expires_at}",
                              next=mint_command(cred, flags=flags)))
     elif health is Health.NEAR_EXPIRY:
+        renewable = cred.generation is not None and now < horizon_of(cred.generation)
         found.append(Finding(
             severity=Severity.FINDING, subject=subject,
             problem=f"expires at {cred.expires_at}, in {cred.expires_at - now} s",  # type: ignore[operator]
-            next=f"{revoke} && {mint_command(cred, flags=flags, identity=identity)}",
+            next=renew_command(cred, flags=flags) if renewable else f"{revoke} && {mint_command(cred, flags=flags, identity=identity)}",
         ))
     elif health is Health.NO_EXPIRY:
         found.append(Finding(

@@ -175,12 +175,14 @@ def read_identity(path: str, material: SpaceMaterial) -> tuple[KeyPair, str, str
 
 def permissions_of(cred: Credential) -> dict:
     """The NATS ``{pub, sub}`` of ``cred``'s profile (:func:`cotal_trio.core.profiles.profile_permissions`),
-    or of a standalone caller (:func:`cotal_trio.core.callers.standalone_caller_permissions`).
+    of an issued static agent (:func:`cotal_trio.core.static_issuance.issued_agent_permissions`:
+    its ``ep.v1`` rows and UID-keyed inbox), or of a standalone caller
+    (:func:`cotal_trio.core.callers.standalone_caller_permissions`).
 
     Raises:
         ConfigError: an input breaks its grammar.
 
-    Spec "Provisioning" / "Standalone callers".
+    Spec "Provisioning" / "Issued authority" / "Standalone callers".
     """
     if cred.generation is not None:
         with as_config_error():

@@ -86,9 +86,20 @@ def test_expired_and_near_expiry_name_the_next_command(static, capsys):
     assert main(shlex.split(mint_again)[1:]) == 0
     assert doctor(static, capsys, "--space", STATIC)[1][-1] == "healthy"  # a fresh short credential is healthy
     _age(static, "old", issued_at=now - 900, expires_at=now + 95)  # under 10 % of its lifetime left
+    renew = f"cotal auth renew old {flags(static)} --expires-in 995"  # an issued agent: renewed, its generation kept
+    assert doctor(static, capsys, "--space", STATIC)[1][-1] == f"next: {renew}"
+    generation = load_record(static.paths.space(STATIC), "old").current.generation
+    assert main(shlex.split(renew)[1:]) == 0
+    renewed = load_record(static.paths.space(STATIC), "old").current
+    assert renewed.generation == generation and renewed.expires_at - renewed.issued_at == 995
+    assert doctor(static, capsys, "--space", STATIC)[1][-1] == "healthy"
+    # One minted before static issuance (no generation) is revoked and minted again with its identity.
+    record = load_record(static.paths.space(STATIC), "old")
+    legacy = dataclasses.replace(record.current, generation=None, accepted_token=None, issued_at=now - 900, expires_at=now + 95)
+    save_record(static.paths.space(STATIC), dataclasses.replace(record, current=legacy))
     assert doctor(static, capsys, "--space", STATIC)[1][-1] == "next: " + (
         f"cotal auth revoke-credential old {flags(static)} && {mint_again.removesuffix(' --replace')} "
-        f"--identity {load_record(static.paths.space(STATIC), 'old').current.path} --replace"
+        f"--identity {legacy.path} --replace"
     )
     assert mint(static, capsys, "--label", "fresh")[0] == 0
     _age(static, "old", issued_at=now, expires_at=now + 30 * 86400)
