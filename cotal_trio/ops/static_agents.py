@@ -144,7 +144,9 @@ async def mint_agent(
     async with held_credentials(plan.sp):
         record, iat = await trio.to_thread.run_sync(check_label_state, plan, flags)
         uid = mint_lifecycle_uid(os.urandom(LIFECYCLE_UID_RANDOM_BYTES))
-        generation = new_generation(static_agent_horizon(plan.now), os.urandom(GENERATION_RANDOM_BYTES))
+        # 30 days after the mint, counted from the JWT's iat (a second past an earlier revocation of
+        # an --identity key), so the receipt's horizon is its issuedAt + 30 days.
+        generation = new_generation(static_agent_horizon(iat), os.urandom(GENERATION_RANDOM_BYTES))
         cred = new_credential(plan, flags, iat=iat, grant=grant, uid=uid, generation=generation,
                               accepted_token=secrets.token_hex(ACCEPTED_TOKEN_BYTES))  # fmt: skip
         text, fragment = creds_text(cred, plan)

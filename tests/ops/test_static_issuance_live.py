@@ -151,6 +151,7 @@ async def test_a_static_agent_mint_is_an_issuance_its_agent_reads_and_uses_and_r
                            "--allow-publish", "team.news", "--role", "ops")  # fmt: skip
         assert again["userKey"] == receipt["userKey"] and again["lifecycleUid"] != receipt["lifecycleUid"]
         assert again["generation"] != receipt["generation"] and again["acceptedToken"] != token
+        assert again["horizon"] == again["issuedAt"] + THIRTY_DAYS_S
         async with open_loop(), connect(url, again) as agent:
             assert await consumer_info(agent, f"COTAL_DM_{STATIC}", dm_name(again, again["lifecycleUid"])) is not None
             old = wire.js_consumer_info(f"COTAL_DM_{STATIC}", dm_name(receipt, receipt["lifecycleUid"]))
