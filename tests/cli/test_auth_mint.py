@@ -313,3 +313,18 @@ def test_a_revoke_that_cannot_sign_the_account_records_nothing(static, capsys, b
     code, _, err = static.run(capsys, "auth", "revoke-credential", "bot", "--space", STATIC)
     assert code == 1 and err.startswith("cotal: "), err
     assert load_record(sp, "bot").current.revoked_at is None
+
+
+def test_an_agent_mint_and_a_renewal_need_the_broker_and_write_nothing_without_it(static_offline, capsys):
+    """Issue 19 item 2: a static agent credential is an issuance (its evidence is written before its
+    file), and a renewal reads that evidence; with no broker both are refused, nothing written."""
+    root = static_offline.paths.root
+    code, _, err = mint(static_offline, capsys, "--label", "bot")
+    assert code == 1 and one_sentence(err) == (
+        f"no broker answers for the root {root} - start it (`cotal up`), or pass --server nats://host:port: a static "
+        "agent credential is an issuance, recorded in the space's issued stores before its file is written; nothing was written"
+    )
+    assert load_record(static_offline.paths.space(STATIC), "bot") is None
+    assert not default_creds_path(static_offline.paths, STATIC, "bot").exists()
+    code, _, err = static_offline.run(capsys, "auth", "renew", "bot", "--space", STATIC)
+    assert code == 1 and one_sentence(err).endswith("a renewal reads its issuance's evidence; nothing was written")

@@ -25,6 +25,7 @@ OUT = "caller.creds"
     (["--endpoint", "v1"], "--endpoint v1 is not an endpoint name - pass 1 to 64 letters, digits, _ and - (not v1)"),
     (["--endpoint", "a.b"], "--endpoint a.b is not an endpoint name"),
     (["--channels", "a..b"], "a channel pattern is dot-separated segments"),
+    (["--no-provision"], "--no-provision does not combine with --endpoint: a standalone caller's footprint is part of its mint"),
 ])  # fmt: skip
 def test_flags_that_do_not_combine_with_endpoint_are_refused_before_anything(static_offline, capsys, tmp_path, argv, sentence):  # noqa: F811
     out = tmp_path / OUT
