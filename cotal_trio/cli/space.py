@@ -198,8 +198,9 @@ async def deprovision(
 
     --yes deletes exactly the files --dry-run lists, all or none, and only for a space that is
     out of service: not in the root's spaces.json (`cotal space remove` takes it out), served by
-    no running lane (the host's spaces.json.applied, the space's auth-service.json) and, while
-    the root's broker runs, with no account left on it. Each refusal names the fix. The space's
+    no running lane (the host's spaces.json.applied, the space's auth-service.json), and with no
+    account left on the broker (asked, or read from the root's broker's resolver folder while it
+    is stopped). Each refusal names the fix. The space's
     other files (accounts.json, idp.json, sentinel.creds, the ledger) stay; a later `cotal space
     add` of the name needs that folder moved aside first.
 
@@ -288,23 +289,40 @@ def _live_writer(readiness: Path) -> int | None:
 
 
 async def _refuse_on_broker(paths: RootPaths, name: str, server: str | None) -> None:
-    """Trio: refuse while the broker (``--server``, else the root's when it runs) holds one of
-    the space's accounts: `cotal space remove` deletes them once the lane stops, and while they
-    are there a lane anywhere (a replica of another host included) may still answer for them.
-    Without a reachable broker nothing is checked here.
+    """Trio: refuse while a broker holds one of the space's accounts: `cotal space remove`
+    deletes them once the lane stops, and while they are there a lane anywhere (a replica of
+    another host included) may still answer for them. Once the keys are gone, `cotal space
+    remove` can no longer delete the space's streams, so this is checked first.
+
+    The broker asked is ``--server``, else the root's when it runs (:func:`resolve_server_url`).
+    With none reachable, the root's own broker's resolver folder is read instead: it keeps a
+    pushed account as ``<account>.jwt`` and renames a deleted one to ``<account>.jwt.deleted``
+    (nats-server's full resolver with ``allow_delete``). A remote broker that does not answer
+    cannot be checked.
 
     Raises:
-        ConfigError: names the broker and `cotal space remove`; a corrupt ``accounts.json``.
+        ConfigError: names the broker (or the resolver file) and `cotal space remove`; a
+            corrupt ``accounts.json``.
         Unavailable: the broker refused the root's system user or did not answer.
     """
     url = await resolve_server_url(paths, server)
     sp = paths.space(name)
-    if url is None or not await trio.to_thread.run_sync(sp.accounts_json.exists):
+    if not await trio.to_thread.run_sync(sp.accounts_json.exists):
         return
     broker = await trio.to_thread.run_sync(load_broker, paths.broker_json)
     record = await trio.to_thread.run_sync(load_space_accounts, paths, broker, name)
+    accounts = (record.auth_account, record.data_account)
+    if url is None:
+        kept = [paths.resolver_dir / f"{a}.jwt" for a in accounts]
+        kept = [path for path in kept if await trio.to_thread.run_sync(path.exists)]
+        if kept:
+            raise ConfigError(
+                f"the root's broker, which is not running, still holds space {name}'s accounts ({kept[0]}) -"
+                f" start it (`cotal up`), then run `cotal space remove {name}`"
+            )
+        return
     async with natsio.open_loop(), open_system_connection(url, broker) as sys_conn:
-        held = [a for a in (record.auth_account, record.data_account) if await broker_holds(sys_conn, a)]
+        held = [a for a in accounts if await broker_holds(sys_conn, a)]
     if held:
         raise ConfigError(
             f"the broker at {url} still holds space {name}'s accounts - run `cotal space remove {name}`"

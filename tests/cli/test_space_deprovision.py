@@ -7,6 +7,7 @@ the offline tests. The live test at the end runs a real nats-server holding a sp
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from cotal_trio.broker.config import write_config
+from cotal_trio.broker.process import free_port, run_nats_server
 from cotal_trio.broker.spaces import set_hosted
 from cotal_trio.cli import main
 from cotal_trio.core.manifest import LaneStatus, format_utc, render_applied
@@ -328,3 +331,35 @@ async def test_refused_while_the_broker_holds_its_accounts(operator_broker, prov
     assert out.splitlines()[0] == f"space b: deleted 7 secret keys in 3 files from {paths.space('b').dir}"
     assert not any(paths.space("b").dir.joinpath(name).exists() for name in SECRET_FILES)
     assert paths.space("demo").callout_json.exists()
+
+
+async def test_a_stopped_broker_is_checked_by_its_resolver_folder(provisioned, nats_server_bin, capsys):
+    """With no broker answering, the root's own broker's resolver folder tells: a pushed account
+    is ``<account>.jwt`` there (refused), a deleted one ``<account>.jwt.deleted`` (a real
+    nats-server wrote both, started and stopped here)."""
+    paths, port = provisioned.paths, free_port()
+    config = write_config(paths, provisioned.broker, port=port, auth_timeout_s=2)
+    url = f"nats://127.0.0.1:{port}"
+    run = functools.partial(run_nats_server, config, executable=nats_server_bin, log_path=paths.broker_log, port=port)
+
+    async def with_broker(*argv: str) -> tuple[int, str, str]:
+        async with trio.open_nursery() as nursery:
+            with trio.fail_after(30):
+                await nursery.start(run)
+                done = await cotal(capsys, *argv, "--root", str(paths.root), "--server", url)
+            nursery.cancel_scope.cancel()
+        return done
+
+    assert (await with_broker("space", "add", "b"))[0] == 0
+    await trio.to_thread.run_sync(set_hosted, paths, "b", False)
+    auth = load_space(paths.space("b").callout_json, "b").auth_account
+    before = _snapshot(paths.root)
+    assert await cotal(capsys, "space", "deprovision", "b", "--yes", "--root", str(paths.root)) == (1, "", (
+        f"cotal: the root's broker, which is not running, still holds space b's accounts"
+        f" ({paths.resolver_dir / (auth + '.jwt')}) - start it (`cotal up`), then run `cotal space remove b`\n"))
+    assert _snapshot(paths.root) == before
+    assert (await with_broker("space", "remove", "b"))[0] == 0
+    assert (paths.resolver_dir / f"{auth}.jwt.deleted").exists()
+    code, out, err = await cotal(capsys, "space", "deprovision", "b", "--yes", "--root", str(paths.root))
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == f"space b: deleted 7 secret keys in 3 files from {paths.space('b').dir}"
