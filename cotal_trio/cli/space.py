@@ -281,9 +281,7 @@ def _live_writer(readiness: Path) -> int | None:
     it is corrupt or its writer is gone (a lane writes it atomically: a corrupt one is no lane's)."""
     try:
         pid, written = int(read_json(readiness).get("pid", 0)), readiness.stat().st_mtime
-    except FileNotFoundError:
-        return None
-    except (ConfigError, OSError, TypeError, ValueError):
+    except (ConfigError, OSError, TypeError, ValueError):  # no file (or a corrupt one): no lane
         return None
     return pid if pid > 0 and pid_alive(pid, since=written) else None
 
