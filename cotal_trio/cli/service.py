@@ -1,11 +1,15 @@
-"""``cotal service``: systemd units for ``cotal auth-service`` (issue 7 item 4, "Service units").
+"""``cotal service``: the service presets, as systemd units (issue 7 item 4, "Service units").
 
 ``cotal service install auth-service --spaces M --server URL`` writes
 ``/etc/systemd/system/cotal-auth-service.service`` (``--user``: the user's unit folder;
 ``--out PATH``: that file, or that folder) and prints the ``systemctl`` commands that start it;
 ``cotal service install callout-replica (--spaces M | --space S) --server URL`` does the same for
 a callout-only replica (``cotal-callout-replica[-S].service``). ``cotal service render ...``
-takes the same flags and prints the unit instead of writing it.
+takes the same flags and prints the unit instead of writing it. ``cotal service run
+auth-service|callout-replica`` is what a unit's ``ExecStart`` runs: the preset in the foreground
+(:func:`cotal_trio.cli.auth_service.serve`), the entry that replaces the deprecated ``cotal
+auth-service`` (spec "Callout replicas", issue 19 item 7), so a preset's unit never logs that
+entry's deprecation note; a container or a script runs it the same way.
 
 The serving flags are ``cotal auth-service``'s own, checked by the same rules
 (:class:`~cotal_trio.service.hosting.ServiceConfig`), and the unit's ``ExecStart`` runs exactly
@@ -46,15 +50,19 @@ from ..core.errors import ConfigError
 from ..core.servers import join_servers, parse_servers
 from cotal_trio.service.hosting import ServiceConfig, public_fields
 from ..state.files import atomic_write
+from .auth_service import AuthTimeoutFlag, RootFlag, Served, ServerFlag, ServiceEndpointsFlag
+from .auth_service import serve as serve_preset
 from .common import PublicFaceFlags, Where, check_auth_timeout
 
 __all__ = ["ExecUnit", "cotal_script", "render_unit", "service_app", "unwritable"]
 
-service_app = cyclopts.App(name="service", help="Write systemd units for `cotal auth-service` and its callout replicas.")
+service_app = cyclopts.App(name="service", help="The service presets auth-service and callout-replica: write their systemd units, or run them.")
 install_app = cyclopts.App(name="install", help="Write a systemd unit and print the systemctl commands that start it.")
 render_app = cyclopts.App(name="render", help="Print a systemd unit without writing it (same flags as install).")
+run_app = cyclopts.App(name="run", help="Run a preset in the foreground until SIGTERM: what its unit's ExecStart runs.")
 service_app.command(install_app)
 service_app.command(render_app)
+service_app.command(run_app)
 
 SYSTEM_UNITS = Path("/etc/systemd/system")
 UNIT_MODE = 0o644  # systemd reads units as any user; a unit holds no secret (paths and flags only)
@@ -205,7 +213,7 @@ def install_auth_service(*, serve: Serve, full: Full = Full(), unit: Unit = Unit
 
 @install_app.command(name="callout-replica")
 def install_callout_replica(*, serve: Serve, unit: Unit = Unit(), target: Target = Target()) -> int:
-    """Install a unit running a callout-only replica (``cotal auth-service --callout-only``)."""
+    """Install a unit running a callout-only replica (``cotal service run callout-replica``)."""
     spec, name = _unit(serve, Full(), unit, callout_only=True), _name(unit, serve, "callout-replica")
     _check_paths(serve)
     return _install(spec, name, unit, target)
@@ -227,6 +235,37 @@ def render_callout_replica(*, serve: Serve, unit: Unit = Unit()) -> int:
     _name(unit, serve, "callout-replica")  # the same name check as install
     print(render_unit(rendered), end="")
     return 0
+
+
+@run_app.command(name="auth-service")
+async def run_auth_service(
+    *,
+    served: Served = Served(),
+    server: ServerFlag = None,
+    root: RootFlag = None,
+    auth_timeout: AuthTimeoutFlag = None,
+    service_endpoints: ServiceEndpointsFlag = False,
+    public: PublicFaceFlags = PublicFaceFlags(),
+) -> int:
+    """Run the full auth service (lanes with their exchange faces) until SIGINT or SIGTERM.
+
+    The flags and behaviour of `cotal auth-service` without --callout-only, and no deprecation note.
+    """
+    return await serve_preset(
+        served=served, server=server, root=root, callout_only=False, auth_timeout=auth_timeout,
+        service_endpoints=service_endpoints, public=public, command="cotal service run auth-service",
+    )
+
+
+@run_app.command(name="callout-replica")
+async def run_callout_replica(
+    *, served: Served = Served(), server: ServerFlag = None, root: RootFlag = None, auth_timeout: AuthTimeoutFlag = None,
+) -> int:
+    """Run a callout-only replica until SIGINT or SIGTERM (`cotal auth-service --callout-only`'s behaviour)."""
+    return await serve_preset(
+        served=served, server=server, root=root, callout_only=True, auth_timeout=auth_timeout,
+        service_endpoints=False, public=PublicFaceFlags(), command="cotal service run callout-replica",
+    )
 
 
 def _unit(serve: Serve, full: Full, unit: Unit, *, callout_only: bool) -> ExecUnit:
@@ -282,10 +321,10 @@ def _check_paths(serve: Serve) -> None:
 
 
 def _argv(config: ServiceConfig, auth_timeout: float | None) -> list[str]:
-    """``cotal auth-service``'s arguments for ``config`` (absolute paths)."""
-    argv = ["auth-service", "--server", config.server_url, "--root", str(config.root.root)]
+    """``cotal service run <preset>``'s arguments for ``config`` (absolute paths)."""
+    preset = "callout-replica" if config.callout_only else "auth-service"
+    argv = ["service", "run", preset, "--server", config.server_url, "--root", str(config.root.root)]
     argv += ["--spaces", str(config.manifest)] if config.manifest is not None else ["--space", str(config.space)]
-    argv += ["--callout-only"] if config.callout_only else []
     argv += ["--auth-timeout", f"{auth_timeout:g}"] if auth_timeout is not None else []
     argv += ["--service-endpoints"] if config.service_endpoints else []
     for name, value in public_fields(config).items():
