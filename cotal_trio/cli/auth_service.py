@@ -32,7 +32,7 @@ from ..core.admission import CalloutLimits
 from ..broker.spaces import MODE_STATIC, space_mode
 from ..core.errors import ConfigError
 from ..core.manifest import ManifestRefused, parse_manifest
-from ..core.servers import join_servers
+from ..core.servers import join_servers, parse_servers
 from cotal_trio.service.hosting import ServiceConfig, ServiceInfo, public_fields, run_service
 from cotal_trio.service.runtime import tune_for_serving
 from ..state.space_folders import migrate_space_folders, rename_note
@@ -57,6 +57,7 @@ async def auth_service(
     server: Annotated[str | None, Parameter(help="The broker's seed URLs, comma-separated: nats://host:port, or every node of a cluster (the first that answers is used; default: the nodes `cotal broker config` rendered, else the root's `cotal up` broker); it must already trust the spaces' accounts.")] = None,
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
     callout_only: Annotated[bool, Parameter(help="Replica: the callout only (no HTTP face, no auth-service.json).")] = False,
+    callout_server: Annotated[str | None, Parameter(help="With --callout-only: answer the connects of this server, a leaf node's URL(s) (its stores stay on --server, the hub); docs/deploy.md \"Leaf nodes\".")] = None,
     auth_timeout: Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2); the callout deadline budget.")] = None,
     service_endpoints: Annotated[bool, Parameter(help="With --space: open the space's service-endpoint admission; nothing closes it, and callout-only replicas then refuse the space.")] = False,
     public: PublicFaceFlags = PublicFaceFlags(),
@@ -75,7 +76,8 @@ async def auth_service(
         Where(root=root, space=space).space_paths()  # validates the name
     config = ServiceConfig(
         root=Where(root=root).paths(), server_url=_check_server(Where(root=root).paths(), server), space=space, manifest=spaces,
-        callout_only=callout_only, service_endpoints=service_endpoints, limits=_limits(auth_timeout),
+        callout_only=callout_only, callout_server=None if callout_server is None else join_servers(parse_servers(callout_server, flag="--callout-server")),
+        service_endpoints=service_endpoints, limits=_limits(auth_timeout),
         **public_fields(public),
     )
     # The flags first; then a root of an earlier version is renamed (state/space_folders.py), and
@@ -158,4 +160,5 @@ def _banner(info: ServiceInfo, config: ServiceConfig) -> None:
     if config.exchange_public_port is not None:
         face += f", public face on 127.0.0.1:{config.exchange_public_port}"
         face += f" ({config.exchange_public_url})" if config.exchange_public_url else ""
-    print(f"✓ auth-service up{mode} - space {info.spaces[0]} on {config.server_url}{face}", flush=True)
+    callout = f" (callout on {config.callout_server})" if config.callout_server else ""
+    print(f"✓ auth-service up{mode} - space {info.spaces[0]} on {config.server_url}{callout}{face}", flush=True)
