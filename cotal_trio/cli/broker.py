@@ -97,8 +97,8 @@ def config(
     preloaded), keeps JetStream and account JWTs in its own folders, and joins the cluster
     through --cluster-routes (the same list on every node), authenticated by the root's route
     secret (the text holds it: keep the .conf 0600). --leafnodes adds a hub's
-    leafnodes { listen } block; how leaf nodes and the callout fit together is not settled
-    yet (docs/deploy.md).
+    leafnodes { listen } block for leaf nodes rendered by `cotal broker leaf-config`
+    (docs/deploy.md "Leaf nodes").
     """
     paths = Where(root=root).paths()
     if not paths.broker_json.exists():
