@@ -22,6 +22,11 @@ A leaf is **decided by the callout** when a server of that name answered VARZ tr
 root's operator with the root's system account; otherwise each of its links that binds a space's
 account is a bypass. :func:`classify` is that decision, pure; :func:`read_leaf_links` asks the
 broker.
+
+A decided leaf still needs a callout member connected to it, or every connect made there is
+refused after the auth timeout: ``$SYS.REQ.SERVER.PING.SUBSZ`` filtered by the space's auth
+account and ``test: $SYS.REQ.USER.AUTH`` counts each server's callout subscriptions
+(:func:`callout_members`, :func:`read_callout_members`).
 """
 
 from __future__ import annotations
@@ -39,10 +44,15 @@ from cotal_trio.broker.accounts import open_system_connection
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.state import BrokerMaterial
 
-__all__ = ["GATHER_S", "LEAFZ", "VARZ", "LeafLink", "classify", "read_leaf_links"]
+__all__ = [
+    "GATHER_S", "LEAFZ", "SUBSZ", "VARZ", "LeafLink", "callout_members", "classify", "read_callout_members",
+    "read_leaf_links",
+]
 
 LEAFZ = "$SYS.REQ.SERVER.PING.LEAFZ"
 VARZ = "$SYS.REQ.SERVER.PING.VARZ"
+SUBSZ = "$SYS.REQ.SERVER.PING.SUBSZ"
+AUTH_REQUEST = "$SYS.REQ.USER.AUTH"
 # How long the replies of every server are gathered (seconds): a PING has no reply count, each
 # server answers once, in milliseconds on a healthy broker.
 GATHER_S = 1.0
@@ -59,12 +69,15 @@ class LeafLink:
         decided: the leaf answered on the root's system account trusting the root's operator:
             its clients' connects are decided by the account's own rules (the callout, for a
             space's auth account). False: the leaf sets its own terms (the bypass).
+        url: the leaf's client URL as its VARZ gives it (``nats://host:port``), or None (not
+            decided, or a wildcard listener).
     """
 
     hub: str
     leaf: str
     account: str
     decided: bool
+    url: str | None = None
 
 
 def _trusted(varz: Mapping[str, Any], operator: str, system_account: str) -> bool:
@@ -88,7 +101,7 @@ def classify(
         One :class:`LeafLink` per link a server accepted (``is_spoke`` false), in reply order.
     """
     trusted = {
-        reply["data"].get("server_name")
+        reply["data"].get("server_name"): _client_url(reply["data"])
         for reply in varz
         if isinstance(reply.get("data"), Mapping) and _trusted(reply["data"], operator, system_account)
     }
@@ -102,11 +115,46 @@ def classify(
                 continue  # the leaf's own view of its link: the hub's entry is the one to read
             name = str(leaf.get("name", ""))
             links.append(LeafLink(hub=str(server.get("name", "")), leaf=name, account=str(leaf.get("account", "")),
-                                  decided=name in trusted))  # fmt: skip
+                                  decided=name in trusted, url=trusted.get(name)))  # fmt: skip
     return links
 
 
-async def _gather(conn: natsio.Connection, subject: str) -> list[dict[str, Any]]:
+def _client_url(varz: Mapping[str, Any]) -> str | None:
+    host, port = varz.get("host"), varz.get("port")
+    if not isinstance(host, str) or not isinstance(port, int) or host in ("", "0.0.0.0", "::"):
+        return None
+    return f"nats://[{host}]:{port}" if ":" in host else f"nats://{host}:{port}"
+
+
+def callout_members(subsz: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Sync: server name -> its callout subscriptions, from the replies to :data:`SUBSZ` asked
+    for one auth account with ``test`` :data:`AUTH_REQUEST` (a reply of another shape is skipped)."""
+    members: dict[str, int] = {}
+    for reply in subsz:
+        data, server = reply.get("data"), reply.get("server")
+        if not isinstance(data, Mapping) or not isinstance(server, Mapping):
+            continue
+        found = data.get("subscriptions_list") or []
+        members[str(server.get("name", ""))] = sum(
+            1 for sub in found if isinstance(sub, Mapping) and sub.get("subject") == AUTH_REQUEST
+        )
+    return members
+
+
+async def read_callout_members(url: str, broker: BrokerMaterial, auth_account: str) -> dict[str, int]:
+    """Trio: :func:`callout_members` of ``auth_account`` as every server sharing the system
+    account reports them, asked as the root's system user. Opens its own
+    :func:`~cotal_trio.natsio.open_loop`.
+
+    Raises:
+        Unavailable: the broker refused or did not answer the connect.
+    """
+    query = json.dumps({"account": auth_account, "subscriptions": True, "test": AUTH_REQUEST}).encode()
+    async with natsio.open_loop(), open_system_connection(url, broker) as conn:
+        return callout_members(await _gather(conn, SUBSZ, query))
+
+
+async def _gather(conn: natsio.Connection, subject: str, payload: bytes = b"{}") -> list[dict[str, Any]]:
     """Trio: every reply to one PING within :data:`GATHER_S`; a reply that is not JSON is skipped."""
     inbox = f"_INBOX.cotal-leafz-{secrets.token_hex(8)}"
     replies: list[dict[str, Any]] = []
@@ -119,7 +167,7 @@ async def _gather(conn: natsio.Connection, subject: str) -> list[dict[str, Any]]
 
     await conn.subscribe(inbox, on_message=keep)
     await conn.flush()
-    conn.publish_nowait(subject, b"{}", reply=inbox)
+    conn.publish_nowait(subject, payload, reply=inbox)
     await trio.sleep(GATHER_S)
     return [r for r in replies if isinstance(r, dict)]
 

@@ -9,7 +9,7 @@ plain leaf ``bypass1`` (a data-account link, not on the system account, so it an
 
 from __future__ import annotations
 
-from cotal_trio.ops.leaf_links import LeafLink, classify
+from cotal_trio.ops.leaf_links import LeafLink, callout_members, classify
 
 OPERATOR, SYSTEM, DATA = "OD5TXETY", "ABIFVJQE", "ABVNH7AS"
 
@@ -20,9 +20,10 @@ def leafz(server: str, *leafs: tuple[str, str, bool]) -> dict:
     ]}}  # fmt: skip
 
 
-def varz(server: str, operator: str = OPERATOR, system: str = SYSTEM) -> dict:
+def varz(server: str, operator: str = OPERATOR, system: str = SYSTEM, host: str = "127.0.0.1", port: int = 4225) -> dict:
     return {"server": {"name": server}, "data": {
         "server_name": server, "system_account": system, "trusted_operators_claim": [{"sub": operator}],
+        "host": host, "port": port,
     }}  # fmt: skip
 
 
@@ -32,8 +33,8 @@ def test_a_leaf_trusting_the_root_is_decided_and_a_plain_one_is_not():
         leafz("leaf1", ("hub", DATA, True), ("hub", SYSTEM, True)),  # the leaf's own view: not a link it accepted
     ]
     assert classify(replies, [varz("hub"), varz("leaf1")], operator=OPERATOR, system_account=SYSTEM) == [
-        LeafLink(hub="hub", leaf="leaf1", account=SYSTEM, decided=True),
-        LeafLink(hub="hub", leaf="leaf1", account=DATA, decided=True),
+        LeafLink(hub="hub", leaf="leaf1", account=SYSTEM, decided=True, url="nats://127.0.0.1:4225"),
+        LeafLink(hub="hub", leaf="leaf1", account=DATA, decided=True, url="nats://127.0.0.1:4225"),
         LeafLink(hub="hub", leaf="bypass1", account=DATA, decided=False),
     ]
 
@@ -47,3 +48,21 @@ def test_a_leaf_of_another_operator_or_system_account_is_not_decided():
 def test_no_leaf_and_replies_of_another_shape_give_no_link():
     odd = [{"server": "x"}, {"data": []}, {"server": {"name": "hub"}, "data": {"leafs": ["x", None]}}]
     assert classify([leafz("hub"), *odd], [{"data": "x"}], operator=OPERATOR, system_account=SYSTEM) == []
+
+
+def test_a_wildcard_listener_gives_no_url():
+    replies = [leafz("hub", ("leaf1", DATA, False))]
+    links = classify(replies, [varz("leaf1", host="0.0.0.0")], operator=OPERATOR, system_account=SYSTEM)
+    assert [(link.decided, link.url) for link in links] == [(True, None)]
+
+
+def test_callout_members_count_each_servers_callout_subscriptions():
+    """SUBSZ replies for one auth account with ``test: $SYS.REQ.USER.AUTH``: n1 has the full
+    service's subscription, leaf1 none (its replica is down), and one reply of another shape."""
+    def subsz(server: str, *subjects: str) -> dict:
+        return {"server": {"name": server}, "data": {"subscriptions_list": [
+            {"subject": s, "qgroup": "cotal-auth-callout"} for s in subjects
+        ]}}  # fmt: skip
+
+    replies = [subsz("n1", "$SYS.REQ.USER.AUTH"), subsz("leaf1"), subsz("n2", "other"), {"server": {"name": "x"}}]
+    assert callout_members(replies) == {"n1": 1, "leaf1": 0, "n2": 0}

@@ -14,7 +14,8 @@ account, no JetStream):
   (a publish within it comes back, one outside is refused), and a tampered bearer refused;
 * an account pushed to the hub reaches the leaf's resolver (its links carry the system account),
   so a revocation pushed to the hub holds on the leaf too;
-* ``cotal doctor auth`` is silent with no leaf and with that leaf; a plain leaf whose link
+* ``cotal doctor auth`` is silent with no leaf and with that leaf and its replica, and warns
+  while the leaf has no callout member connected (naming the replica to run); a plain leaf whose link
   carries a data-account user's creds admits a client with no credentials at all into the space's
   data account, and the doctor warns about it by name, naming ``cotal broker leaf-config``.
 
@@ -69,9 +70,10 @@ async def until_linked(paths: RootPaths, hub: str, leaf: str, account: str) -> N
 
 
 async def doctor_warnings(capsys, paths: RootPaths, hub: str) -> list[dict]:
+    """The doctor's leaf-node warnings (it stays healthy: they are warnings)."""
     code, out, err = await cotal(capsys, "doctor", "auth", "--json", "--root", str(paths.root), "--server", hub)
     assert code == 0, out + err
-    return [f for f in json.loads(out)["findings"] if BYPASS_WARNING in f["problem"]]
+    return [f for f in json.loads(out)["findings"] if f["problem"].startswith("leaf node ")]
 
 
 async def check(capsys, paths: RootPaths, server: str) -> tuple[int, str]:
@@ -108,6 +110,12 @@ async def test_a_connect_through_a_leaf_is_decided_by_the_replica_on_the_leaf(nu
         code, out = await check(capsys, paths, leaf)
         assert code != 0 and "✗ connect with the sentinel creds and the bearer" in out, out
         assert "Authorization Violation" in out, out
+        # and the doctor says so, naming the replica to run there
+        warnings = await doctor_warnings(capsys, paths, hub)
+        assert [(w["severity"], w["problem"].split(":")[0]) for w in warnings] == [
+            ("warning", "leaf node leaf1 has no callout member of the space connected")
+        ], warnings
+        assert f"--callout-only --space {SPACE} --root {paths.root} --server <hub seeds> --callout-server {leaf}`" in warnings[0]["next"]
 
         # a replica answering the leaf's callout, its stores on the hub
         replica = ServiceConfig(root=paths, server_url=hub, space=SPACE, callout_only=True, callout_server=leaf)
@@ -148,7 +156,7 @@ async def test_a_connect_through_a_leaf_is_decided_by_the_replica_on_the_leaf(nu
                 await anyone.flush()
                 await trio.sleep(0.2)
         warnings = await doctor_warnings(capsys, paths, hub)
-        assert len(warnings) == 1, warnings
+        assert len(warnings) == 1 and BYPASS_WARNING in warnings[0]["problem"], warnings
         assert warnings[0]["severity"] == "warning" and warnings[0]["subject"] == f"space {SPACE}"
         assert "leaf node bypass1 links its account" in warnings[0]["problem"]
         assert "cotal broker leaf-config --node bypass1" in warnings[0]["next"]
