@@ -40,7 +40,7 @@ from ..core.admission import CalloutLimits
 from ..broker.spaces import MODE_STATIC, space_mode
 from ..core.errors import ConfigError
 from ..core.manifest import ManifestRefused, parse_manifest
-from ..core.servers import join_servers
+from ..core.servers import join_servers, parse_servers
 from cotal_trio.service.hosting import ServiceConfig, ServiceInfo, public_fields, run_service
 from cotal_trio.service.runtime import tune_for_serving
 from ..state.space_folders import migrate_space_folders, rename_note
@@ -49,7 +49,7 @@ from ._servers import resolve_servers
 from .common import PublicFaceFlags, Where, check_auth_timeout, serve_until_signal
 
 __all__ = [
-    "DEPRECATED", "AuthTimeoutFlag", "RootFlag", "Served", "ServerFlag", "ServiceEndpointsFlag", "auth_service",
+    "DEPRECATED", "AuthTimeoutFlag", "CalloutServerFlag", "RootFlag", "Served", "ServerFlag", "ServiceEndpointsFlag", "auth_service",
     "serve",
 ]
 
@@ -66,6 +66,7 @@ class Served:
 ServerFlag = Annotated[str | None, Parameter(help="The broker's seed URLs, comma-separated: nats://host:port, or every node of a cluster (the first that answers is used; default: the nodes `cotal broker config` rendered, else the root's `cotal up` broker); it must already trust the spaces' accounts.")]
 RootFlag = Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")]
 AuthTimeoutFlag = Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2); the callout deadline budget.")]
+CalloutServerFlag = Annotated[str | None, Parameter(help="With --callout-only: answer the connects of this server, a leaf node's URL(s) (its stores stay on --server, the hub); docs/deploy.md \"Leaf nodes\".")]
 ServiceEndpointsFlag = Annotated[bool, Parameter(help="With --space: open the space's service-endpoint admission; nothing closes it, and callout-only replicas then refuse the space.")]
 
 # Spec "Callout replicas": the entry stays for existing units and scripts; new setups use the
@@ -84,6 +85,7 @@ async def auth_service(
     server: ServerFlag = None,
     root: RootFlag = None,
     callout_only: Annotated[bool, Parameter(help="Replica: the callout only (no HTTP face, no auth-service.json).")] = False,
+    callout_server: CalloutServerFlag = None,
     auth_timeout: AuthTimeoutFlag = None,
     service_endpoints: ServiceEndpointsFlag = False,
     public: PublicFaceFlags = PublicFaceFlags(),
@@ -101,14 +103,16 @@ async def auth_service(
     entry's fields instead).
     """
     return await serve(
-        served=served, server=server, root=root, callout_only=callout_only, auth_timeout=auth_timeout,
-        service_endpoints=service_endpoints, public=public, command="cotal auth-service", note=DEPRECATED,
+        served=served, server=server, root=root, callout_only=callout_only, callout_server=callout_server,
+        auth_timeout=auth_timeout, service_endpoints=service_endpoints, public=public, command="cotal auth-service",
+        note=DEPRECATED,
     )
 
 
 async def serve(
     *, served: Served, server: str | None, root: str | None, callout_only: bool, auth_timeout: float | None,
-    service_endpoints: bool, public: PublicFaceFlags, command: str, note: str | None = None,
+    service_endpoints: bool, public: PublicFaceFlags, command: str, callout_server: str | None = None,
+    note: str | None = None,
 ) -> int:
     """Trio: check the serving flags, then run the lanes until SIGINT or SIGTERM; returns 0.
 
@@ -128,7 +132,8 @@ async def serve(
         Where(root=root, space=space).space_paths()  # validates the name
     config = ServiceConfig(
         root=Where(root=root).paths(), server_url=_check_server(Where(root=root).paths(), server), space=space, manifest=spaces,
-        callout_only=callout_only, service_endpoints=service_endpoints, limits=_limits(auth_timeout),
+        callout_only=callout_only, callout_server=None if callout_server is None else join_servers(parse_servers(callout_server, flag="--callout-server")),
+        service_endpoints=service_endpoints, limits=_limits(auth_timeout),
         **public_fields(public),
     )
     # The flags first; then a root of an earlier version is renamed (state/space_folders.py), and
@@ -213,4 +218,5 @@ def _banner(info: ServiceInfo, config: ServiceConfig) -> None:
     if config.exchange_public_port is not None:
         face += f", public face on 127.0.0.1:{config.exchange_public_port}"
         face += f" ({config.exchange_public_url})" if config.exchange_public_url else ""
-    print(f"✓ auth-service up{mode} - space {info.spaces[0]} on {config.server_url}{face}", flush=True)
+    callout = f" (callout on {config.callout_server})" if config.callout_server else ""
+    print(f"✓ auth-service up{mode} - space {info.spaces[0]} on {config.server_url}{callout}{face}", flush=True)

@@ -211,10 +211,16 @@ def install_auth_service(*, serve: Serve, full: Full = Full(), unit: Unit = Unit
     return _install(spec, name, unit, target)
 
 
+CalloutServer = Annotated[str | None, Parameter(help="Answer the connects of this server, a leaf node's URL(s); its stores stay on --server (docs/deploy.md \"Leaf nodes\").")]
+
+
 @install_app.command(name="callout-replica")
-def install_callout_replica(*, serve: Serve, unit: Unit = Unit(), target: Target = Target()) -> int:
+def install_callout_replica(
+    *, serve: Serve, callout_server: CalloutServer = None, unit: Unit = Unit(), target: Target = Target()
+) -> int:
     """Install a unit running a callout-only replica (``cotal service run callout-replica``)."""
-    spec, name = _unit(serve, Full(), unit, callout_only=True), _name(unit, serve, "callout-replica")
+    spec = _unit(serve, Full(), unit, callout_only=True, callout_server=callout_server)
+    name = _name(unit, serve, "callout-replica")
     _check_paths(serve)
     return _install(spec, name, unit, target)
 
@@ -229,9 +235,9 @@ def render_auth_service(*, serve: Serve, full: Full = Full(), unit: Unit = Unit(
 
 
 @render_app.command(name="callout-replica")
-def render_callout_replica(*, serve: Serve, unit: Unit = Unit()) -> int:
+def render_callout_replica(*, serve: Serve, callout_server: CalloutServer = None, unit: Unit = Unit()) -> int:
     """Print the unit ``install callout-replica`` would write."""
-    rendered = _unit(serve, Full(), unit, callout_only=True)
+    rendered = _unit(serve, Full(), unit, callout_only=True, callout_server=callout_server)
     _name(unit, serve, "callout-replica")  # the same name check as install
     print(render_unit(rendered), end="")
     return 0
@@ -259,18 +265,20 @@ async def run_auth_service(
 
 @run_app.command(name="callout-replica")
 async def run_callout_replica(
-    *, served: Served = Served(), server: ServerFlag = None, root: RootFlag = None, auth_timeout: AuthTimeoutFlag = None,
+    *, served: Served = Served(), server: ServerFlag = None, root: RootFlag = None, callout_server: CalloutServer = None,
+    auth_timeout: AuthTimeoutFlag = None,
 ) -> int:
     """Run a callout-only replica until SIGINT or SIGTERM (`cotal auth-service --callout-only`'s behaviour)."""
     return await serve_preset(
-        served=served, server=server, root=root, callout_only=True, auth_timeout=auth_timeout,
-        service_endpoints=False, public=PublicFaceFlags(), command="cotal service run callout-replica",
+        served=served, server=server, root=root, callout_only=True, callout_server=callout_server,
+        auth_timeout=auth_timeout, service_endpoints=False, public=PublicFaceFlags(),
+        command="cotal service run callout-replica",
     )
 
 
-def _unit(serve: Serve, full: Full, unit: Unit, *, callout_only: bool) -> ExecUnit:
+def _unit(serve: Serve, full: Full, unit: Unit, *, callout_only: bool, callout_server: str | None = None) -> ExecUnit:
     """Check the flags as ``cotal auth-service`` does; the unit that runs them."""
-    config = _config(serve, full, callout_only=callout_only)
+    config = _config(serve, full, callout_only=callout_only, callout_server=callout_server)
     if unit.watchdog is not None and not MIN_WATCHDOG_S <= unit.watchdog <= 86_400:
         raise ConfigError(f"--watchdog {unit.watchdog:g} is out of range - pass seconds from {MIN_WATCHDOG_S:g} to 86400")
     if not 0 < unit.start_timeout <= 86_400:
@@ -284,7 +292,7 @@ def _unit(serve: Serve, full: Full, unit: Unit, *, callout_only: bool) -> ExecUn
     )
 
 
-def _config(serve: Serve, full: Full, *, callout_only: bool) -> ServiceConfig:
+def _config(serve: Serve, full: Full, *, callout_only: bool, callout_server: str | None = None) -> ServiceConfig:
     """The :class:`ServiceConfig` ``cotal auth-service`` would build from these flags."""
     if (serve.space is None) == (serve.spaces is None):
         raise ConfigError("pass exactly one of --space (one space) and --spaces (a manifest of spaces)")
@@ -296,6 +304,7 @@ def _config(serve: Serve, full: Full, *, callout_only: bool) -> ServiceConfig:
         root=Where(root=serve.root).paths(), server_url=server, space=serve.space,
         manifest=Path(os.path.abspath(serve.spaces)) if serve.spaces is not None else None,
         callout_only=callout_only, service_endpoints=full.service_endpoints,
+        callout_server=None if callout_server is None else join_servers(parse_servers(callout_server, flag="--callout-server")),
         **public_fields(full.public),
     )
 
@@ -325,6 +334,7 @@ def _argv(config: ServiceConfig, auth_timeout: float | None) -> list[str]:
     preset = "callout-replica" if config.callout_only else "auth-service"
     argv = ["service", "run", preset, "--server", config.server_url, "--root", str(config.root.root)]
     argv += ["--spaces", str(config.manifest)] if config.manifest is not None else ["--space", str(config.space)]
+    argv += ["--callout-server", config.callout_server] if config.callout_server is not None else []
     argv += ["--auth-timeout", f"{auth_timeout:g}"] if auth_timeout is not None else []
     argv += ["--service-endpoints"] if config.service_endpoints else []
     for name, value in public_fields(config).items():

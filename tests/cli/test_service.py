@@ -314,3 +314,14 @@ def test_render_does_not_check_the_paths(capsys, tmp_path):
         "--root", str(tmp_path / "elsewhere"),
     )
     assert code == 0 and f"--spaces {tmp_path / 'elsewhere.json'}" in out
+
+
+def test_a_leaf_replica_unit_carries_its_callout_server(capsys, tmp_path):
+    """A leaf node's replica (docs/deploy.md "Leaf nodes"): its callout on the leaf, its stores on --server."""
+    leaf = "nats://127.0.0.1:4225"
+    code, out, _ = cotal(capsys, "render", "callout-replica", "--space", "a", "--server", SERVER,
+                         "--callout-server", f" {leaf} ,{leaf}", "--name", "callout-replica-leaf1")
+    assert code == 0
+    assert f"service run callout-replica --server {SERVER} --root {tmp_path / '.cotal'} --space a --callout-server {leaf}\n" in out
+    code, _, err = cotal(capsys, "render", "callout-replica", "--space", "a", "--server", SERVER, "--callout-server", "a,,b")
+    assert code != 0 and "--callout-server" in err
