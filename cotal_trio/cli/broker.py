@@ -140,7 +140,7 @@ def leaf_config(
     The leaf trusts the root's operator (resolver full, fed through its link of the system
     account), has no JetStream, and links each space's data account to the hub. Connects
     through the leaf are decided on the leaf, so run a callout replica there:
-    cotal auth-service --callout-only --space S --server <hub> --callout-server <leaf>.
+    cotal service run callout-replica --space S --server <hub> --callout-server <leaf>.
     Writes the links' creds files (secrets: keep them and the .conf 0600).
     """
     paths = Where(root=root).paths()

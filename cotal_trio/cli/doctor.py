@@ -445,7 +445,7 @@ async def check_leaf_links(found: Inspection, paths: RootPaths, server: str | No
             f"leaf node {link.leaf} links its account {link.account} to {link.hub} but does not trust the root's"
             " operator through the system account: its clients reach the space with no auth callout",
             f"render the leaf with `cotal broker leaf-config --node {link.leaf} --hub nats-leaf://<hub>:<port>{root}`"
-            f" and run a callout replica on it (`cotal auth-service --callout-only --space {space}"
+            f" and run a callout replica on it (`cotal service run callout-replica --space {space}"
             " --callout-server <leaf URL>`), or remove the link (docs/deploy.md \"Leaf nodes\")",
             Severity.WARNING,
         )
@@ -477,7 +477,7 @@ async def _check_leaf_members(found: Inspection, url: str, links: list[LeafLink]
                     f"space {space}",
                     f"leaf node {link.leaf} has no callout member of the space connected: every connect made"
                     " through it is refused after the auth timeout",
-                    f"run `cotal auth-service --callout-only --space {space}{root} --server <hub seeds>"
+                    f"run `cotal service run callout-replica --space {space}{root} --server <hub seeds>"
                     f" --callout-server {link.url or '<leaf URL>'}` (docs/deploy.md \"Leaf nodes\")",
                     Severity.WARNING,
                 )

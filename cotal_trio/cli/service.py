@@ -268,7 +268,7 @@ async def run_callout_replica(
     *, served: Served = Served(), server: ServerFlag = None, root: RootFlag = None, callout_server: CalloutServer = None,
     auth_timeout: AuthTimeoutFlag = None,
 ) -> int:
-    """Run a callout-only replica until SIGINT or SIGTERM (`cotal auth-service --callout-only`'s behaviour)."""
+    """Run a callout-only replica until SIGINT or SIGTERM (what `cotal auth-service --callout-only` runs, without its deprecation note)."""
     return await serve_preset(
         served=served, server=server, root=root, callout_only=True, callout_server=callout_server,
         auth_timeout=auth_timeout, service_endpoints=False, public=PublicFaceFlags(),

@@ -115,7 +115,7 @@ async def test_a_connect_through_a_leaf_is_decided_by_the_replica_on_the_leaf(nu
         assert [(w["severity"], w["problem"].split(":")[0]) for w in warnings] == [
             ("warning", "leaf node leaf1 has no callout member of the space connected")
         ], warnings
-        assert f"--callout-only --space {SPACE} --root {paths.root} --server <hub seeds> --callout-server {leaf}`" in warnings[0]["next"]
+        assert f"`cotal service run callout-replica --space {SPACE} --root {paths.root} --server <hub seeds> --callout-server {leaf}`" in warnings[0]["next"]
 
         # a replica answering the leaf's callout, its stores on the hub
         replica = ServiceConfig(root=paths, server_url=hub, space=SPACE, callout_only=True, callout_server=leaf)
