@@ -38,9 +38,12 @@ CHANNELS = f"cotal_channels_{SPACE}"
 ELSEWHERE = f"cotal.{SPACE}.ctl.spawn"
 
 
-def push_create(stream: str, name: str, filter_subject: str, deliver: str) -> tuple[str, bytes]:
-    """The pinned-filter create of a push consumer ``name`` delivering to ``deliver``: (subject, body)."""
+def push_create(stream: str, name: str, filter_subject: str, deliver: str, *, durable: bool = False) -> tuple[str, bytes]:
+    """The pinned-filter create of a push consumer ``name`` delivering to ``deliver`` (with
+    ``durable``, a durable one): (subject, body)."""
     config = {"name": name, "filter_subject": filter_subject, "ack_policy": "none", "deliver_subject": deliver}
+    if durable:
+        config["durable_name"] = name
     subject = f"$JS.API.CONSUMER.CREATE.{stream}.{name}.{filter_subject}"
     return subject, json.dumps({"stream_name": stream, "config": config}).encode()
 
@@ -72,7 +75,8 @@ async def test_a_pinned_filter_create_grant_does_not_bound_where_a_push_consumer
     """The measured reason no profile holds a consumer create (docs/wire-layout.md): a user whose
     only JetStream grant is ``CONSUMER.CREATE.<CHAT>.*.cotal.S.ch.>`` (the filter pinned in the
     subject) creates a push consumer whose deliver subject is one it may neither publish nor
-    subscribe, and the broker delivers the stored chat there."""
+    subscribe, and the broker delivers the stored chat there, and, the consumer being durable,
+    what is posted after its creator has gone."""
     grant = f"$JS.API.CONSUMER.CREATE.{CHAT}.*.cotal.{SPACE}.ch.>"
     with trio.fail_after(CEILING_S):
         await provision(stack)
@@ -80,14 +84,16 @@ async def test_a_pinned_filter_create_grant_does_not_bound_where_a_push_consumer
             await root.request(f"cotal.{SPACE}.ch.team.news", b"stored chat")
             arrived = await listening(root, ELSEWHERE)
             async with granted(stack, [grant]) as limited:
-                subject, body = push_create(CHAT, "hole", f"cotal.{SPACE}.ch.>", ELSEWHERE)
+                subject, body = push_create(CHAT, "hole", f"cotal.{SPACE}.ch.>", ELSEWHERE, durable=True)
                 created = json.loads((await limited.request(subject, body)).data)
-                with trio.move_on_after(5):
-                    while not arrived:
-                        await trio.sleep(0.05)
-                await root.request(f"$JS.API.CONSUMER.DELETE.{CHAT}.hole", b"")
+            await root.request(f"cotal.{SPACE}.ch.team.news", b"posted after")
+            with trio.move_on_after(5):
+                while len(arrived) < 2:
+                    await trio.sleep(0.05)
+            await root.request(f"$JS.API.CONSUMER.DELETE.{CHAT}.hole", b"")
     assert created["config"]["deliver_subject"] == ELSEWHERE, created
-    assert [(m.subject, m.data) for m in arrived] == [(f"cotal.{SPACE}.ch.team.news", b"stored chat")]
+    assert [m.data for m in arrived] == [b"stored chat", b"posted after"]
+    assert {m.subject for m in arrived} == {f"cotal.{SPACE}.ch.team.news"}
 
 
 async def test_an_agent_reads_its_presence_and_registry_watches_and_creates_or_deletes_no_consumer(stack: Stack):
