@@ -236,9 +236,9 @@ async def read_intent(conn: Connection, *, space: str, owner: str, actor: str, u
 
 
 async def provision_caller(conn: Connection, space: str, owner: str, actor: str) -> None:
-    """Trio: the native footprint: the space's message streams, presence and admission stores,
-    the principal's bind-only DM inbox durable ``dm-<o>-<a>`` (no role, so no task queue) and its
-    presence and channel-registry watch readers (``stores/streams.ensure_watches``).
+    """Trio: the native footprint: the space's message streams, presence, channel-registry and
+    admission stores, the principal's bind-only DM inbox durable ``dm-<o>-<a>`` (no role, so no
+    task queue) and its two watch readers (``stores/streams.ensure_watches``).
 
     Raises:
         ConfigError: a stream or durable exists with another shape (never changed).

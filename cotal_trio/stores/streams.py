@@ -1,5 +1,6 @@
-"""The provisioner's I/O: a space's message streams, its presence and admission buckets, and the
-bind-only durables (issue 6 items 1-2; spec credential-authority "Provisioning"; docs/wire-layout.md).
+"""The provisioner's I/O: a space's message streams, its presence, channel-registry and admission
+buckets, and the bind-only durables and readers (issue 6 items 1-2, issue 19 item 4; spec
+credential-authority "Provisioning"; docs/wire-layout.md).
 
 Names and subjects all come from :mod:`cotal_trio.core.wire`; the connection is expected to hold
 the ``provisioner`` profile (:func:`~cotal_trio.core.profiles.provisioner_permissions`), which
