@@ -336,7 +336,7 @@ class ExchangeStep(enum.Enum):
       (spec "Proxy attribution": the principal's selection window first on the public face),
       then record its id;
     * ``PROVISION``: check the caller's connect limits (a limited caller provisions nothing:
-      spec "Connect limits"), pre-create its DM inbox and task queue (credential-authority
+      spec "Connect limits"), pre-create its DM inbox, watch readers and task queue (credential-authority
       "Provisioning"), then record that;
     * ``MINT``: check the connect limits and sign (the face's ``mint_for``).
     """

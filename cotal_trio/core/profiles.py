@@ -173,6 +173,13 @@ def _bind(durable: Durable) -> list[str]:
     ]  # fmt: skip
 
 
+def _read(durable: Durable, *, delete: bool = False) -> list[str]:
+    """Reading one pre-created ``ack_policy: none`` reader: its info and its pull requests, and
+    with ``delete`` its delete (no acks: it takes none)."""
+    subjects = [wire.js_consumer_info(durable.stream, durable.name), wire.js_consumer_next(durable.stream, durable.name)]
+    return [*subjects, wire.js_consumer_delete(durable.stream, durable.name)] if delete else subjects
+
+
 def _presence_read(space: str) -> list[str]:
     """Direct get of the presence bucket: one key (``.<subject>`` form) or a batch (body form)."""
     stream = wire.kv_stream(wire.presence_bucket(space))
@@ -226,7 +233,10 @@ def agent_permissions(
     ``cotal.S.ctl.despawn.<owner>.<actor>`` and ``cotal.S.ctl.turn.<owner>.<actor>``; the
     capability subjects; the bind of its DM inbox durable ``dm-<owner>-<actor>`` (consumer info,
     pull, acks; never a create or delete) and, with ``role``, of its role's task queue
-    ``task-<role>``; presence: direct get of the bucket and a put of its own key
+    ``task-<role>``; its two watch readers ``watch-presence-<owner>-<actor>`` and
+    ``watch-channels-<owner>-<actor>`` (consumer info and pull: the provisioner creates them
+    pull-only, and the agent creates and deletes no consumer on those streams, spec "Profiles");
+    presence: direct get of the bucket and a put of its own key
     ``<owner>.<actor>``; ``$SYS.REQ.USER.INFO``. ``sub.allow``: each ``cotal.S.ch.<p>`` of
     ``allow_subscribe``, its DM subjects ``cotal.S.dm.<owner>.<actor>.>``, ``_INBOX_<nonce>.>``.
 
@@ -280,6 +290,7 @@ def _agent_lists(
     inboxes = _bind(wire.dm_durable(space, owner, actor, inbox_uid))
     if role is not None:
         inboxes += _bind(wire.task_durable(space, check_role(role)))
+    inboxes += [s for kind in ("presence", "channels") for s in _read(wire.watch_durable(space, kind, owner, actor))]
     presence = [*_presence_read(space), wire.kv_subject(wire.presence_bucket(space), wire.presence_key(owner, actor))]
     pub = (*(channel_subject(space, p) for p in publish), *wire.dm_sender_subjects(space, owner, actor), *control,
            *inboxes, *presence)  # fmt: skip
@@ -293,25 +304,33 @@ _profile_memo = functools.lru_cache(maxsize=256)(_profile)  # Permissions is fro
 def observer_permissions(*, space: str, inbox_nonce: str) -> Permissions:
     """Read-only chat and presence (what ``cotal console`` runs); DMs invisible.
 
-    ``pub.allow``: direct get of the presence bucket, ``$SYS.REQ.USER.INFO``; ``sub.allow``:
-    ``cotal.S.ch.>``, ``_INBOX_<nonce>.>``. It publishes nothing that writes.
+    ``pub.allow``: direct get of the presence bucket; info, pull and delete of its history
+    reader ``hist__<nonce>`` on ``COTAL_CHAT_S`` (spec "Profiles": its only consumer deletes
+    name its own history readers; the provisioner creates the reader pull-only, and the
+    observer creates none: a create grant cannot bound a push consumer's deliver subject);
+    ``$SYS.REQ.USER.INFO``. ``sub.allow``: ``cotal.S.ch.>``, ``_INBOX_<nonce>.>``. It publishes
+    nothing that writes.
 
     Raises:
         Refused: BAD_REQUEST for a bad space or nonce.
     """
-    return _profile(space, inbox_nonce, _presence_read(space), [channel_subject(space, ">")])
+    reader = _read(wire.history_reader(space, "chat", inbox_nonce), delete=True)
+    return _profile(space, inbox_nonce, [*_presence_read(space), *reader], [channel_subject(space, ">")])
 
 
 def admin_permissions(*, space: str, inbox_nonce: str) -> Permissions:
     """The elevated read-only god view: everything of the space live, DMs included; writes nothing.
 
-    ``pub.allow``: direct get of the presence bucket, ``$SYS.REQ.USER.INFO``; ``sub.allow``:
-    ``cotal.S.>``, ``_INBOX_<nonce>.>``.
+    ``pub.allow``: direct get of the presence bucket; info, pull and delete of its history
+    readers ``hist__<nonce>`` on ``COTAL_CHAT_S`` and ``COTAL_DM_S`` (spec "Profiles": it deletes
+    its own history readers on CHAT and DM and no other consumer; it creates none);
+    ``$SYS.REQ.USER.INFO``. ``sub.allow``: ``cotal.S.>``, ``_INBOX_<nonce>.>``.
 
     Raises:
         Refused: BAD_REQUEST for a bad space or nonce.
     """
-    return _profile(space, inbox_nonce, _presence_read(space), [f"{space_prefix(space)}.>"])
+    readers = [s for kind in ("chat", "dm") for s in _read(wire.history_reader(space, kind, inbox_nonce), delete=True)]
+    return _profile(space, inbox_nonce, [*_presence_read(space), *readers], [f"{space_prefix(space)}.>"])
 
 
 def provisioner_permissions(*, space: str, inbox_nonce: str) -> Permissions:
@@ -319,17 +338,21 @@ def provisioner_permissions(*, space: str, inbox_nonce: str) -> Permissions:
     admission buckets, and the bind-only durables (``stores/streams.py``). Deletes nothing.
 
     ``pub.allow``: ``STREAM.CREATE`` and ``STREAM.INFO`` of ``COTAL_{CHAT,DM,TASK,RUN}_S``,
-    ``KV_cotal_presence_S`` and ``KV_cotal_admission_S``; consumer creates only in the form
-    with the filter in the subject, filters pinned to a DM inbox (``dm.*.*.>``), a task queue
-    (``task.*.>``), a run journal (``run.*.journal``) or the two delivery durables; consumer
-    info on the four streams; ``$SYS.REQ.USER.INFO``. ``sub.allow``: ``_INBOX_<nonce>.>``.
+    ``KV_cotal_presence_S``, ``KV_cotal_channels_S`` and ``KV_cotal_admission_S``; consumer
+    creates only in the form with the filter in the subject, filters pinned to a DM inbox
+    (``dm.*.*.>``), a task queue (``task.*.>``), a run journal (``run.*.journal``), the two
+    delivery durables, a whole-bucket watch reader on the presence and registry buckets
+    (``$KV.<bucket>.>``) or a chat history reader (``cotal.S.ch.>``; a DM history reader's filter
+    is the DM inbox form's); consumer info on those six streams; ``$SYS.REQ.USER.INFO``.
+    ``sub.allow``: ``_INBOX_<nonce>.>``.
 
     Raises:
         Refused: BAD_REQUEST for a bad space or nonce.
     """
     chat, dm, task, run = wire.all_streams(space)
+    watched = [wire.presence_bucket(space), wire.channels_bucket(space)]
     streams = [*(s.name for s in wire.all_streams(space))]
-    streams += [wire.kv_stream(wire.presence_bucket(space)), wire.kv_stream(wire.admission_bucket(space))]
+    streams += [*(wire.kv_stream(b) for b in watched), wire.kv_stream(wire.admission_bucket(space))]
     prefix = space_prefix(space)
     delivery = [wire.delivery_durable(space, kind) for kind in ("chat", "dm")]
     return _profile(space, inbox_nonce, [
@@ -338,7 +361,9 @@ def provisioner_permissions(*, space: str, inbox_nonce: str) -> Permissions:
         wire.js_consumer_create(task.name, "*", f"{prefix}.task.*.>"),
         wire.js_consumer_create(run.name, "*", f"{prefix}.run.*.journal"),
         *(wire.js_consumer_create(d.stream, d.name, d.filter_subject) for d in delivery),
-        *(wire.js_consumer_info(s.name, "*") for s in (chat, dm, task, run)),
+        *(wire.js_consumer_create(wire.kv_stream(b), "*", wire.kv_subject(b, ">")) for b in watched),
+        wire.js_consumer_create(chat.name, "*", chat.subject),
+        *(wire.js_consumer_info(s, "*") for s in (chat.name, dm.name, task.name, run.name, *map(wire.kv_stream, watched))),
     ])  # fmt: skip
 
 
@@ -346,7 +371,7 @@ def teardown_permissions(*, space: str, inbox_nonce: str) -> Permissions:
     """The operator-side teardown: deletes the space's streams and buckets, and one principal's,
     role's or run's durable. Reads nothing and creates nothing.
 
-    ``pub.allow``: ``STREAM.DELETE`` of the four message streams and the seven KV streams,
+    ``pub.allow``: ``STREAM.DELETE`` of the four message streams and the eight KV streams,
     ``CONSUMER.DELETE`` of any durable on the DM, task and run streams,
     ``$SYS.REQ.USER.INFO``. ``sub.allow``: ``_INBOX_<nonce>.>``.
 

@@ -149,8 +149,8 @@ class ExchangeContext:
             view, ``/manager-instances``, ``/manager-service-authority`` and the chat-session
             routes use; None: those answer that this service keeps no registry.
         provision: optional; ``await provision(row)`` before a bearer of the agent profile (no
-            view) is minted: the provisioner pre-creates the principal's bind-only DM inbox and
-            its role's task queue (spec credential-authority "Provisioning"), so the bearer's
+            view) is minted: the provisioner pre-creates the principal's bind-only DM inbox,
+            its presence and channel-registry watch readers and its role's task queue (spec credential-authority "Provisioning"), so the bearer's
             first connect can bind them. Raises Unavailable when the broker does not answer.
         bridge: the :class:`~cotal_trio.core.bridge.IdpBridge` the human arm runs, built from the
             fields above with both hooks set.

@@ -59,7 +59,7 @@ from cotal_trio.natsio import (
 )
 from cotal_trio.state import RootPaths, SpaceMaterial, load_broker
 from cotal_trio.stores.issued import issued_shapes
-from cotal_trio.stores.streams import ensure_dm_inbox, ensure_space_streams
+from cotal_trio.stores.streams import ensure_dm_inbox, ensure_space_streams, ensure_watches
 
 __all__ = [
     "MINTER_LIFETIME_S",
@@ -254,8 +254,9 @@ async def read_intent(conn: Connection, *, space: str, owner: str, actor: str, u
 
 
 async def provision_caller(conn: Connection, space: str, owner: str, actor: str) -> None:
-    """Trio: the native footprint: the space's message streams, presence and admission stores,
-    and the principal's bind-only DM inbox durable ``dm-<o>-<a>`` (no role, so no task queue).
+    """Trio: the native footprint: the space's message streams, presence, channel-registry and
+    admission stores, the principal's bind-only DM inbox durable ``dm-<o>-<a>`` (no role, so no
+    task queue) and its two watch readers (``stores/streams.ensure_watches``).
 
     Raises:
         ConfigError: a stream or durable exists with another shape (never changed).
@@ -265,6 +266,7 @@ async def provision_caller(conn: Connection, space: str, owner: str, actor: str)
     """
     await ensure_space_streams(conn, space)
     await ensure_dm_inbox(conn, space, owner, actor)
+    await ensure_watches(conn, space, owner, actor)
 
 
 def _caller_jwt(msg: Message) -> str:

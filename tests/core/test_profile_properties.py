@@ -178,8 +178,24 @@ def test_an_observer_sees_no_dm_and_writes_nothing(space, nonce, owner, actor):
     permissions = profile_permissions("observer", space=space, inbox_nonce=nonce)
     for grant in permissions.sub_allow:
         assert not matches(grant, f"cotal.{space}.dm.{owner}.{actor}.x"), grant
+    reader = f"COTAL_CHAT_{space}.hist__{nonce}"
+    own_reader = {f"$JS.API.CONSUMER.{verb}.{reader}" for verb in ("INFO", "MSG.NEXT", "DELETE")}
     for grant in permissions.pub_allow:
-        assert grant.startswith("$JS.API.DIRECT.GET.") or grant == "$SYS.REQ.USER.INFO", grant
+        assert grant.startswith("$JS.API.DIRECT.GET.") or grant in own_reader or grant == "$SYS.REQ.USER.INFO", grant
+
+
+@settings(max_examples=100)
+@given(spaces, nonces, agent_context())
+def test_agent_observer_and_admin_create_no_consumer_and_delete_none_but_their_history_readers(space, nonce, context):
+    """Spec "Profiles": a create grant cannot bound a push consumer's deliver subject
+    (docs/wire-layout.md "Watches and history readers"), so these profiles create no consumer in
+    any form, the agent deletes none, and the observer and admin only their own ``hist__<nonce>``."""
+    for name, extra in (("agent", context), ("observer", {}), ("admin", {})):
+        permissions = profile_permissions(name, space=space, inbox_nonce=nonce, **extra)
+        for grant in permissions.pub_allow:
+            assert not grant.startswith(("$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.DURABLE.")), (name, grant)
+            if ".CONSUMER.DELETE." in grant:
+                assert name != "agent" and grant.endswith(f".hist__{nonce}"), (name, grant)
 
 
 def test_the_doc_prints_the_wholesale_constant():

@@ -50,7 +50,13 @@ PRESENCE_READ = ["$JS.API.DIRECT.GET.KV_cotal_presence_demo", "$JS.API.DIRECT.GE
 SELF_CONTROL = [f"cotal.demo.ctl.despawn.{OWNER}.cli", f"cotal.demo.ctl.turn.{OWNER}.cli"]
 SPAWN = ["cotal.demo.ctl.spawn", f"cotal.demo.ctl.stop.{OWNER}.cli.*", "cotal.demo.ctl.persona"]
 RUN_VERBS = [f"cotal.demo.ctl.run.{verb}" for verb in ("start", "resume", "answer", "status", "list")]
-AGENT_TAIL = [*DM_BIND, *PRESENCE_READ, f"$KV.cotal_presence_demo.{OWNER}.cli", "$SYS.REQ.USER.INFO"]
+# Its two watch readers (spec "Profiles", agent row): info and pull of the pre-created pull
+# readers, never a create or a delete (docs/wire-layout.md "Watches and history readers").
+WATCHES = [
+    f"$JS.API.CONSUMER.{verb}.KV_cotal_{bucket}_demo.watch-{bucket}-{OWNER}-cli"
+    for bucket in ("presence", "channels") for verb in ("INFO", "MSG.NEXT")
+]
+AGENT_TAIL = [*DM_BIND, *WATCHES, *PRESENCE_READ, f"$KV.cotal_presence_demo.{OWNER}.cli", "$SYS.REQ.USER.INFO"]
 
 
 def test_agent_profile():
@@ -71,7 +77,7 @@ def test_agent_role_binds_its_task_queue():
     task = ["$JS.API.CONSUMER.INFO.COTAL_TASK_demo.task-coder", "$JS.API.CONSUMER.MSG.NEXT.COTAL_TASK_demo.task-coder",
             "$JS.ACK.COTAL_TASK_demo.task-coder.>"]  # fmt: skip
     assert agent(role="coder").pub_allow == ("cotal.demo.ch.team.*", *DM_SEND, *SELF_CONTROL, *DM_BIND,
-                                             *task, *AGENT_TAIL[3:])  # fmt: skip
+                                             *task, *AGENT_TAIL[len(DM_BIND):])  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -263,23 +269,36 @@ RUN = "r" * 26
 TOKEN = "chk_" + "a" * 20
 INBOX_ONLY = [INBOX]
 STREAMS = ["COTAL_CHAT_demo", "COTAL_DM_demo", "COTAL_TASK_demo", "COTAL_RUN_demo"]
-KV_STREAMS = [f"KV_cotal_{b}_demo" for b in ("auth", "records", "sessions", "issued", "accepted", "presence", "admission")]
+KV_STREAMS = [
+    f"KV_cotal_{b}_demo" for b in ("auth", "records", "sessions", "issued", "accepted", "presence", "channels", "admission")
+]
+
+
+def hist(stream: str) -> list[str]:
+    """Info, pull and delete of the credential's own history reader on ``stream`` (spec "Profiles")."""
+    return [f"$JS.API.CONSUMER.{verb}.{stream}.hist__{NONCE}" for verb in ("INFO", "MSG.NEXT", "DELETE")]
+
+
 ADMISSION = "cotal_admission_demo"
 OP = f"op-{NONCE}"
 
 PROFILE_TABLE = [
     # (profile, context beyond space and inbox_nonce, pub allow, sub allow)
-    ("observer", {}, [*PRESENCE_READ, INFO], ["cotal.demo.ch.>", INBOX]),
-    ("admin", {}, [*PRESENCE_READ, INFO], ["cotal.demo.>", INBOX]),
+    ("observer", {}, [*PRESENCE_READ, *hist("COTAL_CHAT_demo"), INFO], ["cotal.demo.ch.>", INBOX]),
+    ("admin", {}, [*PRESENCE_READ, *hist("COTAL_CHAT_demo"), *hist("COTAL_DM_demo"), INFO], ["cotal.demo.>", INBOX]),
     ("provisioner", {}, [
-        *(f"$JS.API.STREAM.{verb}.{stream}" for stream in [*STREAMS, "KV_cotal_presence_demo", "KV_cotal_admission_demo"]
-          for verb in ("CREATE", "INFO")),
+        *(f"$JS.API.STREAM.{verb}.{stream}" for stream in [
+            *STREAMS, "KV_cotal_presence_demo", "KV_cotal_channels_demo", "KV_cotal_admission_demo",
+        ] for verb in ("CREATE", "INFO")),
         "$JS.API.CONSUMER.CREATE.COTAL_DM_demo.*.cotal.demo.dm.*.*.>",
         "$JS.API.CONSUMER.CREATE.COTAL_TASK_demo.*.cotal.demo.task.*.>",
         "$JS.API.CONSUMER.CREATE.COTAL_RUN_demo.*.cotal.demo.run.*.journal",
         "$JS.API.CONSUMER.CREATE.COTAL_CHAT_demo.delivery-chat.cotal.demo.ch.>",
         "$JS.API.CONSUMER.CREATE.COTAL_DM_demo.delivery-dm.cotal.demo.dm.>",
-        *(f"$JS.API.CONSUMER.INFO.{stream}.*" for stream in STREAMS),
+        "$JS.API.CONSUMER.CREATE.KV_cotal_presence_demo.*.$KV.cotal_presence_demo.>",
+        "$JS.API.CONSUMER.CREATE.KV_cotal_channels_demo.*.$KV.cotal_channels_demo.>",
+        "$JS.API.CONSUMER.CREATE.COTAL_CHAT_demo.*.cotal.demo.ch.>",
+        *(f"$JS.API.CONSUMER.INFO.{stream}.*" for stream in [*STREAMS, "KV_cotal_presence_demo", "KV_cotal_channels_demo"]),
         INFO,
     ], INBOX_ONLY),
     ("teardown", {}, [
