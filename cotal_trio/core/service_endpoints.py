@@ -9,9 +9,9 @@ a space whose full auth service runs with ``--service-endpoints`` (or whose mani
 ``serviceEndpoints``) hosts them. Its host is one principal ``<owner>.<actor>`` whose ledger row
 carries scope :data:`SERVICE_ENDPOINT_SCOPE`:
 
-1. a person registers the endpoint for one of their actors with ``POST
-   /service-endpoint-authority`` (``register``), which binds the name to that principal and
-   answers a fresh ``instanceId``;
+1. a person registers the endpoint for one of their actors (interactive, or a managed agent of
+   theirs) with ``POST /service-endpoint-authority`` (``register``), which binds the name to that
+   principal and answers a fresh ``instanceId``;
 2. the host (that person, or the actor's managed agent) takes a ``service-host`` bearer for the
    registration from ``POST /service-endpoint-host``;
 3. the host connects with it; the callout admits the connection only while the lane serves
@@ -190,7 +190,7 @@ class AuthorityRequest:
     Attributes:
         idp_token: the person's IdP JWT (the human arm only: a person registers, never an agent).
         kind: ``"register"`` or ``"retire"``.
-        actor: the host actor, one of the person's (its interactive row is read).
+        actor: the host actor, one of the person's (its interactive or managed row is read).
         endpoint: the endpoint's name.
         instance_id: the registration to retire (``retire`` only), else None.
         label: free text shown beside the registration (``register`` only), or None.
@@ -255,8 +255,8 @@ def decide_registration(
     """The registration a ``register`` request writes, or its refusal.
 
     Args:
-        owner, actor: the authenticated person's principal (the IdP token's owner, the body's actor).
-        row_scope: that principal's fresh interactive ledger row's scope.
+        owner, actor: the host principal (the IdP token's owner, the body's actor).
+        row_scope: that principal's fresh ledger row's scope (interactive or managed).
         request: the parsed body (``kind == "register"``).
         existing: the name's live registration, or None.
         instance_id: a fresh lifecycle token for the new registration.

@@ -9,7 +9,8 @@ capability: on the public face the credential is the proof), answers ``Cache-Con
 no-store``, and counts every refusal against the face's refused-request budget, 429 once full:
 
 =================================  ===========================================================
-``POST /service-endpoint-authority``  ``{idpToken, request}`` (a person only): ``request`` is
+``POST /service-endpoint-authority``  ``{idpToken, request}`` (a person only, for one of their
+                                   actors, interactive or managed): ``request`` is
                                    ``{kind: "register", actor, endpoint, label?}`` ->
                                    ``{endpoint, instanceId, owner, actor, serveEpoch,
                                    registeredAt, label}``, or ``{kind: "retire", actor,
@@ -21,7 +22,9 @@ no-store``, and counts every refusal against the face's refused-request budget, 
                                    ``service-host`` bearer for that registration
 =================================  ===========================================================
 
-Both need scope ``service-endpoint`` on the principal's ledger row (403 otherwise).
+Both need scope ``service-endpoint`` on the host principal's ledger row (403 otherwise). The host
+actor's row may be interactive (the person hosts with their IdP token) or managed (their agent
+hosts with its actor token, renewing its bearer without a person).
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 
-from cotal_trio.core.errors import RefusalCode, Refused
-from cotal_trio.core.exchange import HumanExchange
+from cotal_trio.core.errors import CodecError, RefusalCode, Refused
+from cotal_trio.core.ledger import LedgerRow
 from cotal_trio.core.identity import LIFECYCLE_UID_RANDOM_BYTES, is_lifecycle_uid, mint_lifecycle_uid
 from cotal_trio.core.service_endpoints import (
+    SERVICE_ENDPOINT_SCOPE,
+    AuthorityRequest,
     check_endpoint_name,
     decide_registration,
     decide_retirement,
@@ -52,14 +57,39 @@ INSTANCE_RULE = "instanceId must be the id POST /service-endpoint-authority answ
 _NO_STORE = {"Cache-Control": "no-store"}
 
 
+async def _host_row(ctx: ExchangeContext, request: AuthorityRequest, now: float) -> LedgerRow:
+    """Trio: the person's fresh row of the host actor, interactive (a person hosts) or managed
+    (their agent hosts): the IdP token first, before any ledger read, then the rows in a worker
+    thread (:meth:`~cotal_trio.http.faces.ExchangeContext.blocking`).
+
+    Raises:
+        Refused: BAD_REQUEST for a bad actor; BAD_CREDENTIAL for the IdP token; NOT_GRANTED when
+            the owner has no row of the actor (or a corrupt one, named).
+        Unavailable: the ledger did not answer within ``faces.LEDGER_READ_S`` (503).
+    """
+    proven = ctx.bridge.verify(request.idp_token, request.actor, now=now)
+    try:
+        interactive, managed = await ctx.blocking(ctx.read_ledger, proven.owner, proven.actor)
+    except CodecError as corrupt:
+        raise Refused(RefusalCode.NOT_GRANTED, str(corrupt)) from None
+    row = interactive if interactive is not None else managed
+    if row is None:
+        raise Refused(
+            RefusalCode.NOT_GRANTED,
+            f"actor {proven.actor} has no ledger row of owner {proven.owner} - the operator grants it with "
+            f"`cotal actor grant {proven.actor} --owner {proven.owner} --scope {SERVICE_ENDPOINT_SCOPE}`",
+        )
+    return row
+
+
 async def _authority(ctx: ExchangeContext, body: object, now: float) -> Response:
     """``POST /service-endpoint-authority``: register or retire one endpoint name (module docstring)."""
     request = parse_authority_body(body)
-    caller = await authenticate(ctx, HumanExchange(id_token=request.idp_token, actor=request.actor), now=now)
+    row = await _host_row(ctx, request, now)
     records = _records(ctx)
     found = await records.get_service_endpoint(request.endpoint)
     existing, revision = found if found is not None else (None, None)
-    owner, actor, scope = caller.owner, caller.row.actor, caller.row.scope
+    owner, actor, scope = row.owner, row.actor, row.scope
     if request.kind == "register":
         uid = mint_lifecycle_uid(secrets.token_bytes(LIFECYCLE_UID_RANDOM_BYTES))
         record = decide_registration(owner, actor, scope, request, existing, instance_id=uid, now=int(now))
