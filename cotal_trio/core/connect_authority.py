@@ -86,7 +86,7 @@ _TOKEN_DOMAIN = b"cotal.accepted.v1\0"
 # (endpoint, verb), so `<request>.reply.>` can never be a request subject.
 _REPLY = "reply"
 
-Kind = Literal["manager-caller", "listing"]
+Kind = Literal["manager-caller", "listing", "static-agent"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,7 +94,8 @@ class AuthorityPlan:
     """What one connect is owed on the ``ep.v1`` rail (:func:`plan_connect_authority`).
 
     Attributes:
-        kind: ``manager-caller`` (issued view) or ``listing``.
+        kind: ``manager-caller`` (issued view), ``listing``, or ``static-agent`` (a static mint:
+            :mod:`cotal_trio.core.static_issuance`).
         space, owner, actor, uid: the issuance's reference triple (``uid``: the bearer's
             lifecycle UID).
         horizon: the bearer's expiry, unix seconds.

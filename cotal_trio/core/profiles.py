@@ -234,6 +234,7 @@ def agent_permissions(
     subscribe: tuple[str, ...] = (),
     role: str | None = None,
     capabilities: tuple[str, ...] = (),
+    inbox_uid: str | None = None,
 ) -> Permissions:
     """The agent profile of principal ``<owner>.<actor>`` (``S`` = ``space``; docs/wire-layout.md).
 
@@ -258,12 +259,15 @@ def agent_permissions(
         capabilities: a tuple of :data:`CAPABILITIES`: ``spawn`` adds ``cotal.S.ctl.spawn``,
             ``cotal.S.ctl.stop.<owner>.<actor>.*`` and ``cotal.S.ctl.persona``; ``run`` adds
             those and ``cotal.S.ctl.run.<verb>`` for start, resume, answer, status and list.
+        inbox_uid: a static agent's lifecycle UID: its DM inbox durable is then
+            ``dm-<owner>-<actor>-<uid>`` (:func:`~cotal_trio.core.wire.dm_durable`; spec
+            "Provisioning": a new incarnation does not reuse the old bind-only inboxes).
 
     Raises:
         Refused: BAD_REQUEST when an input breaks its grammar, a capability is unknown, or a
             ``subscribe`` channel lies outside ``allow_subscribe`` (the sentence names both).
     """
-    args = (space, owner, actor, allow_publish, allow_subscribe, subscribe, role, capabilities)
+    args = (space, owner, actor, allow_publish, allow_subscribe, subscribe, role, capabilities, inbox_uid)
     # The callout builds this twice per agent connect (the recalled rows, then the re-check),
     # and only the nonce differs between connects: the lists are memoized per principal and
     # ACL (hashable inputs only; a Refused is raised again, never remembered).
@@ -279,7 +283,7 @@ def _hashable(args: tuple[object, ...]) -> bool:
 
 def _agent_lists(
     space: str, owner: str, actor: str, allow_publish: object, allow_subscribe: object, subscribe: object,
-    role: str | None, capabilities: object,
+    role: str | None, capabilities: object, inbox_uid: str | None = None,
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """:func:`agent_permissions`' ``pub`` and ``sub`` lists before :func:`_profile`; same Refused."""
     publish, read = _check_patterns("allow_publish", allow_publish), _check_patterns("allow_subscribe", allow_subscribe)
@@ -290,7 +294,7 @@ def _agent_lists(
             raise Refused(RefusalCode.BAD_REQUEST, sentence)
     control = [wire.ctl_despawn(space, owner, actor), wire.ctl_turn(space, owner, actor)]
     control += _capability_subjects(space, owner, actor, capabilities)
-    inboxes = _bind(wire.dm_durable(space, owner, actor))
+    inboxes = _bind(wire.dm_durable(space, owner, actor, inbox_uid))
     if role is not None:
         inboxes += _bind(wire.task_durable(space, check_role(role)))
     presence = [*_presence_read(space), wire.kv_subject(wire.presence_bucket(space), wire.presence_key(owner, actor))]

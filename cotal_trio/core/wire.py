@@ -294,12 +294,15 @@ def all_streams(space: str) -> tuple[Stream, ...]:
     return (chat_stream(space), dm_stream(space), task_stream(space), run_stream(space))
 
 
-def dm_durable(space: str, owner: str, actor: str) -> Durable:
-    """The DM inbox ``dm-<owner>-<actor>`` on the DM stream, filtered to the principal's DMs.
+def dm_durable(space: str, owner: str, actor: str, uid: str | None = None) -> Durable:
+    """The DM inbox ``dm-<owner>-<actor>`` on the DM stream, filtered to the principal's DMs; with
+    ``uid`` (a static agent's lifecycle UID, spec "Provisioning") ``dm-<owner>-<actor>-<uid>``, so
+    a new incarnation of the principal (``cotal auth mint --identity``) never binds the old inbox.
 
-    Owners and actors hold no ``-``, so the name is unambiguous.
+    Owners, actors and lifecycle UIDs hold no ``-``, so the name is unambiguous.
     """
-    return Durable(dm_stream(space).name, f"dm-{check_owner(owner)}-{check_actor(actor)}", dm_subject(space, owner, actor))
+    name = f"dm-{check_owner(owner)}-{check_actor(actor)}" + ("" if uid is None else f"-{check_lifecycle_uid(uid)}")
+    return Durable(dm_stream(space).name, name, dm_subject(space, owner, actor))
 
 
 def task_durable(space: str, role: str) -> Durable:

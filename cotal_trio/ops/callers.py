@@ -73,6 +73,7 @@ __all__ = [
     "fetch_surface",
     "load_data_account",
     "open_minter",
+    "open_temporary_user",
     "provision_caller",
     "read_intent",
     "refusal_answer",
@@ -117,23 +118,40 @@ async def open_minter(
 ) -> AsyncIterator[Connection]:
     """Trio-flavoured async context manager: the mint's temporary connection.
 
-    A fresh data-account user (signed by the space's service signing key, never written to disk,
-    expiring ``MINTER_LIFETIME_S`` after ``now``) with :func:`~cotal_trio.core.callers.minter_permissions`
-    for ``<owner>.<actor>`` and lifecycle ``uid``, connected with name ``inbox_nonce`` and inbox
-    prefix ``_INBOX_<inbox_nonce>``. Must be entered inside an ``open_loop()``.
+    A fresh data-account user (:func:`open_temporary_user`) with
+    :func:`~cotal_trio.core.callers.minter_permissions` for ``<owner>.<actor>`` and lifecycle
+    ``uid``. Must be entered inside an ``open_loop()``.
 
     Raises:
-        Unavailable: nothing reachable at ``server_url`` (the sentence names the fix), or the
-            broker refused the connect or did not answer.
+        Unavailable: as :func:`open_temporary_user`.
         Refused: BAD_REQUEST, a malformed name (a caller bug: the CLI checked them).
 
     Spec "Standalone callers".
     """
-    space = material.space
-    permissions = minter_permissions(space=space, owner=owner, actor=actor, uid=uid, endpoint=endpoint,
+    permissions = minter_permissions(space=material.space, owner=owner, actor=actor, uid=uid, endpoint=endpoint,
                                      inbox_nonce=inbox_nonce).to_nats()  # fmt: skip
-    creds = mint_service_user(material, name=f"cotal:caller-mint:{space}", permissions=permissions, iat=now,
-                              exp=now + MINTER_LIFETIME_S)  # fmt: skip
+    async with open_temporary_user(material, server_url, name=f"cotal:caller-mint:{material.space}",
+                                   permissions=permissions, inbox_nonce=inbox_nonce, now=now) as conn:  # fmt: skip
+        yield conn
+
+
+@asynccontextmanager
+async def open_temporary_user(
+    material: SpaceMaterial, server_url: str, *, name: str, permissions: dict, inbox_nonce: str, now: int,
+) -> AsyncIterator[Connection]:
+    """Trio-flavoured async context manager: a connection as a fresh data-account user of the
+    space, signed by its service signing key, never written to disk, holding ``permissions``
+    (NATS ``{pub, sub}``) and expiring ``MINTER_LIFETIME_S`` after ``now``; connected with name
+    ``inbox_nonce`` and inbox prefix ``_INBOX_<inbox_nonce>``. Must be entered inside an
+    ``open_loop()``.
+
+    Raises:
+        Unavailable: nothing reachable at ``server_url`` (the sentence names the fix), or the
+            broker refused the connect or did not answer.
+
+    Spec "Provisioning" / "Standalone callers".
+    """
+    creds = mint_service_user(material, name=name, permissions=permissions, iat=now, exp=now + MINTER_LIFETIME_S)
     connect = open_connection(server_url, creds=creds, name=inbox_nonce, inbox_prefix=f"_INBOX_{inbox_nonce}",
                               reconnect=False)  # fmt: skip
     try:

@@ -58,7 +58,7 @@ from cotal_trio.broker.spaces import MODE_STATIC, hosted_entries, space_mode
 from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.errors import ConfigError, Unavailable, leaves
 from cotal_trio.core.manifest import SpaceEntry, render_manifest
-from cotal_trio.devidp import DevIdpMaterial, build_dev_idp_app
+from cotal_trio.devidp import DevicePolicy, DevIdpMaterial, build_dev_idp_app
 from cotal_trio.http.serve import serve_app
 from cotal_trio.natsio import open_loop
 from cotal_trio.state import (
@@ -120,6 +120,8 @@ class UpConfig:
             endpoints"); False keeps the entry's setting (recorded like the public face).
         events: the event bus the host and its lanes publish on and the faces' ``/events``
             stream (issue 7 item 1); None: a fresh :class:`~cotal_trio.lane.events.EventBus`.
+        dev_idp_device: the development IdP's device-code interval and lifetime (``cotal
+            login``; a test shortens the interval); None: its defaults, 5 s and 30 minutes.
             No flag sets it (an embedding program or a test passes its own).
 
     Raises:
@@ -140,6 +142,7 @@ class UpConfig:
     recreate_issued_stores: Path | None = None
     service_endpoints: bool = False
     events: EventBus | None = None
+    dev_idp_device: DevicePolicy | None = None
 
     def __post_init__(self) -> None:
         check_public_flags(public_fields(self))
@@ -434,7 +437,8 @@ async def _start_idp(nursery: trio.Nursery, config: UpConfig, prepared: Prepared
             await fetch_jwks(prepared.pin.jwks_uri)
         url = None
     else:
-        port = await nursery.start(functools.partial(serve_app, build_dev_idp_app(prepared.dev_idp)))
+        app = build_dev_idp_app(prepared.dev_idp, device=config.dev_idp_device)
+        port = await nursery.start(functools.partial(serve_app, app))
         url = f"http://127.0.0.1:{port}"
     if prepared.pin_is_new:
         save_idp_pin(config.paths.space(config.space).idp_json, prepared.pin, exclusive=True)

@@ -108,9 +108,11 @@ async def ensure_durable(conn: Connection, durable: wire.Durable) -> None:
     await ensure_consumer(conn, durable.stream, durable.name, durable.filter_subject, DURABLE_CONFIG)
 
 
-async def ensure_dm_inbox(conn: Connection, space: str, owner: str, actor: str) -> wire.Durable:
-    """Trio: the DM inbox durable ``dm-<owner>-<actor>`` of one principal; returns it."""
-    durable = wire.dm_durable(space, owner, actor)
+async def ensure_dm_inbox(conn: Connection, space: str, owner: str, actor: str, uid: str | None = None) -> wire.Durable:
+    """Trio: the DM inbox durable ``dm-<owner>-<actor>`` of one principal (with ``uid``, a static
+    agent's lifecycle UID: ``dm-<owner>-<actor>-<uid>``, :func:`~cotal_trio.core.wire.dm_durable`);
+    returns it."""
+    durable = wire.dm_durable(space, owner, actor, uid)
     await ensure_durable(conn, durable)
     return durable
 
