@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import time
 
 import pytest
@@ -20,12 +21,14 @@ import trio
 from cotal_trio.broker.process import free_port
 from cotal_trio.core.bearer import BearerGrant, issue_bearer
 from cotal_trio.core.errors import Unavailable
+from cotal_trio.core.identity import mint_lifecycle_uid
+from cotal_trio.core.ledger import LedgerKind, LedgerRow, hash_actor_token
 from cotal_trio.core.manifest import parse_manifest
 from cotal_trio.core.service_endpoints import NOT_SERVING
 from cotal_trio.core.views import ServiceEndpointBinding
 from cotal_trio.lane.service_endpoints import open_store_user
 from cotal_trio.service.embedded import UpConfig, run_up
-from cotal_trio.state import RootPaths, load_issuer_keys, load_space
+from cotal_trio.state import RootPaths, load_issuer_keys, load_space, write_row
 from tests.support.stack import SPACE, Stack, client, request_json
 
 pytestmark = pytest.mark.broker
@@ -218,3 +221,33 @@ async def test_the_doors_refuse_with_the_error_shapes_of_the_other_doors(served)
     # a service-host view is never minted by /exchange
     status, answer = await stack.exchange({"idpToken": token, "actor": "svc", "view": "service-host"})
     assert status == 400 and "POST /service-endpoint-host" in answer["error"]
+
+
+async def test_a_managed_agent_hosts_an_endpoint_its_person_registered(served):
+    """The agent arm: the person registers for their managed actor, the agent takes its own
+    service-host bearer with its actor token and connects through the callout."""
+    stack, url = served
+    person = stack.grant("alice", "svc", scope=("service-endpoint",))
+    token = "agent-secret-" + os.urandom(8).hex()
+    agent = LedgerRow(
+        kind=LedgerKind.MANAGED, owner=person.owner, actor="indexer", scope=("service-endpoint",),
+        allow_subscribe=("team.>",), allow_publish=("team.>",), role=None, parent=person.principal, label=None,
+        token_hash=hash_actor_token(token), lifecycle_uid=mint_lifecycle_uid(os.urandom(20)),
+        granted_at="2026-11-29T10:00:00Z",
+    )  # fmt: skip
+    write_row(stack.space_paths, agent)
+    registration = await _register(stack, url, "alice", "indexer", endpoint="index")
+    assert registration["actor"] == "indexer"
+    body = {"owner": person.owner, "actor": "indexer", "actorToken": token, "endpoint": "index",
+            "instanceId": registration["instanceId"]}  # fmt: skip
+    status, minted = await _public(url, "/service-endpoint-host", body)
+    assert status == 200 and minted["exp"] - time.time() <= 300, minted
+    with trio.fail_after(CEILING_S):
+        async with client(stack, minted["token"]) as host:
+            await host.subscribe(f"cotal.{SPACE}.ep.index.*.*.*", on_message=lambda msg: None)
+            await host.flush()
+            error = await _violation(host, functools.partial(
+                host.subscribe, f"cotal.{SPACE}.ep.search.*.*.*", on_message=lambda msg: None))  # fmt: skip
+            assert "permissions violation for subscription" in error
+    status, answer = await _public(url, "/service-endpoint-host", {**body, "actorToken": "wrong"})
+    assert status == 401, answer
