@@ -19,9 +19,12 @@ TLS-terminating reverse proxy; ``--exchange-public-url``, ``--exchange-trusted-p
 ``--advertised-server`` need it. The flags become the space's manifest-entry fields
 (:class:`~cotal_trio.service.hosting.ServiceConfig`), checked by the manifest's own rules.
 
-``--service-endpoints`` (with ``--space``; a manifest sets ``serviceEndpoints`` per entry) opens
-the space's service-endpoint admission for good, and a callout-only replica then refuses the
-space (spec "Callout replicas"; :mod:`cotal_trio.lane.service_endpoints`).
+``--service-endpoints`` (with ``--space``; a manifest sets ``serviceEndpoints`` per entry) hosts
+the space's service endpoints: its public face serves ``POST /service-endpoint-authority`` and
+``POST /service-endpoint-host`` and its callout admits ``service-host`` connections
+(docs/http-api.md "Service endpoints"). It also opens the space's service-endpoint admission for
+good, and a callout-only replica then refuses the space (spec "Callout replicas";
+:mod:`cotal_trio.lane.service_endpoints`).
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ ServerFlag = Annotated[str | None, Parameter(help="The broker's seed URLs, comma
 RootFlag = Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")]
 AuthTimeoutFlag = Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2); the callout deadline budget.")]
 CalloutServerFlag = Annotated[str | None, Parameter(help="With --callout-only: answer the connects of this server, a leaf node's URL(s) (its stores stay on --server, the hub); docs/deploy.md \"Leaf nodes\".")]
-ServiceEndpointsFlag = Annotated[bool, Parameter(help="With --space: open the space's service-endpoint admission; nothing closes it, and callout-only replicas then refuse the space.")]
+ServiceEndpointsFlag = Annotated[bool, Parameter(help="With --space: host service endpoints (the public face serves POST /service-endpoint-authority and /service-endpoint-host, the callout admits service-host connections; docs/http-api.md) and open the space's service-endpoint admission; nothing closes it, and callout-only replicas then refuse the space.")]
 
 # Spec "Callout replicas": the entry stays for existing units and scripts; new setups use the
 # service presets, whose units run `cotal service run <preset>` (cli/service.py).

@@ -89,7 +89,7 @@ class Serve:
 class Full:
     """The flags only the full auth service takes (``cotal auth-service``'s, with ``--space``)."""
 
-    service_endpoints: Annotated[bool, Parameter(help="With --space: open the space's service-endpoint admission.")] = False
+    service_endpoints: Annotated[bool, Parameter(help="With --space: host service endpoints and open the space's service-endpoint admission (docs/http-api.md).")] = False
     public: PublicFaceFlags = PublicFaceFlags()
 
 

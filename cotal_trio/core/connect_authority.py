@@ -228,6 +228,7 @@ def widen(permissions: Permissions, extra: Permissions) -> Permissions:
         ("pub_deny", permissions.pub_deny),
         ("sub_allow", tuple(dict.fromkeys((*permissions.sub_allow, *extra.sub_allow)))),
         ("sub_deny", permissions.sub_deny),
+        ("resp_max", permissions.resp_max),
     ):
         object.__setattr__(widened, name, value)
     return widened
@@ -333,7 +334,9 @@ def _valid_permissions(*, pub_allow: tuple[str, ...], sub_allow: tuple[str, ...]
     """Permissions of allow rows made from subjects already checked (stand-ins replaced by
     checked tokens), built without checking them again."""
     made = object.__new__(Permissions)
-    for name, value in (("pub_allow", pub_allow), ("pub_deny", ()), ("sub_allow", sub_allow), ("sub_deny", ())):
+    for name, value in (
+        ("pub_allow", pub_allow), ("pub_deny", ()), ("sub_allow", sub_allow), ("sub_deny", ()), ("resp_max", None),
+    ):  # fmt: skip
         object.__setattr__(made, name, value)
     return made
 

@@ -41,7 +41,13 @@ from cotal_trio.core.identity import (
     check_scope_token,
     check_space,
 )
-from cotal_trio.core.views import TransferTarget, binding_mismatch, check_view, is_session_id
+from cotal_trio.core.views import (
+    ServiceEndpointBinding,
+    TransferTarget,
+    binding_mismatch,
+    check_view,
+    is_session_id,
+)
 from cotal_trio.core.wire import USER_INFO_SUBJECT, Durable, channel_subject, dm_subject, inbox_subject, space_prefix
 
 __all__ = [
@@ -134,31 +140,42 @@ class Permissions:
 
     Attributes:
         pub_allow, pub_deny, sub_allow, sub_deny: tuples of NATS subjects or patterns.
+        resp_max: allow this many replies to each request the user received (NATS ``resp``,
+            on the request's reply subject only, within the broker's default two minutes), or
+            None for none beyond ``pub_allow``.
 
     Raises:
-        CodecError: a subject is malformed, or a direction has neither allow nor deny entries.
+        CodecError: a subject is malformed, a direction has neither allow nor deny entries, or
+            ``resp_max`` is not a whole number >= 1.
     """
 
     pub_allow: tuple[str, ...] = ()
     pub_deny: tuple[str, ...] = ()
     sub_allow: tuple[str, ...] = ()
     sub_deny: tuple[str, ...] = ()
+    resp_max: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("pub_allow", "pub_deny", "sub_allow", "sub_deny"):
             _check_subjects(name, getattr(self, name))
         if not (self.pub_allow or self.pub_deny) or not (self.sub_allow or self.sub_deny):
             raise CodecError("each direction needs allow or deny entries; an empty one would allow everything")
+        if self.resp_max is not None and (type(self.resp_max) is not int or self.resp_max < 1):
+            raise CodecError("resp_max must be a whole number >= 1, or None")
 
     def to_nats(self) -> dict[str, Any]:
-        """The NATS user JWT fragment ``{"pub": {"allow", "deny"}, "sub": {...}}``.
+        """The NATS user JWT fragment ``{"pub": {"allow", "deny"}, "sub": {...}}``, plus
+        ``"resp": {"max": n, "ttl": 0}`` with :attr:`resp_max` (ttl 0: the broker's default).
 
         Empty lists are omitted; lists keep their order.
         """
-        return {
+        fragment: dict[str, Any] = {
             "pub": _direction(self.pub_allow, self.pub_deny),
             "sub": _direction(self.sub_allow, self.sub_deny),
         }
+        if self.resp_max is not None:
+            fragment["resp"] = {"max": self.resp_max, "ttl": 0}
+        return fragment
 
 
 def _unique(subjects: list[str]) -> tuple[str, ...]:
@@ -507,9 +524,12 @@ _MANAGER_READS = ("status", "models", "resolve-cwd")
 
 def _view_subjects(
     view: str, space: str, *, scope: tuple[str, ...], manager_instance_id: str | None, session_id: str | None,
-    transfer_writer: TransferTarget | None,
+    transfer_writer: TransferTarget | None, service_endpoint: ServiceEndpointBinding | None = None,
 ) -> tuple[list[str], list[str]]:
     """``(publish, subscribe)`` subjects of ``view`` beyond the user-info request and the inbox."""
+    if view == "service-host":
+        assert service_endpoint is not None  # binding_mismatch checked it
+        return [], wire.ep_host_subjects(space, service_endpoint.endpoint)
     if view == "admin":
         return [], [f"{space_prefix(space)}.>"]
     if view in _CONTROL_PUBLISH:
@@ -536,6 +556,7 @@ def view_permissions(
     manager_instance_id: str | None = None,
     session_id: str | None = None,
     transfer_writer: TransferTarget | None = None,
+    service_endpoint: ServiceEndpointBinding | None = None,
 ) -> Permissions:
     """The permission profile of a bearer with ``view`` (module docstring; ``S`` = ``space``).
 
@@ -550,11 +571,15 @@ def view_permissions(
     * ``manager-caller``: ``cotal.S.mgr.<instanceId>.call``, and when ``spawn`` is in ``scope``
       also ``.status``, ``.models``, ``.resolve-cwd`` of that instance;
     * ``session-caller``: ``cotal.S.session.<sessionId>.in``;
-    * ``transfer-writer``: ``cotal.S.transfer.<instanceId>.<hex>``.
+    * ``transfer-writer``: ``cotal.S.transfer.<instanceId>.<hex>``;
+    * ``service-host``: nothing more; it answers each call it receives once on the call's reply
+      subject (``resp`` max 1, :attr:`Permissions.resp_max`), the only view with ``resp``.
 
     ``sub.allow``, before ``_INBOX_<nonce>.>`` (every view): ``cotal.S.>`` for ``admin``,
-    ``cotal.S.session.<sessionId>.out`` for ``session-caller``, nothing more for the rest. No
-    deny lists, no channel or DM subjects.
+    ``cotal.S.session.<sessionId>.out`` for ``session-caller``, for ``service-host`` the calls to
+    its endpoint ``E`` on both rails, ``cotal.S.ep.E.*.*.*`` and ``cotal.S.ep.v1.*.*.*.E.*``
+    (:func:`~cotal_trio.core.wire.ep_host_subjects`), nothing more for the rest. No deny lists,
+    no channel or DM subjects.
 
     Args:
         view: one of ``core.views.VIEWS``.
@@ -565,6 +590,7 @@ def view_permissions(
         manager_instance_id: the bearer's ``act.managerInstanceId``; given iff ``manager-caller``.
         session_id: the bearer's ``act.session.sessionId``; given iff ``session-caller``.
         transfer_writer: the bearer's ``act.transferWriter``; given iff ``transfer-writer``.
+        service_endpoint: the bearer's ``act.serviceEndpoint``; given iff ``service-host``.
 
     Raises:
         Refused: BAD_REQUEST for an unknown view, or a space, owner, actor, nonce, scope token,
@@ -574,7 +600,8 @@ def view_permissions(
     """
     check_view(view)
     problem = binding_mismatch(
-        view, manager_instance_id=manager_instance_id, session=session_id, transfer_writer=transfer_writer
+        view, manager_instance_id=manager_instance_id, session=session_id, transfer_writer=transfer_writer,
+        service_endpoint=service_endpoint,
     )
     if problem is not None:
         raise TypeError(f"view_permissions: {problem}")
@@ -590,11 +617,16 @@ def view_permissions(
         raise Refused(RefusalCode.BAD_REQUEST, "a chat session id is 22 to 128 characters of A-Za-z0-9_-")
     if transfer_writer is not None and not isinstance(transfer_writer, TransferTarget):
         raise TypeError("view_permissions: transfer_writer must be a TransferTarget")
+    if service_endpoint is not None and not isinstance(service_endpoint, ServiceEndpointBinding):
+        raise TypeError("view_permissions: service_endpoint must be a ServiceEndpointBinding")
     pub, sub = _view_subjects(
         view, space, scope=scope, manager_instance_id=manager_instance_id, session_id=session_id,
-        transfer_writer=transfer_writer,
+        transfer_writer=transfer_writer, service_endpoint=service_endpoint,
     )  # fmt: skip
-    return Permissions(pub_allow=_unique([*pub, USER_INFO_SUBJECT]), sub_allow=_unique([*sub, inbox_subject(inbox_nonce)]))
+    return Permissions(
+        pub_allow=_unique([*pub, USER_INFO_SUBJECT]), sub_allow=_unique([*sub, inbox_subject(inbox_nonce)]),
+        resp_max=1 if view == "service-host" else None,
+    )
 
 
 def _view_profile(*, view: str, **context: Any) -> Permissions:

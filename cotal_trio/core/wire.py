@@ -63,6 +63,7 @@ __all__ = [
     "dm_sender_subjects",
     "dm_stream",
     "dm_subject",
+    "ep_host_subjects",
     "ep_subject",
     "ep_v1_subject",
     "history_reader",
@@ -523,6 +524,22 @@ def ep_v1_subject(space: str, generation: str, owner: str, actor: str, endpoint:
         f"{space_prefix(space)}.ep.v1.{check_generation(generation)}.{check_owner(owner)}.{check_actor(actor)}"
         f".{_check_endpoint_token(endpoint, 'name')}.{_check_endpoint_token(verb, 'verb')}"
     )
+
+
+def ep_host_subjects(space: str, endpoint: str) -> list[str]:
+    """What a service endpoint's host receives: every call to ``endpoint`` on both rails.
+
+    ``cotal.<space>.ep.<endpoint>.*.*.*`` (the legacy rail: any verb, any sender) and
+    ``cotal.<space>.ep.v1.*.*.*.<endpoint>.*`` (the issued rail: any generation, any sender, any
+    verb); docs/http-api.md "Service endpoints".
+
+    Raises:
+        Refused: BAD_REQUEST for an endpoint outside ``[A-Za-z0-9_-]{1,64}`` or named ``v1``.
+    """
+    if _check_endpoint_token(endpoint, "name") == "v1":
+        raise _refuse("an endpoint may not be named v1: that name is the issued rail (ep.v1)")
+    prefix = space_prefix(space)
+    return [f"{prefix}.ep.{endpoint}.*.*.*", f"{prefix}.ep.v1.*.*.*.{endpoint}.*"]
 
 
 def run_journal_subject(space: str, run_id: str) -> str:

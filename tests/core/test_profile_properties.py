@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cotal_trio.core.profiles import PROFILES, WHOLESALE, Permissions, profile_permissions
-from cotal_trio.core.views import VIEWS, TransferTarget
+from cotal_trio.core.views import VIEWS, ServiceEndpointBinding, TransferTarget
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "wire-layout.md"
 FRESH = "zq9fresh"  # a token no grant names: it stands for "any" in probe subjects
@@ -93,6 +93,9 @@ def view_context(draw: st.DrawFn) -> dict:
     elif view == "transfer-writer":
         sha256_hex = draw(st.from_regex(r"[0-9a-f]{64}", fullmatch=True))
         context["transfer_writer"] = TransferTarget(instance_id=draw(uids), sha256_hex=sha256_hex)
+    elif view == "service-host":
+        endpoint = draw(st.from_regex(r"[A-Za-z0-9_-]{1,20}", fullmatch=True).filter(lambda e: e != "v1"))
+        context["service_endpoint"] = ServiceEndpointBinding(endpoint=endpoint, instance_id=draw(uids))
     return context
 
 

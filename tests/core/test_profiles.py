@@ -19,7 +19,7 @@ from cotal_trio.core.profiles import (
     space_prefix,
     view_permissions,
 )
-from cotal_trio.core.views import VIEWS, TransferTarget
+from cotal_trio.core.views import VIEWS, ServiceEndpointBinding, TransferTarget
 
 OWNER = "u_rbxbyevw4etgpbzfupdhu2zxwe"
 NONCE = "ibx0123456789abcdef"
@@ -187,6 +187,7 @@ INSTANCE = "m" * 26
 SESSION_ID = "S" * 43
 HEX = "9f" * 32
 TARGET = TransferTarget(instance_id="t" * 28, sha256_hex=HEX)
+SERVICE = ServiceEndpointBinding(endpoint="search", instance_id=INSTANCE)
 INBOX = f"_INBOX_{NONCE}.>"
 INFO = "$SYS.REQ.USER.INFO"
 
@@ -215,12 +216,25 @@ VIEW_PROFILES = [
      [f"cotal.demo.session.{SESSION_ID}.in", INFO], [f"cotal.demo.session.{SESSION_ID}.out", INBOX]),
     ("transfer-writer", {"transfer_writer": TARGET, "scope": ("admin",)},
      [f"cotal.demo.transfer.{'t' * 28}.{HEX}", INFO], [INBOX]),
+    ("service-host", {"service_endpoint": SERVICE, "scope": ("service-endpoint",)},
+     [INFO], ["cotal.demo.ep.search.*.*.*", "cotal.demo.ep.v1.*.*.*.search.*", INBOX]),
 ]  # fmt: skip
+# Only a service host answers the calls it receives (docs/http-api.md "Service endpoints").
+RESP = {"service-host": {"max": 1, "ttl": 0}}
 
 
 @pytest.mark.parametrize(("name", "extra", "pub", "sub"), VIEW_PROFILES)
 def test_view_profile(name, extra, pub, sub):
-    assert view(name, **extra).to_nats() == {"pub": {"allow": pub}, "sub": {"allow": sub}}
+    expected = {"pub": {"allow": pub}, "sub": {"allow": sub}}
+    if name in RESP:
+        expected["resp"] = RESP[name]
+    assert view(name, **extra).to_nats() == expected
+
+
+def test_a_service_host_of_an_endpoint_named_v1_is_refused():
+    with pytest.raises(Refused) as info:
+        view("service-host", service_endpoint=ServiceEndpointBinding(endpoint="v1", instance_id=INSTANCE))
+    assert "may not be named v1" in info.value.detail
 
 
 def test_every_view_has_a_profile():
