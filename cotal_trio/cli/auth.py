@@ -29,6 +29,7 @@ from ..core import credentials as rules
 from ..core.credentials import Credential, LabelRecord
 from ..core.errors import ConfigError
 from ..core.identity import check_channel_pattern, check_role
+from ..core.wire import Durable
 from ..ops.caller_mint import mint_caller, recreate_static_issued_stores
 from ..ops.errors import as_config_error
 from ..ops.static_agents import mint_agent, provision_uid, renew_agent
@@ -107,8 +108,8 @@ class CallerFlags:
     server: Annotated[str | None, Parameter(help=(
         "With --endpoint or an agent: the broker URL (default: the root's broker on 127.0.0.1,\nif it runs)."))] = None
     provision: Annotated[bool, Parameter(negative="--no-provision", help=(
-        "An agent: pre-create its DM inbox (keyed by its lifecycle UID) and its role's task queue\n(default; "
-        "--no-provision leaves it to `cotal auth provision UID`)."))] = True
+        "An agent: pre-create its DM inbox (keyed by its lifecycle UID), its role's task queue and\nits two watch "
+        "readers (default; --no-provision leaves them to `cotal auth provision UID`)."))] = True
 
 
 def agent_grant(profile: str, agent: AgentFlags) -> dict:
@@ -182,7 +183,25 @@ async def mint(
         chosen = split_list(caller.channels, check_channel_pattern)
         endpoint = callers.check_endpoint(caller.endpoint)
         cred, record, replaced = await mint_caller(flags.request(where), endpoint, chosen, caller.server)
-    _print_receipt(cred, record, replaced=replaced, as_json=as_json, server=_receipt_server(where, caller.server))
+    # An observer's or admin's mint is offline: its history readers wait for `cotal auth provision`.
+    provisioned_now = flags.profile == "agent" and caller.provision
+    _print_receipt(cred, record, replaced=replaced, as_json=as_json, server=_receipt_server(where, caller.server),
+                   provisioned=provisioned_now)  # fmt: skip
+
+
+def _provision_command(cred: Credential) -> str:
+    """The command that creates ``cred``'s consumers: ``cotal auth provision <uid> --space <S>``."""
+    return f"cotal auth provision {cred.lifecycle_uid} --space {cred.space}"
+
+
+def _footprint_json(durables: tuple[Durable, ...]) -> list[dict[str, str]]:
+    """Consumers as ``[{"stream", "name"}]`` (an admin's two history readers share one name)."""
+    return [{"stream": d.stream, "name": d.name} for d in durables]
+
+
+def _footprint_text(durables: tuple[Durable, ...]) -> str:
+    """Consumers as ``name (stream), ...``."""
+    return ", ".join(f"{d.name} ({d.stream})" for d in durables)
 
 
 # The receipt's server line on a root without policy.json (a cluster's: docs/deploy.md).
@@ -198,9 +217,16 @@ def _receipt_server(where: Where, server: str | None) -> str | None:
     return ",".join(resolve_servers(paths, None))
 
 
-def _print_receipt(cred: Credential, record: LabelRecord, *, replaced: bool, as_json: bool, server: str | None) -> None:
+def _print_receipt(
+    cred: Credential, record: LabelRecord, *, replaced: bool, as_json: bool, server: str | None, provisioned: bool,
+) -> None:
+    # A standalone caller's footprint is its own (ops/callers.py); the other static credentials'
+    # consumers are listed, with the command that creates them when the mint did not.
+    footprint = () if cred.endpoint is not None else static_issuance.footprint_of(cred)
+    later = None if provisioned or not footprint else _provision_command(cred)
     if as_json:
-        print(json.dumps({**rules.receipt(cred, replaced=replaced), "server": server}, indent=2))
+        extra = {} if cred.endpoint is not None else {"durables": _footprint_json(footprint), "provision": later}
+        print(json.dumps({**rules.receipt(cred, replaced=replaced), **extra, "server": server}, indent=2))
         return
     expiry = "never (--no-expiry: `cotal doctor auth` warns about it)" if cred.expires_at is None else (
         f"{cred.expires_at} ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(cred.expires_at))})")
@@ -214,8 +240,11 @@ def _print_receipt(cred: Credential, record: LabelRecord, *, replaced: bool, as_
         horizon = rules.receipt(cred, replaced=replaced)["horizon"]
         rows += [("generation", f"{cred.generation} (horizon {horizon}, "
                                 f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(horizon))})"),
-                 ("accepted", f"{cred.accepted_token} (the token of its accepted row: its generation)"),
-                 ("binds", ", ".join(d.name for d in static_issuance.durables_of(cred)))]  # fmt: skip
+                 ("accepted", f"{cred.accepted_token} (the token of its accepted row: its generation)")]  # fmt: skip
+    if footprint:
+        rows.append(("binds", _footprint_text(footprint)))
+    if later is not None:
+        rows.append(("provision", f"not yet: `{later}` creates them (with the broker running)"))
     rows.append(("server", server or UNKNOWN_SERVER))
     for name, value in rows:
         print(f"  {name:<10}{value}")
@@ -268,10 +297,12 @@ def _print_revoked(cred: Credential, url: str | None, count: int, retired: int |
 
 @auth_app.command(name="provision")
 async def provision(uid: str, /, *, server: Server = None, as_json: Json = False, where: Where = Where()) -> None:
-    """Pre-create the bind-only durables of a static agent: its DM inbox (keyed by its lifecycle
-    UID) and its role's task queue.
+    """Pre-create the consumers of a static credential: an agent's DM inbox (keyed by its
+    lifecycle UID), role's task queue and two watch readers; an observer's or admin's history
+    readers.
 
-    For an agent minted with --no-provision, or whose durables were removed. Idempotent.
+    For an agent minted with --no-provision, or whose durables were removed, and for every
+    observer and admin (their mint does not touch the broker). Idempotent.
 
     Parameters
     ----------
@@ -279,12 +310,13 @@ async def provision(uid: str, /, *, server: Server = None, as_json: Json = False
         The lifecycleUid its mint receipt printed.
     """
     sp = provisioned(where)
-    cred, names = await provision_uid(sp, where.paths(), uid, server)
+    cred, durables = await provision_uid(sp, where.paths(), uid, server)
     if as_json:
         print(json.dumps({"space": cred.space, "label": cred.label, "lifecycleUid": cred.lifecycle_uid,
-                          "durables": list(names)}, indent=2))  # fmt: skip
+                          "durables": _footprint_json(durables)}, indent=2))  # fmt: skip
         return
-    print(f"provisioned lifecycle {cred.lifecycle_uid} of credential {cred.label} in space {cred.space}: {', '.join(names)}")
+    print(f"provisioned lifecycle {cred.lifecycle_uid} of credential {cred.label} in space {cred.space}: "
+          f"{_footprint_text(durables)}")  # fmt: skip
 
 
 RENEW_FIELDS = (("--allow-subscribe", "allow_subscribe"), ("--allow-publish", "allow_publish"), ("--role", "role"))

@@ -17,7 +17,11 @@ ceiling as evidence keyed by a fresh generation before the file is written. What
 * the **ceiling**: the whole credential's permissions, those rows included
   (:func:`issued_agent_permissions`, :func:`static_evidence`);
 * **renewal** (:func:`renewal_keeps`): the generation is kept only for a byte-identical ceiling,
-  and renewals stop at the horizon (:func:`check_renewable`).
+  and renewals stop at the horizon (:func:`check_renewable`);
+* the **consumers** ``cotal auth provision`` makes for a static credential (:func:`footprint_of`,
+  issue 19 item 4 for static credentials): an agent's bind-only durables (:func:`durables_of`)
+  and two watch readers, an observer's or admin's ``hist__<nonce>`` history readers
+  (:func:`readers_of`).
 
 Pure and synchronous: time, generations and tokens come in as values.
 """
@@ -38,18 +42,22 @@ from .wire import (
     accepted_bucket,
     auth_bucket,
     dm_durable,
+    history_reader,
     issued_bucket,
     js_stream_create,
     kv_stream,
     task_durable,
+    watch_durable,
 )
 
 __all__ = [
     "STATIC_REQUESTS",
     "check_renewable",
     "durables_of",
+    "footprint_of",
     "issued_agent_permissions",
     "ledger_family",
+    "readers_of",
     "ref_of",
     "renewal_keeps",
     "static_evidence",
@@ -62,6 +70,9 @@ __all__ = [
 # `endpoints` row from its first issuance). A static mint grants no `run` capability.
 STATIC_REQUESTS = (LISTING_REQUEST,)
 LEDGER_KEY_PREFIX = "cred."
+# The streams an observer's and an admin's history readers read (spec "Profiles": the observer's
+# chat history, the admin's chat and DM history).
+HISTORY_KINDS = {"observer": ("chat",), "admin": ("chat", "dm")}
 
 
 def ledger_family(space: str, uid: str) -> Source:
@@ -154,6 +165,31 @@ def durables_of(cred: Credential) -> tuple[Durable, ...]:
     """
     inbox = dm_durable(cred.space, cred.owner, cred.actor, cred.lifecycle_uid if cred.generation else None)
     return (inbox,) if cred.role is None else (inbox, task_durable(cred.space, cred.role))
+
+
+def readers_of(cred: Credential) -> tuple[Durable, ...]:
+    """The pull-only readers ``cred``'s profile reads and never creates (spec "Profiles";
+    docs/wire-layout.md "Watches and history readers"): an agent's two watch readers
+    ``watch-presence-<o>-<a>`` and ``watch-channels-<o>-<a>``; an observer's history reader
+    ``hist__<nonce>`` on chat; an admin's on chat and on DM (``<nonce>``: its inbox nonce).
+
+    Raises:
+        Refused: BAD_REQUEST, a malformed name.
+    """
+    if cred.profile == "agent":
+        return tuple(watch_durable(cred.space, kind, cred.owner, cred.actor) for kind in ("presence", "channels"))
+    return tuple(history_reader(cred.space, kind, cred.inbox_nonce) for kind in HISTORY_KINDS[cred.profile])
+
+
+def footprint_of(cred: Credential) -> tuple[Durable, ...]:
+    """Every consumer a static mint or ``cotal auth provision`` makes for ``cred``, in that
+    order: an agent's bind-only durables (:func:`durables_of`) then its watch readers; an
+    observer's or admin's history readers (:func:`readers_of`).
+
+    Raises:
+        Refused: BAD_REQUEST, a malformed name.
+    """
+    return (*(durables_of(cred) if cred.profile == "agent" else ()), *readers_of(cred))
 
 
 def check_renewable(cred: Credential, *, now: float) -> None:

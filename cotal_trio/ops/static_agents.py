@@ -13,15 +13,16 @@ data-account user of the space (:func:`~cotal_trio.core.static_issuance.static_m
    (:meth:`~cotal_trio.stores.issued.IssuedStores.issue`), then the accepted row under the token
    (:meth:`~cotal_trio.stores.issued.IssuedStores.accept`);
 3. with ``provision`` (the default), the space's streams, the DM inbox durable keyed by the
-   lifecycle UID and the role's task queue (:func:`provision_durables`);
+   lifecycle UID, the role's task queue and the two watch readers (:func:`provision_durables`);
 4. the record, then the ``.creds`` file (0600, temporary file and rename).
 
 A failure before the file leaves no file and no record; an issuance already written is marked
 revoked (best effort) and is carried by no credential either way, so it authorizes nothing: the
 sentence says to run the same mint again (a rerun picks a fresh UID, generation and token).
 
-``cotal auth provision UID`` runs :func:`provision_uid`; ``cotal auth renew LABEL`` runs
-:func:`renew_agent`.
+``cotal auth provision UID`` runs :func:`provision_uid`, for an agent and for an observer's or
+admin's history readers (their mint is offline: :func:`~cotal_trio.ops.static_credentials.mint_native`);
+``cotal auth renew LABEL`` runs :func:`renew_agent`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from cotal_trio.core.errors import ConfigError, Refused, Unavailable
 from cotal_trio.core.identity import mint_lifecycle_uid
 from cotal_trio.core.issued import new_generation, static_agent_horizon
 from cotal_trio.core.nkeys import KeyPair
+from cotal_trio.core.wire import Durable
 from cotal_trio.ops.caller_mint import held_credentials
 from cotal_trio.ops.callers import ensure_issued_stores, open_temporary_user
 from cotal_trio.ops.errors import one_sentence
@@ -63,7 +65,7 @@ from cotal_trio.ops.static_credentials import (
 from cotal_trio.state import RootPaths, SpaceMaterial, SpacePaths
 from cotal_trio.state.credentials import list_records, load_record, save_record, write_creds
 from cotal_trio.stores.issued import IssuedStores
-from cotal_trio.stores.streams import ensure_durable, ensure_space_streams
+from cotal_trio.stores.streams import ensure_durable, ensure_history_readers, ensure_space_streams, ensure_watches
 
 __all__ = [
     "ACCEPTED_TOKEN_BYTES",
@@ -106,21 +108,26 @@ async def _minter(material: SpaceMaterial, url: str, what: str) -> AsyncIterator
         yield conn
 
 
-async def provision_durables(conn: natsio.Connection, cred: Credential) -> tuple[str, ...]:
-    """Trio: the space's streams and the bind-only durables ``cred`` binds
-    (:func:`~cotal_trio.core.static_issuance.durables_of`); their names.
+async def provision_durables(conn: natsio.Connection, cred: Credential) -> tuple[Durable, ...]:
+    """Trio: the space's streams and every consumer ``cred`` reads
+    (:func:`~cotal_trio.core.static_issuance.footprint_of`): an agent's bind-only durables (its
+    DM inbox and its role's task queue) and its two watch readers (``ensure_watches``:
+    ``WATCH_CONFIG``); an observer's or admin's ``hist__<nonce>`` history readers
+    (``ensure_history_readers``: ``HISTORY_CONFIG``). Returns them in that order; idempotent.
 
     Raises:
-        ConfigError: a stream or durable exists with another shape (never changed).
+        ConfigError: a stream or consumer exists with another shape (never changed).
         Unavailable: the broker or JetStream did not answer, or refused.
 
-    Spec "Provisioning", "DM confidentiality".
+    Spec "Provisioning", "DM confidentiality", "Profiles" (the watches and history readers).
     """
     await ensure_space_streams(conn, cred.space)
+    if cred.profile != "agent":
+        return await ensure_history_readers(conn, cred.space, cred.inbox_nonce, cred.profile)
     durables = static_issuance.durables_of(cred)
     for durable in durables:
         await ensure_durable(conn, durable)
-    return tuple(d.name for d in durables)
+    return (*durables, *await ensure_watches(conn, cred.space, cred.owner, cred.actor))
 
 
 async def mint_agent(
@@ -215,10 +222,11 @@ async def _retire_quietly(stores: IssuedStores, cred: Credential) -> None:
 
 
 def find_uid(sp: SpacePaths, uid: str) -> Credential:
-    """The recorded agent credential of lifecycle ``uid`` in the space (blocking reads).
+    """The recorded credential of lifecycle ``uid`` in the space (blocking reads): an agent, an
+    observer or an admin.
 
     Raises:
-        ConfigError: no credential of the space has that UID, or it is no agent.
+        ConfigError: no credential of the space has that UID.
 
     Spec "Provisioning".
     """
@@ -226,31 +234,31 @@ def find_uid(sp: SpacePaths, uid: str) -> Credential:
     for record in records:
         for cred in record.all():
             if cred.lifecycle_uid == uid:
-                if cred.profile != "agent":
-                    raise ConfigError(f"lifecycle {uid} is credential {cred.label}, a {cred.profile}: it binds no durable")
                 return cred
     raise ConfigError(f"space {sp.space} has no credential of lifecycle {uid} - pass the lifecycleUid a `cotal auth mint` "
                       "receipt printed (see `cotal connect-info`)")  # fmt: skip
 
 
-async def provision_uid(sp: SpacePaths, paths: RootPaths, uid: str, server: str | None) -> tuple[Credential, tuple[str, ...]]:
-    """Trio: pre-create the bind-only durables of the agent credential of lifecycle ``uid`` (a
-    receipt's UID, for an agent minted with ``--no-provision``, or whose durables were removed).
+async def provision_uid(sp: SpacePaths, paths: RootPaths, uid: str, server: str | None) -> tuple[Credential, tuple[Durable, ...]]:
+    """Trio: pre-create the consumers of the credential of lifecycle ``uid`` (a receipt's UID;
+    :func:`provision_durables`): an agent's bind-only durables and watch readers (one minted with
+    ``--no-provision``, or whose durables were removed), or an observer's or admin's history
+    readers (their mint never touches the broker).
 
     Returns:
-        ``(the credential, the durable names)``.
+        ``(the credential, the consumers)``.
 
     Raises:
-        ConfigError: a user-auth space, an unknown UID, no broker, a durable of another shape, or
+        ConfigError: a user-auth space, an unknown UID, no broker, a consumer of another shape, or
             the broker did not answer within :data:`MINT_DEADLINE_S`.
 
-    Spec "Provisioning", "DM confidentiality".
+    Spec "Provisioning", "DM confidentiality", "Profiles".
     """
     sp, material = await trio.to_thread.run_sync(static_space, sp)
     cred = await trio.to_thread.run_sync(find_uid, sp, uid)
     url = await resolve_server_url(paths, server)
     if url is None:
-        raise no_broker(paths, "the durables are created on the broker")
+        raise no_broker(paths, "the durables and readers are created on the broker")
     try:
         with trio.fail_after(MINT_DEADLINE_S), one_sentence():
             async with _minter(material, url, "provision") as conn:

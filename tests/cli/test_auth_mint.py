@@ -102,7 +102,9 @@ def test_text_receipt_and_no_expiry(static, capsys):
         f"  generation{record.generation} (horizon {record.issued_at + 30 * 24 * 3600}, "
         f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(record.issued_at + 30 * 24 * 3600))})",
         f"  accepted  {record.accepted_token} (the token of its accepted row: its generation)",
-        f"  binds     dm-{record.owner}-{record.actor}-{record.lifecycle_uid}",
+        f"  binds     dm-{record.owner}-{record.actor}-{record.lifecycle_uid} (COTAL_DM_{STATIC}), "
+        f"watch-presence-{record.owner}-{record.actor} (KV_cotal_presence_{STATIC}), "
+        f"watch-channels-{record.owner}-{record.actor} (KV_cotal_channels_{STATIC})",
         f"  server    nats://127.0.0.1:{load_policy(static.paths.policy_json).port}",
     ]
     claims, _ = decoded(record.path)
@@ -219,6 +221,49 @@ def test_revoke_then_replace_with_the_same_identity(static, capsys):
     assert key.public_key == first["userKey"] and claims["iat"] > record.revoked_at
     kept = load_record(static.paths.space(STATIC), "bot")
     assert [c.revoked_at for c in kept.replaced] == [record.revoked_at]  # the revocation stays in the records
+
+
+@pytest.mark.parametrize(("profile", "streams"), [("observer", ["CHAT"]), ("admin", ["CHAT", "DM"])])
+def test_an_observer_or_admin_receipt_names_its_history_readers_and_the_provision_that_creates_them(
+    static_offline, capsys, profile, streams
+):
+    """Issue 19 item 4 for static credentials (spec "Profiles": the observer's and admin's own
+    ``hist__`` readers): the mint is offline, so its receipt lists the readers and the exact
+    ``cotal auth provision`` that creates them."""
+    static = static_offline
+    code, receipt, err = mint(static, capsys, "--profile", profile, "--label", "eye")
+    assert code == 0, err
+    nonce, uid = receipt["inboxPrefix"].removeprefix("_INBOX_"), receipt["lifecycleUid"]
+    command = f"cotal auth provision {uid} --space {STATIC}"
+    assert receipt["durables"] == [{"stream": f"COTAL_{s}_{STATIC}", "name": f"hist__{nonce}"} for s in streams]
+    assert receipt["provision"] == command
+    code, out, err = static.run(capsys, "auth", "mint", "--space", STATIC, "--profile", profile, "--label", "eye2")
+    assert code == 0, err
+    cred = load_record(static.paths.space(STATIC), "eye2").current
+    lines = out.splitlines()
+    assert lines[-3:-1] == [
+        "  binds     " + ", ".join(f"hist__{cred.inbox_nonce} (COTAL_{s}_{STATIC})" for s in streams),
+        f"  provision not yet: `cotal auth provision {cred.lifecycle_uid} --space {STATIC}` creates them (with the broker running)",
+    ]
+
+
+def test_an_agent_receipt_lists_its_durables_and_watch_readers(static, capsys):
+    """Issue 19 item 4 for static agents: the receipt lists the bind-only durables and the two
+    watch readers the mint created; ``--no-provision`` names the provision that creates them."""
+    code, receipt, err = mint(static, capsys, "--label", "bot", "--role", "ops")
+    assert code == 0, err
+    owner, actor = receipt["principal"].split(".")
+    assert receipt["durables"] == [
+        {"stream": f"COTAL_DM_{STATIC}", "name": f"dm-{owner}-{actor}-{receipt['lifecycleUid']}"},
+        {"stream": f"COTAL_TASK_{STATIC}", "name": "task-ops"},
+        {"stream": f"KV_cotal_presence_{STATIC}", "name": f"watch-presence-{owner}-{actor}"},
+        {"stream": f"KV_cotal_channels_{STATIC}", "name": f"watch-channels-{owner}-{actor}"},
+    ]
+    assert receipt["provision"] is None
+    code, later, err = mint(static, capsys, "--label", "later", "--no-provision")
+    assert code == 0, err
+    assert later["provision"] == f"cotal auth provision {later['lifecycleUid']} --space {STATIC}"
+    assert [d["name"].split("-")[0] for d in later["durables"]] == ["dm", "watch", "watch"]
 
 
 def test_revoke_text_without_a_broker(static_offline, capsys):

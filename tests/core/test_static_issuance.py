@@ -14,6 +14,7 @@ from cotal_trio.core.credentials import Credential, receipt
 from cotal_trio.core.errors import CodecError, ConfigError
 from cotal_trio.core.issued import STATIC_AGENT_HORIZON_S, Source, ceiling_from_native, new_generation
 from cotal_trio.core.nkeys import KeyPair, Prefix
+from cotal_trio.core.profiles import provisioner_permissions
 
 NOW = 1_800_000_000
 OWNER = "u_rbxbyevw4etgpbzfupdhu2zxwe"
@@ -119,6 +120,55 @@ def test_the_minter_holds_the_provisioner_issuer_and_store_creates_and_no_consum
     assert "$KV.cotal_issued_st.>" in perms.pub_allow and "$JS.API.STREAM.CREATE.COTAL_DM_st" in perms.pub_allow
     assert not any("DELETE" in s for s in perms.pub_allow)
     assert perms.pub_allow[-1] == wire.USER_INFO_SUBJECT
+
+
+def matches(subject: str, pattern: str) -> bool:
+    """NATS subject matching: ``*`` one token, ``>`` one or more trailing tokens."""
+    tokens, wanted = subject.split("."), pattern.split(".")
+    for i, want in enumerate(wanted):
+        if want == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or want not in ("*", tokens[i]):
+            return False
+    return len(tokens) == len(wanted)
+
+
+def test_an_agent_reads_its_two_watch_readers_an_observer_and_admin_their_history_readers():
+    """Issue 19 item 4 for static credentials (spec "Profiles"): what a static mint or
+    ``cotal auth provision`` makes, by profile."""
+    agent = cred()
+    assert [(d.stream, d.name) for d in si.footprint_of(agent)] == [
+        ("COTAL_DM_st", f"dm-{OWNER}-bot-{UID}"), ("COTAL_TASK_st", "task-ops"),
+        ("KV_cotal_presence_st", f"watch-presence-{OWNER}-bot"), ("KV_cotal_channels_st", f"watch-channels-{OWNER}-bot"),
+    ]  # fmt: skip
+    assert si.readers_of(agent) == tuple(wire.watch_durable("st", k, OWNER, "bot") for k in ("presence", "channels"))
+    plain = dict(generation=None, accepted_token=None, role=None, allow_publish=(), allow_subscribe=())
+    observer, admin = cred(profile="observer", **plain), cred(profile="admin", **plain)
+    assert si.footprint_of(observer) == (wire.history_reader("st", "chat", "nonce_0123456789"),)
+    assert si.footprint_of(admin) == tuple(wire.history_reader("st", k, "nonce_0123456789") for k in ("chat", "dm"))
+
+
+def test_the_minter_may_create_each_consumer_of_a_static_footprint_and_no_create_beyond_the_provisioners():
+    """The static minter's consumer creates are the provisioner's, unchanged (the pinned-filter
+    form only; none of the create forms that take any filter in the body), and they cover every
+    consumer :func:`footprint_of` names for an agent, an observer and an admin."""
+    nonce = "nonce_0123456789"
+    perms = si.static_minter_permissions(space="st", inbox_nonce=nonce)
+    creates = [s for s in perms.pub_allow if ".CONSUMER.CREATE." in s or ".CONSUMER.DURABLE." in s]
+    provisioner = provisioner_permissions(space="st", inbox_nonce=nonce)
+    assert creates == [s for s in provisioner.pub_allow if ".CONSUMER.CREATE." in s]
+    plain = dict(generation=None, accepted_token=None, role=None, allow_publish=(), allow_subscribe=())
+    for one in (cred(), cred(profile="observer", **plain), cred(profile="admin", **plain)):
+        for durable in si.footprint_of(one):
+            subject = wire.js_consumer_create(durable.stream, durable.name, durable.filter_subject)
+            assert any(matches(subject, grant) for grant in creates), subject
+            info = wire.js_consumer_info(durable.stream, durable.name)
+            assert any(matches(info, grant) for grant in perms.pub_allow), info
+    # the forms whose filter is the body's are granted to nobody (docs/wire-layout.md)
+    for form in ("$JS.API.CONSUMER.CREATE.COTAL_CHAT_st", "$JS.API.CONSUMER.CREATE.COTAL_CHAT_st.x",
+                 "$JS.API.CONSUMER.DURABLE.CREATE.COTAL_CHAT_st.x",
+                 "$JS.API.CONSUMER.CREATE.KV_cotal_admission_st.x.$KV.cotal_admission_st.>"):  # fmt: skip
+        assert not any(matches(form, grant) for grant in perms.pub_allow), form
 
 
 def test_ref_of_refuses_an_unissued_credential():

@@ -9,7 +9,10 @@ file exists; the agent connects, learns its generation from that row and uses it
 ``cotal auth revoke-credential`` retires the issuance; ``cotal auth renew`` keeps the generation
 only for a byte-identical ceiling; the DM inbox ``dm-<o>-<a>-<uid>`` and the role's task queue exist
 after the mint, ``--identity`` gets a new inbox (never the old one), and ``cotal auth provision UID``
-makes them later.
+makes them later. Issue 19 item 4 for static credentials: the agent's mint also makes its two
+watch readers, which it pulls and never creates or deletes; an observer's or admin's
+``hist__<nonce>`` history readers are made by ``cotal auth provision UID`` (their mint is offline),
+and the credential pulls them.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from cotal_trio.core import natsjwt, wire
 from cotal_trio.core.creds import parse_creds
 from cotal_trio.core.errors import Refused, Unavailable
 from cotal_trio.core.issued import IssuedRef, Source, ceiling_from_native, parse_accepted
-from cotal_trio.natsio import StreamNotFound, consumer_info, kv_keys, open_connection, open_loop
+from cotal_trio.natsio import StreamNotFound, consumer_info, kv_keys, kv_put, open_connection, open_loop, pull_next
 from cotal_trio.state import load_space
 from cotal_trio.state.credentials import load_record
 from cotal_trio.stores.issued import IssuedStores
 from tests.support.cli_root import cotal
+from tests.support.profiles import refused
 
 pytestmark = pytest.mark.broker
 
@@ -208,15 +212,29 @@ async def test_no_provision_then_cotal_auth_provision_makes_the_durables_of_a_re
         inbox = dm_name(later, later["lifecycleUid"])
         async with harness(paths, url) as eyes:
             assert not await durable_exists(eyes, f"COTAL_DM_{STATIC}", inbox)
+        assert later["provision"] == f"cotal auth provision {later['lifecycleUid']} --space {STATIC}"
+        watches = [wire.watch_durable(STATIC, kind, *later["principal"].split(".")) for kind in ("presence", "channels")]
         done = await run(capsys, paths, url, "provision", later["lifecycleUid"])
-        assert done["durables"] == [inbox, "task-ops"]
+        assert done["durables"] == [{"stream": f"COTAL_DM_{STATIC}", "name": inbox},
+                                    {"stream": f"COTAL_TASK_{STATIC}", "name": "task-ops"},
+                                    *({"stream": w.stream, "name": w.name} for w in watches)]  # fmt: skip
+        assert done["durables"] == later["durables"]  # what the receipt said the provision would make
         async with harness(paths, url) as eyes:
             info = await consumer_info(eyes, f"COTAL_DM_{STATIC}", inbox)
             assert info["config"]["filter_subject"] == f"cotal.{STATIC}.dm.{later['principal']}.>"
             assert await consumer_info(eyes, f"COTAL_TASK_{STATIC}", "task-ops") is not None
+            for watch in watches:
+                assert (await consumer_info(eyes, watch.stream, watch.name))["config"]["deliver_policy"] == "last_per_subject"
         code, _, err = await cotal(capsys, "auth", "provision", "0" * 26, "--space", STATIC, "--root", str(paths.root),
                                    "--server", url)  # fmt: skip
         assert code == 1 and f"space {STATIC} has no credential of lifecycle {'0' * 26}" in err
+        # A renewal that provisions (a new --role) makes the watch readers too.
+        bare = await mint(capsys, paths, url, "--label", "bare", "--no-provision")
+        await run(capsys, paths, url, "renew", "bare", "--role", "r2")
+        async with harness(paths, url) as eyes:
+            for durable in bare["durables"]:
+                assert await consumer_info(eyes, durable["stream"], durable["name"]) is not None
+            assert await consumer_info(eyes, f"COTAL_TASK_{STATIC}", "task-r2") is not None
 
 
 async def test_a_failure_between_the_evidence_and_the_file_hands_nothing_out(
@@ -252,3 +270,91 @@ async def test_an_agent_mint_with_no_broker_writes_nothing(provisioned, capsys, 
         code, _, err = await cotal(capsys, "auth", "mint", "--space", STATIC, "--root", str(paths.root), "--label", "bot")
     assert code == 1 and "a static agent credential is an issuance" in err and "nothing was written" in err, err
     assert load_record(paths.space(STATIC), "bot") is None
+
+
+async def test_a_static_agent_pulls_its_two_watch_readers_and_creates_or_deletes_no_consumer(
+    operator_broker, provisioned, capsys, tmp_path, monkeypatch  # noqa: F811
+):
+    """Spec "Profiles" (the agent's presence and channel-registry watches): the mint made both
+    readers pull-only (``WATCH_CONFIG``); the agent reads each key's last value, then a change,
+    and every create form and a delete of its own watch are refused."""
+    url, paths = operator_broker, provisioned.paths
+    monkeypatch.chdir(tmp_path)
+    presence_bucket, channels_bucket = f"cotal_presence_{STATIC}", f"cotal_channels_{STATIC}"
+    with trio.fail_after(CEILING_S):
+        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
+        receipt = await mint(capsys, paths, url, "--label", "watcher")
+        owner, actor = receipt["principal"].split(".")
+        presence, registry = (wire.watch_durable(STATIC, kind, owner, actor) for kind in ("presence", "channels"))
+        assert [d["name"] for d in receipt["durables"]][-2:] == [presence.name, registry.name]
+        bob = wire.presence_key(owner, "bob")
+        async with harness(paths, url) as eyes, open_loop(), connect(url, receipt) as agent:
+            await kv_put(eyes, presence_bucket, bob, b"online")
+            await kv_put(eyes, channels_bucket, "team.news", b'{"replay": true}')
+            first = await pull_next(agent, presence.stream, presence.name, expires_s=2)
+            listed = await pull_next(agent, registry.stream, registry.name, expires_s=2)
+            await kv_put(eyes, presence_bucket, bob, b"away")
+            await kv_put(eyes, channels_bucket, "team.ops", b'{"replay": false}')
+            change = await pull_next(agent, presence.stream, presence.name, expires_s=2)
+            added = await pull_next(agent, registry.stream, registry.name, expires_s=2)
+            errors = agent.error_count
+            for durable in (presence, registry):
+                await refused(agent, wire.js_consumer_delete(durable.stream, durable.name))
+                await refused(agent, wire.js_consumer_create(durable.stream, durable.name, durable.filter_subject))
+                await refused(agent, wire.js_consumer_create(durable.stream, "w", durable.filter_subject))
+                await refused(agent, f"$JS.API.CONSUMER.CREATE.{durable.stream}")
+                await refused(agent, f"$JS.API.CONSUMER.DURABLE.CREATE.{durable.stream}.w")
+            configs = [(await consumer_info(eyes, d.stream, d.name))["config"] for d in (presence, registry)]
+    assert errors == 0, "the agent's pulls were refused"
+    assert (first.subject, first.data) == (f"$KV.{presence_bucket}.{bob}", b"online")
+    assert (listed.subject, listed.data) == (f"$KV.{channels_bucket}.team.news", b'{"replay": true}')
+    assert (change.data, added.subject) == (b"away", f"$KV.{channels_bucket}.team.ops")
+    for config in configs:
+        assert "deliver_subject" not in config and (config["ack_policy"], config["deliver_policy"]) == ("none", "last_per_subject")
+
+
+async def test_cotal_auth_provision_makes_an_observers_and_an_admins_history_readers_which_they_pull(
+    operator_broker, provisioned, capsys, tmp_path, monkeypatch  # noqa: F811
+):
+    """Spec "Profiles" (the observer's chat and the admin's chat and DM ``hist__`` readers): the
+    mints are offline and create nothing; the ``cotal auth provision`` their receipts name makes
+    the readers pull-only (``HISTORY_CONFIG``), and each credential pulls its own and creates none."""
+    url, paths = operator_broker, provisioned.paths
+    monkeypatch.chdir(tmp_path)
+    chat, dm = f"COTAL_CHAT_{STATIC}", f"COTAL_DM_{STATIC}"
+    with trio.fail_after(CEILING_S):
+        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
+        receipts = {}
+        for profile in ("observer", "admin"):
+            code, out, err = await cotal(capsys, "auth", "mint", "--space", STATIC, "--root", str(paths.root),
+                                         "--profile", profile, "--label", profile, "--json")  # fmt: skip
+            assert code == 0, err
+            receipts[profile] = json.loads(out)
+        nonces = {p: r["inboxPrefix"].removeprefix("_INBOX_") for p, r in receipts.items()}
+        async with harness(paths, url) as eyes:
+            assert not await durable_exists(eyes, chat, f"hist__{nonces['observer']}")  # the mint is offline
+        for profile, receipt in receipts.items():
+            assert receipt["provision"] == f"cotal auth provision {receipt['lifecycleUid']} --space {STATIC}"
+            done = await run(capsys, paths, url, "provision", receipt["lifecycleUid"])
+            assert done["durables"] == receipt["durables"]
+        assert [d["stream"] for d in receipts["admin"]["durables"]] == [chat, dm]
+        async with harness(paths, url) as eyes:
+            owner = receipts["admin"]["principal"].split(".")[0]
+            await eyes.request(f"cotal.{STATIC}.ch.team.news", b"earlier chat")
+            await eyes.request(f"cotal.{STATIC}.dm.{owner}.a.{owner}.b", b"earlier dm")
+            configs = [(await consumer_info(eyes, s, f"hist__{nonces[p]}"))["config"]
+                       for p, s in (("observer", chat), ("admin", chat), ("admin", dm))]  # fmt: skip
+        async with open_loop(), connect(url, receipts["observer"]) as observer, connect(url, receipts["admin"]) as admin:
+            seen = await pull_next(observer, chat, f"hist__{nonces['observer']}", expires_s=2)
+            godview = [await pull_next(admin, s, f"hist__{nonces['admin']}", expires_s=2) for s in (chat, dm)]
+            errors = (observer.error_count, admin.error_count)
+            reader = f"hist__{nonces['observer']}"
+            await refused(observer, wire.js_consumer_create(chat, reader, f"cotal.{STATIC}.ch.>"))
+            await refused(observer, wire.js_consumer_next(dm, reader))  # no DM history for an observer
+            await refused(observer, wire.js_consumer_next(chat, f"hist__{nonces['admin']}"))  # nor another's reader
+            await refused(admin, wire.js_consumer_create(dm, f"hist__{nonces['admin']}", f"cotal.{STATIC}.dm.*.*.>"))
+    assert errors == (0, 0), "the readers' pulls were refused"
+    assert (seen.subject, seen.data) == (f"cotal.{STATIC}.ch.team.news", b"earlier chat")
+    assert [m.data for m in godview] == [b"earlier chat", b"earlier dm"]
+    for config in configs:
+        assert "deliver_subject" not in config and (config["ack_policy"], config["deliver_policy"]) == ("none", "all")
