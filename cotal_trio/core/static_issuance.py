@@ -37,6 +37,7 @@ from .errors import ConfigError
 from .issued import Evidence, IssuedRef, Source, ceiling_from_native, horizon_of
 from .profiles import Permissions, agent_permissions, issuer_permissions, provisioner_permissions
 from .wire import (
+    HISTORY_KINDS,
     USER_INFO_SUBJECT,
     Durable,
     accepted_bucket,
@@ -70,9 +71,6 @@ __all__ = [
 # `endpoints` row from its first issuance). A static mint grants no `run` capability.
 STATIC_REQUESTS = (LISTING_REQUEST,)
 LEDGER_KEY_PREFIX = "cred."
-# The streams an observer's and an admin's history readers read (spec "Profiles": the observer's
-# chat history, the admin's chat and DM history).
-HISTORY_KINDS = {"observer": ("chat",), "admin": ("chat", "dm")}
 
 
 def ledger_family(space: str, uid: str) -> Source:

@@ -17,6 +17,8 @@ Pure and synchronous.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from dataclasses import dataclass
 
 from cotal_trio.core.errors import RefusalCode, Refused
@@ -332,6 +334,11 @@ def watch_durable(space: str, kind: str, owner: str, actor: str) -> Durable:
         raise _refuse("a watch is of presence or channels")
     bucket = buckets[kind](space)
     return Durable(kv_stream(bucket), f"watch-{kind}-{check_owner(owner)}-{check_actor(actor)}", kv_subject(bucket, ">"))
+
+
+# The streams an observer's and an admin's history readers read (spec "Profiles": the observer's
+# chat history, the admin's chat and DM history): ``profile -> kinds`` of :func:`history_reader`.
+HISTORY_KINDS: Mapping[str, tuple[str, ...]] = MappingProxyType({"observer": ("chat",), "admin": ("chat", "dm")})
 
 
 def history_reader(space: str, kind: str, inbox_nonce: str) -> Durable:

@@ -158,7 +158,7 @@ async def ensure_history_readers(conn: Connection, space: str, inbox_nonce: str,
         ValueError: ``profile`` is neither ``observer`` nor ``admin``.
         ConsumerDrift, Unavailable: as :func:`ensure_durable`.
     """
-    kinds = {"observer": ("chat",), "admin": ("chat", "dm")}.get(profile)
+    kinds = wire.HISTORY_KINDS.get(profile)
     if kinds is None:
         raise ValueError(f"history readers belong to an observer or an admin, not {profile!r}")
     durables = tuple(wire.history_reader(space, kind, inbox_nonce) for kind in kinds)
