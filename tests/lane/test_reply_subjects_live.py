@@ -82,13 +82,17 @@ async def own_presence(conn: Connection, me: tuple[str, str], value: bytes) -> s
 async def test_a_direct_get_answered_onto_another_principals_dm_subject_is_not_a_dm_from_a3(stack: Stack):
     """The measured finding, exactly: agent A (owner o, actor a1) direct-gets its own presence
     value with the reply ``cotal.S.dm.<bob>.<a2>.<carol>.<a3>``; COTAL_DM_S stores the answer
-    as a DM to bob whose sender tokens name carol, and bob's inbox durable delivers it. Right
-    value: bob's inbox has nothing, COTAL_DM_S has nothing on that subject."""
+    as a DM to bob whose sender tokens name carol, and bob's inbox durable delivers it (and his
+    live DM subscription receives it). Right value: COTAL_DM_S has nothing on that subject, bob's
+    inbox and his live subscription nothing."""
     a1, a2, a3, alice_bearer, bob_bearer = await agents(stack)
     forged = forged_dm(a2, a3)
     inbox = wire.dm_durable(SPACE, *a2)
     with trio.fail_after(CEILING_S):
         async with client(stack, alice_bearer) as alice, client(stack, bob_bearer) as bob, minted(stack, None) as root:
+            live: list[Message] = []
+            await bob.subscribe(wire.dm_subject(SPACE, *a2), on_message=live.append)  # bob's live DMs
+            await bob.flush()
             get = await own_presence(alice, a1, FORGED_BODY)
             errors = alice.error_count
             await with_reply(alice, get, b"", forged)
@@ -98,6 +102,7 @@ async def test_a_direct_get_answered_onto_another_principals_dm_subject_is_not_a
             delivered = await pull_next(bob, inbox.stream, inbox.name, expires_s=1)
     assert stored is None, (stored.subject, stored.data, stored.headers)
     assert delivered is None, (delivered.subject, delivered.data, delivered.headers)
+    assert live == [], [(m.subject, m.data) for m in live]
 
 
 async def stream_messages(root: Connection, stream: str) -> list[tuple[str, bytes]]:
@@ -339,3 +344,25 @@ async def test_an_account_split_keeps_the_answers_an_agent_asks_for_out_of_the_s
         (f"cotal.{SPACE}.dm.bob.cli.alice.cli", b"a second real dm"),
     ]
     assert [m.data for m in live if m.subject == forged][:2] == [FORGED_BODY, FORGED_BODY]
+
+
+async def test_no_ack_stops_only_the_publish_ack_row(plain_broker: str):
+    """Measured for option (a): ``no_ack: true``, the one stream setting about answers, on a
+    plain broker. A post whose reply is a DM subject then stores nothing there (no publish ack is
+    sent), but a direct get's answer onto it is stored all the same: no setting refuses it."""
+    dm_stream, chat_stream, presence = f"COTAL_DM_{SPACE}", f"COTAL_CHAT_{SPACE}", f"KV_{PRESENCE}"
+    forged = f"cotal.{SPACE}.dm.bob.cli.carol.cli"
+    with trio.fail_after(CEILING_S):
+        async with open_loop(), open_connection(plain_broker, reconnect=False) as conn:
+            for name, subjects, extra in ((dm_stream, DM_SUBJECTS, {"no_ack": True}),
+                                          (chat_stream, f"cotal.{SPACE}.ch.>", {"no_ack": True}),
+                                          (presence, f"$KV.{PRESENCE}.>", {"allow_direct": True})):  # fmt: skip
+                await js_api(conn, wire.js_stream_create(name), {"name": name, "subjects": [subjects], **extra})
+            await conn.request(f"$KV.{PRESENCE}.alice.cli", FORGED_BODY)
+            await with_reply(conn, f"cotal.{SPACE}.ch.team.news", b"a post", forged)
+            await with_reply(conn, f"$JS.API.DIRECT.GET.{presence}.$KV.{PRESENCE}.alice.cli", b"", forged)
+            await trio.sleep(0.3)
+            stored = await stream_messages(conn, dm_stream)
+            posts = await stream_messages(conn, chat_stream)
+    assert posts == [(f"cotal.{SPACE}.ch.team.news", b"a post")]
+    assert stored == [(forged, FORGED_BODY)]
