@@ -9,7 +9,8 @@ nats-server (2.15.1 measured) publishes the answer to a request, a JetStream API
 ``$SYS.REQ.USER.INFO``'s, onto the reply subject the requester chose, in the requester's
 account, with no check of the requester's publish permissions; a stream whose subjects cover
 that reply stores it. So an agent writes, one request at a time, a message under a subject it
-may not publish, with content it chooses (its own presence value, a DM it pulled).
+may not publish, with content it chooses (its own presence value), and copies what it may read
+(a pulled DM or watch record, under that message's own subject) into any stream.
 
 These tests assert the right value (nothing lands) and are ``xfail(strict=True)`` while the hole
 is open: they start failing, and must lose the mark, once a mitigation closes it. The options
