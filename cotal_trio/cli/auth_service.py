@@ -26,6 +26,7 @@ space (spec "Callout replicas"; :mod:`cotal_trio.lane.service_endpoints`).
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import sys
@@ -39,7 +40,7 @@ from cyclopts import Parameter
 
 from ..core.admission import CalloutLimits
 from ..broker.spaces import MODE_STATIC, space_mode
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, Unavailable, leaves
 from ..core.manifest import LaneStatus, ManifestRefused, parse_manifest
 from ..core.servers import join_servers, parse_servers
 from cotal_trio.service.host import LaneState
@@ -153,7 +154,12 @@ async def serve(
     async with serve_until_signal(command) as nursery:  # Ctrl-C works during start-up too
         tune_for_serving()  # gc.freeze and the GIL switch interval: service/runtime.py
         # A callout user missing from auth_users is named by the lane itself (lane/refusals.py).
-        info = await nursery.start(functools.partial(run_service, config))
+        try:
+            info = await nursery.start(functools.partial(run_service, config))
+        except* Unavailable as group:
+            if any(_refused_connect(leaf) for leaf in leaves(group)):
+                raise ConfigError(_no_broker(config)) from group
+            raise
         _banner(info, config, await info.host.first_outcomes() if info.host is not None else {})
     return 0
 
@@ -196,6 +202,28 @@ def _check_server(paths: RootPaths, server: str | None) -> str:
     its ``cotal up`` broker (:func:`resolve_servers`): the comma-separated seed list every
     connection of the service's lanes opens with (issue 17 item 3)."""
     return join_servers(resolve_servers(paths, server))
+
+
+def _refused_connect(exc: BaseException) -> bool:
+    """Whether ``exc`` (an ``Unavailable``) came from a connect nothing accepted: its cause chain
+    holds a refused (or unroutable) socket connect."""
+    link: BaseException | None = exc
+    while link is not None:
+        if isinstance(link, ConnectionRefusedError) or getattr(link, "errno", None) in _UNREACHABLE:
+            return True
+        link = link.__cause__
+    return False
+
+
+_UNREACHABLE = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
+
+
+def _no_broker(config: ServiceConfig) -> str:
+    """The sentence for a broker that refused the lane's connect, with the fix."""
+    return (
+        f"the broker at {config.server_url} did not answer (connection refused) - start it "
+        f"(`cotal up --root {config.root.root}`, or the broker's unit), or pass the right --server"
+    )
 
 
 def hosted_summary(states: Mapping[str, LaneStatus]) -> str:
