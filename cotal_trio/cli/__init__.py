@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         from cyclopts.exceptions import CycloptsError  # inside the Ctrl-C guard, as the app is
 
         try:
+            if _bare_group(_app(), argv):
+                _app().help_print(argv, console=_app().error_console)
+                return ExitCode.USAGE
             result = _app()(argv, result_action="return_value", exit_on_error=False, console=_pipe_console())
             sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
         except CycloptsError:  # cyclopts printed its panel naming the bad flag or command
@@ -139,6 +142,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cotal: {sentence}", file=sys.stderr)
         return 1
     return result if isinstance(result, int) else 0
+
+
+def _bare_group(cli: Any, argv: list[str] | None) -> bool:
+    """Whether ``argv`` names a command group and stops there (``cotal doctor``, ``cotal service
+    run``): a usage error, its usage on stderr and exit 64, where cyclopts would print the help on
+    stdout and exit 0, which a script reads as "checked, all well". ``cotal`` alone (no group
+    named) keeps its help and 0; an extra token (a flag, an unknown name) is cyclopts' to refuse.
+    """
+    chain, apps, unused = cli.parse_commands(argv)
+    return bool(chain) and not unused and apps[-1].default_command is None
 
 
 # Errors that are the operator's or a dependency's to fix: one sentence, exit 1, no traceback.

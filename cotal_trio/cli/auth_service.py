@@ -29,9 +29,11 @@ good, and a callout-only replica then refuses the space (spec "Callout replicas"
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -41,9 +43,10 @@ from cyclopts import Parameter
 
 from ..core.admission import CalloutLimits
 from ..broker.spaces import MODE_STATIC, space_mode
-from ..core.errors import ConfigError
-from ..core.manifest import ManifestRefused, parse_manifest
+from ..core.errors import ConfigError, Unavailable, leaves
+from ..core.manifest import LaneStatus, ManifestRefused, parse_manifest
 from ..core.servers import join_servers, parse_servers
+from cotal_trio.service.host import LaneState
 from cotal_trio.service.hosting import ServiceConfig, ServiceInfo, public_fields, run_service
 from cotal_trio.service.runtime import tune_for_serving
 from ..state.space_folders import migrate_space_folders, rename_note
@@ -154,7 +157,13 @@ async def serve(
     async with serve_until_signal(command) as nursery:  # Ctrl-C works during start-up too
         tune_for_serving()  # gc.freeze and the GIL switch interval: service/runtime.py
         # A callout user missing from auth_users is named by the lane itself (lane/refusals.py).
-        _banner(await nursery.start(functools.partial(run_service, config)), config)
+        try:
+            info = await nursery.start(functools.partial(run_service, config))
+        except* Unavailable as group:
+            if any(_refused_connect(leaf) for leaf in leaves(group)):
+                raise ConfigError(_no_broker(config)) from group
+            raise
+        _banner(info, config, await info.host.first_outcomes() if info.host is not None else {})
     return 0
 
 
@@ -198,24 +207,58 @@ def _check_server(paths: RootPaths, server: str | None) -> str:
     return join_servers(resolve_servers(paths, server))
 
 
+def _refused_connect(exc: BaseException) -> bool:
+    """Whether ``exc`` (an ``Unavailable``) came from a connect nothing accepted: its cause chain
+    holds a refused (or unroutable) socket connect."""
+    link: BaseException | None = exc
+    while link is not None:
+        if isinstance(link, ConnectionRefusedError) or getattr(link, "errno", None) in _UNREACHABLE:
+            return True
+        link = link.__cause__
+    return False
+
+
+_UNREACHABLE = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
+
+
+def _no_broker(config: ServiceConfig) -> str:
+    """The sentence for a broker that refused the lane's connect, with the fix."""
+    return (
+        f"the broker at {config.server_url} did not answer (connection refused) - start it "
+        f"(`cotal up --root {config.root.root}`, or the broker's unit), or pass the right --server"
+    )
+
+
+def hosted_summary(states: Mapping[str, LaneStatus]) -> str:
+    """``serving 1 space, retrying 1: c (see .applied for why)`` for lane ``states`` by space.
+
+    Only a ``serving`` lane counts as serving: a start banner claims no more (DESIGN.md 9).
+    """
+    serving = sum(status.state == LaneState.SERVING for status in states.values())
+    text = f"serving {serving} space{'' if serving == 1 else 's'}"
+    retrying = [space for space, status in states.items() if status.state == LaneState.RETRYING]
+    if retrying:
+        text += f", retrying {len(retrying)}: {', '.join(retrying)} (see .applied for why)"
+    return text
+
+
 def _limits(auth_timeout: float | None) -> CalloutLimits:
     if check_auth_timeout(auth_timeout) is None:
         return CalloutLimits()
     return CalloutLimits(auth_timeout_s=auth_timeout)
 
 
-def _banner(info: ServiceInfo, config: ServiceConfig) -> None:
+def _banner(info: ServiceInfo, config: ServiceConfig, states: Mapping[str, LaneStatus]) -> None:
+    """Print the start line; a host's says how many of its ``states`` (its lanes' first outcomes,
+    :meth:`~cotal_trio.service.host.Host.first_outcomes`) serve and names those retrying."""
     mode = " (callout only)" if config.callout_only else ""
     if info.manifest is not None:
         where = f"from {info.manifest}, .applied at {info.applied}"
-        if not info.spaces:
+        if not states:
             where = f"serving 0 spaces - {_zero_spaces_reason(info.manifest, config.callout_only)} ({where})"
         else:
-            where = f"{len(info.spaces)} spaces {where}"
-        print(
-            f"✓ auth-service up{mode} - {where}",
-            flush=True,
-        )
+            where = f"{hosted_summary(states)} - {where}"
+        print(f"✓ auth-service up{mode} - {where}", flush=True)
         return
     face = f", exchange at {info.lane.url}" if info.lane is not None and info.lane.url else ""
     if config.exchange_public_port is not None:

@@ -58,8 +58,9 @@ EXIT_TABLE: tuple[ExitMeaning, ...] = (
     ),
     ExitMeaning(
         ExitCode.USAGE,
-        "Usage error: an unknown command or flag, a missing or malformed value (the error panel on "
-        "stderr names it); fix the command line, see --help.",
+        "Usage error: an unknown command or flag, a missing or malformed value, a command group without its "
+        "subcommand (`cotal doctor` alone prints its subcommands); the error panel on "
+        "stderr names it; fix the command line, see --help.",
     ),
     ExitMeaning(ExitCode.INTERRUPTED, "Interrupted by Ctrl-C (SIGINT) before it finished."),
     ExitMeaning(

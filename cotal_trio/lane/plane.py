@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import trio
 
+from cotal_trio.core import wire
 from cotal_trio.core.errors import CodecError, ConfigError, Unavailable
 from cotal_trio.core.plane import (
     PLANE_KEY,
@@ -135,6 +136,7 @@ async def hold_plane(
     lease: Lease = DEFAULT_LEASE,
     clock: Callable[[], float],
     replicas: int = 1,
+    copies: dict[str, int] | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Trio: hold ``space``'s plane claim until cancelled; ``started(generation)``.
@@ -145,6 +147,8 @@ async def hold_plane(
         lease: lease and fencing margin.
         clock: wall time, unix seconds (the row's ``renewedAt``).
         replicas: the auth bucket's copies, created or scaled up to (issue 17 item 1).
+        copies: if given, the bucket's stream and its copies after the ensure are added to it
+            before ``started`` (the lane's one "more copies" warning; no second STREAM.INFO).
 
     Raises:
         ClaimRefused: before ``started``: another service holds the space, or the row is
@@ -155,7 +159,9 @@ async def hold_plane(
         ConfigError: the bucket exists with another shape.
     """
     bucket = plane_bucket(space)
-    await ensure_bucket(conn, bucket, history=1, allow_msg_ttl=True, replicas=replicas)
+    count = await ensure_bucket(conn, bucket, history=1, allow_msg_ttl=True, replicas=replicas)
+    if copies is not None:
+        copies[wire.kv_stream(bucket)] = count
     mine, revision, last_t = await _acquire(
         conn, space, bucket, holder=holder, lease=lease, clock=clock
     )

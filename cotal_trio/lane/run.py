@@ -49,6 +49,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import NoReturn
 
 import trio
@@ -59,7 +60,7 @@ from cotal_trio.stores.issuance import RowExpiries, issuance_store
 from cotal_trio.lane.sweep import run_issuance_sweep
 from cotal_trio.stores.issued import IssuedStores, IssuedStoresMissing
 from cotal_trio.stores.records import ensure_records_stores
-from cotal_trio.stores.replicas import above_wanted, placing, read_store_replicas
+from cotal_trio.stores.replicas import placing
 from cotal_trio.stores.streams import ensure_space_streams
 from cotal_trio.lane.callout.build import build_responder
 from cotal_trio.lane.callout.responder import CALLOUT_QUEUE_GROUP, CALLOUT_SUBJECT, CalloutResponder
@@ -193,11 +194,12 @@ async def _hold_space(nursery: trio.Nursery, spec: FullLane, store_conn: Connect
     sweep runs in ``nursery`` too, from the moment the claim (and so the bucket) is held.
     """
     holder = spec.holder or holder_id()
+    copies: dict[str, int] = {}  # every stream's copies, as its ensure left it
     with placing(spec.space, spec.replicas):  # a count the broker cannot place: one sentence (issue 17 item 1)
         await nursery.start(
             functools.partial(
                 hold_plane, store_conn, spec.space, holder=holder, lease=spec.lease, clock=spec.common.clock,
-                replicas=spec.replicas,
+                replicas=spec.replicas, copies=copies,
             )
         )
     store = issuance_store(store_conn, spec.space)
@@ -205,13 +207,13 @@ async def _hold_space(nursery: trio.Nursery, spec: FullLane, store_conn: Connect
         functools.partial(run_issuance_sweep, store, space=spec.space, clock=spec.common.clock, expiries=row_expiries)
     )
     with placing(spec.space, spec.replicas):
-        await ensure_records_stores(store_conn, spec.space, replicas=spec.replicas)
+        copies |= await ensure_records_stores(store_conn, spec.space, replicas=spec.replicas)
         # the wire layout's streams (docs/wire-layout.md)
-        await ensure_space_streams(store_conn, spec.space, replicas=spec.replicas)
+        copies |= await ensure_space_streams(store_conn, spec.space, replicas=spec.replicas)
         # spec "Issued authority": both stores in their exact shape; a drifted one refuses the start
         # with the remedy (cotal up --recreate-issued-stores), never silently adopted
-        await IssuedStores(store_conn, spec.space).ensure(replicas=spec.replicas)
-    await _warn_above(store_conn, spec.space, spec.replicas)
+        copies |= await IssuedStores(store_conn, spec.space).ensure(replicas=spec.replicas)
+    _warn_above(spec.space, copies, spec.replicas)
     if spec.service_endpoints:
         admission = await open_admission(store_conn, spec.space, holder=holder, now=spec.common.clock())
         log.info("space %s: service-endpoint admission open (since %s)", spec.space, admission.opened_at)
@@ -220,17 +222,16 @@ async def _hold_space(nursery: trio.Nursery, spec: FullLane, store_conn: Connect
     scrub_readiness(spec)
 
 
-async def _warn_above(store_conn: Connection, space: str, replicas: int) -> None:
-    """One warning naming the stores with more copies than the space's ``replicas``: they are left
-    as they are (never scaled down; :mod:`cotal_trio.stores.replicas`)."""
-    if replicas >= 5:
-        return  # nothing can have more
-    above = above_wanted(await read_store_replicas(store_conn, space), replicas)
+def _warn_above(space: str, copies: Mapping[str, int], replicas: int) -> None:
+    """One warning naming the stores with more ``copies`` (by stream name, as the lane's ensures
+    left them) than the space's ``replicas``: they are left as they are (never scaled down;
+    :mod:`cotal_trio.stores.replicas`)."""
+    above = sorted((stream, count) for stream, count in copies.items() if count > replicas)
     if above:
         log.warning(
             "space %s: %s keep more copies than its replicas %d and are left as they are - raise \"replicas\""
             " in its entry of spaces.json to match, or scale them down by hand (nats stream edit --replicas)",
-            space, ", ".join(f"{s.stream} (R{s.replicas})" for s in above), replicas,
+            space, ", ".join(f"{stream} (R{count})" for stream, count in above), replicas,
         )
 
 

@@ -129,7 +129,10 @@ async def _open_callout(spec: LaneSpec, material: SpaceMaterial, creds: str, nam
     except Unavailable as refused:
         if connected:  # the lane's own failure later on, not the connect's
             raise
-        raise await name_callout_refusal(refused, space_paths=spec.paths, material=material, server_url=url) from None
+        named = await name_callout_refusal(refused, space_paths=spec.paths, material=material, server_url=url)
+        if named is refused:  # not named: keep its cause (a refused socket), which the CLI names
+            raise
+        raise named from None
 
 
 @contextlib.asynccontextmanager

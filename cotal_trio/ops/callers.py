@@ -45,6 +45,7 @@ from cotal_trio.core.callers import (
     render_intent,
 )
 from cotal_trio.core.errors import ConfigError, RefusalCode, Refused, Unavailable
+from cotal_trio.core.servers import join_servers, parse_servers
 from cotal_trio.natsio import (
     Connection,
     JetStreamError,
@@ -146,11 +147,14 @@ async def open_temporary_user(
     ``open_loop()``.
 
     Raises:
-        Unavailable: nothing reachable at ``server_url`` (the sentence names the fix), or the
-            broker refused the connect or did not answer.
+        Unavailable: nothing reachable at ``server_url`` (the sentence names the fix and the seed
+            list as parsed), or the broker refused the connect or did not answer.
+        ConfigError: ``server_url`` is not a seed list (:func:`~cotal_trio.core.servers.parse_servers`).
 
     Spec "Provisioning" / "Standalone callers".
     """
+    # natsio names the seed list as parsed (blanks around commas dropped): so does the sentence
+    server_url = join_servers(parse_servers(server_url))
     creds = mint_service_user(material, name=name, permissions=permissions, iat=now, exp=now + MINTER_LIFETIME_S)
     connect = open_connection(server_url, creds=creds, name=inbox_nonce, inbox_prefix=f"_INBOX_{inbox_nonce}",
                               reconnect=False)  # fmt: skip

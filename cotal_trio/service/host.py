@@ -232,6 +232,15 @@ class Host:
         """Every lane's status by space (a copy)."""
         return {space: lane.status for space, lane in sorted(self._lanes.items())}
 
+    async def first_outcomes(self) -> dict[str, LaneStatus]:
+        """Every lane's status by space once each has ended its first start (``serving``, or
+        ``retrying`` with its reason), as :meth:`current_states` then: what a start banner may
+        claim. A lane stopping meanwhile is not waited for.
+        """
+        while any(lane.outcomes == 0 and lane.status.state != LaneState.STOPPING for lane in self._lanes.values()):
+            await self._outcome.wait()
+        return self.current_states()
+
     def statistics(self) -> HostStatistics:
         """The host's :class:`HostStatistics` now."""
         sha = self._manifest.sha256 if self._manifest else None

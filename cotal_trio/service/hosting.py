@@ -43,7 +43,7 @@ from cotal_trio.devidp import jwks
 from cotal_trio.state import RootPaths, load_idp_pin
 from cotal_trio.state.space_folders import require_space
 from cotal_trio.lane.events import EventBus
-from cotal_trio.service.host import HostConfig, run_host
+from cotal_trio.service.host import Host, HostConfig, run_host
 from cotal_trio.service.idp_keys import IdpKeyCache, open_pinned_keys
 from cotal_trio.service.notify import ServiceNotifier
 from cotal_trio.service.pins import load_pinned_dev_idp
@@ -331,12 +331,15 @@ class ServiceInfo:
         manifest: the manifest (``None`` for one space).
         applied: ``<manifest>.applied`` (``None`` for one space).
         lane: the single lane's :class:`LaneInfo` (``None`` for a host).
+        host: the running :class:`~cotal_trio.service.host.Host`, to ask which lanes serve
+            (``None`` for one space).
     """
 
     spaces: tuple[str, ...]
     manifest: Path | None = None
     applied: Path | None = None
     lane: LaneInfo | None = None
+    host: Host | None = None
 
 
 async def run_service(
@@ -384,7 +387,7 @@ async def run_service(
             nursery.start_soon(notifier.follow, host)
             task_status.started(ServiceInfo(
                 spaces=tuple(host.current_states()), manifest=config.manifest,
-                applied=_applied(config.manifest),
+                applied=_applied(config.manifest), host=host,
             ))
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -234,9 +234,10 @@ class IssuedStores:
 
     # -- the stores ----------------------------------------------------------------------------
 
-    async def ensure(self, *, replicas: int = 1) -> None:
+    async def ensure(self, *, replicas: int = 1) -> dict[str, int]:
         """Trio: create both stores with their exact shapes at ``replicas`` copies, or verify them
-        and scale them up to it (idempotent; issue 17 item 1).
+        and scale them up to it (idempotent; issue 17 item 1); each store's stream name and its
+        copies after it (more than ``replicas`` when it had more: never scaled down).
 
         Raises:
             ConfigError: a store exists with another shape; the sentence names the differences
@@ -244,9 +245,11 @@ class IssuedStores:
             NoPlacement: the broker cannot place ``replicas`` copies.
             Unavailable: the broker or JetStream did not answer, or refused.
         """
+        copies = {}
         for shape in self._shapes:
             with self._drift():
-                await ensure_stream(self._conn, shape, replicas=replicas)
+                copies[shape.name] = await ensure_stream(self._conn, shape, replicas=replicas)
+        return copies
 
     async def check(self) -> None:
         """Trio: verify both stores without creating one (a binder that is not their creator).

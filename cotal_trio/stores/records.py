@@ -101,7 +101,7 @@ class StoresMissing(Unavailable):
     """The space's records or sessions bucket does not exist; the message names the fix."""
 
 
-async def ensure_records_stores(conn: Connection, space: str, *, replicas: int = 1) -> None:
+async def ensure_records_stores(conn: Connection, space: str, *, replicas: int = 1) -> dict[str, int]:
     """Trio: create both stores of ``space`` (history 1, per-message TTLs) at ``replicas`` copies,
     or verify them and scale them up to it (issue 17 item 1; :mod:`cotal_trio.stores.replicas`).
 
@@ -111,13 +111,19 @@ async def ensure_records_stores(conn: Connection, space: str, *, replicas: int =
         conn: a data-account connection allowed the buckets' stream info, create and update
             (the full lane's store user, :func:`~cotal_trio.lane.service_users.store_permissions`).
 
+    Returns:
+        Each bucket's stream (``KV_<bucket>``) and its copies after the ensure (more than
+        ``replicas`` when it had more: never scaled down).
+
     Raises:
         ConfigError: a bucket exists with another shape (the sentence names the fix).
         NoPlacement: the broker cannot place ``replicas`` copies.
         Unavailable: the broker or JetStream did not answer, or refused.
     """
-    for bucket in (records_bucket(space), sessions_bucket(space)):
-        await ensure_bucket(conn, bucket, history=1, allow_msg_ttl=True, replicas=replicas)
+    return {
+        wire.kv_stream(bucket): await ensure_bucket(conn, bucket, history=1, allow_msg_ttl=True, replicas=replicas)
+        for bucket in (records_bucket(space), sessions_bucket(space))
+    }
 
 
 def _kv_publish(bucket: str, prefix: str = "") -> str:

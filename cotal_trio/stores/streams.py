@@ -106,12 +106,16 @@ def admission_shape(space: str) -> StreamShape:
     )  # fmt: skip
 
 
-async def ensure_space_streams(conn: Connection, space: str, *, replicas: int = 1) -> None:
+async def ensure_space_streams(conn: Connection, space: str, *, replicas: int = 1) -> dict[str, int]:
     """Trio: create (or verify) the space's four message streams, presence bucket, channel
     registry and admission store, at ``replicas`` copies (an existing one is scaled up to it; issue 17 item 1). Idempotent.
 
     The durables made later on these streams follow their stream's count (no ``num_replicas``
     in :data:`DURABLE_CONFIG`), and the broker scales them with it.
+
+    Returns:
+        Each stream's name and its copies after the ensure (more than ``replicas`` when it had
+        more: never scaled down).
 
     Raises:
         StreamDrift: a stream exists with another shape.
@@ -120,11 +124,21 @@ async def ensure_space_streams(conn: Connection, space: str, *, replicas: int = 
         NoPlacement: the broker cannot place ``replicas`` copies.
         Unavailable: the broker or JetStream did not answer, or refused.
     """
-    for stream in wire.all_streams(space):
-        await ensure_stream(conn, message_stream_shape(stream), replicas=replicas)
-    await ensure_bucket(conn, wire.presence_bucket(space), history=1, direct=True, allow_msg_ttl=True, replicas=replicas)
-    await ensure_bucket(conn, wire.channels_bucket(space), history=1, direct=False, allow_msg_ttl=False, replicas=replicas)
-    await ensure_stream(conn, admission_shape(space), replicas=replicas)
+    copies = {
+        stream.name: await ensure_stream(conn, message_stream_shape(stream), replicas=replicas)
+        for stream in wire.all_streams(space)
+    }
+    presence = wire.presence_bucket(space)
+    copies[wire.kv_stream(presence)] = await ensure_bucket(
+        conn, presence, history=1, direct=True, allow_msg_ttl=True, replicas=replicas
+    )
+    channels = wire.channels_bucket(space)
+    copies[wire.kv_stream(channels)] = await ensure_bucket(
+        conn, channels, history=1, direct=False, allow_msg_ttl=False, replicas=replicas
+    )
+    admission = admission_shape(space)
+    copies[admission.name] = await ensure_stream(conn, admission, replicas=replicas)
+    return copies
 
 
 async def ensure_durable(conn: Connection, durable: wire.Durable, config: Mapping[str, Any] = DURABLE_CONFIG) -> None:

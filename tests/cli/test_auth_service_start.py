@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from cotal_trio.broker.process import free_port
 from cotal_trio.cli import main
 
@@ -96,4 +98,23 @@ def test_a_static_space_names_its_mode(tmp_path, capsys):
     assert err == (
         "cotal: space st is a static space: it has no auth callout - its clients connect with minted "
         "credentials (cotal auth mint)\n"
+    )
+
+
+@pytest.mark.parametrize("entry", [["auth-service"], ["service", "run", "auth-service"]])
+def test_a_broker_that_refuses_the_connect_is_named_with_the_fix(tmp_path, capsys, entry):
+    """``--server`` at a closed loopback port: the one line says the broker there did not answer
+    and names the fix (start it, or pass the right --server), not only the socket's errno."""
+    root = str(tmp_path / "root")
+    assert main(["space", "add", "s", "--root", root, "--new-root"]) == 0
+    capsys.readouterr()
+    url = f"nats://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "cotal_trio", *entry, "--space", "s", "--root", root, "--server", url],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"cotal: the broker at {url} did not answer (connection refused) - start it (`cotal up --root {root}`, "
+        "or the broker's unit), or pass the right --server"
     )

@@ -44,6 +44,27 @@ def test_a_usage_error_exits_64_not_the_retry_later_2(argv, capsys):
     assert capsys.readouterr().err  # cyclopts' panel names what is wrong
 
 
+@pytest.mark.parametrize(("argv", "subcommand"), [
+    (["doctor"], "auth"),
+    (["space"], "add"),
+    (["auth"], "mint"),
+    (["service"], "run"),
+    (["service", "run"], "auth-service"),
+])
+def test_a_command_group_without_its_subcommand_is_a_usage_error(argv, subcommand, capsys):
+    """``cotal doctor`` alone checked nothing: it prints its usage (the subcommands) where usage
+    errors go, stderr, and exits 64 as an unknown command does, never 0 ("checked, all well")."""
+    assert exit_of(argv) == ExitCode.USAGE
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert f"Usage: cotal {' '.join(argv)} COMMAND" in err and subcommand in err
+
+
+def test_cotal_alone_still_prints_its_help_and_exits_0(capsys):
+    assert exit_of([]) == ExitCode.OK
+    assert "Usage: cotal COMMAND" in capsys.readouterr().out
+
+
 def test_a_refusal_still_exits_1(root: Root, capsys):
     code, out, err = root.run(capsys, "exchange", "--actor", "cli", "--idp-token", "x")
     assert (code, out) == (ExitCode.FAILED, "") and err.startswith("cotal: ")

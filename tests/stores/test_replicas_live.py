@@ -17,13 +17,16 @@ Only the nats-servers the tests start are stopped (their nursery, by pid).
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
+import time
 from contextlib import AbstractAsyncContextManager
 
 import pytest
 import trio
 
+from cotal_trio.broker.provision import mint_service_user
 from cotal_trio.broker.config import Cluster, Node, render_node, route_secret, write_config
 from cotal_trio.broker.process import free_port, run_nats_server
 from cotal_trio.core import wire
@@ -31,10 +34,10 @@ from cotal_trio.core.errors import ConfigError
 from cotal_trio.core.manifest import SpaceEntry
 from cotal_trio.lane.spec import LaneCommon
 from cotal_trio.natsio import (
-    Connection, ensure_bucket, ensure_consumer, ensure_stream, js_api, kv_get, kv_put, open_loop,
+    Connection, ensure_bucket, ensure_consumer, ensure_stream, js_api, kv_get, kv_put, open_connection, open_loop,
 )
 from cotal_trio.service.hosting import FullLanes, ServiceConfig, lane_factory, run_service
-from cotal_trio.state import RootPaths, load_broker
+from cotal_trio.state import RootPaths, load_broker, load_space
 from cotal_trio.stores.replicas import read_store_replicas, space_stream_names
 from cotal_trio.stores.streams import message_stream_shape
 from tests.support.cli_root import cotal
@@ -162,6 +165,36 @@ async def test_one_replica_on_one_node_serves_with_every_store_r1(one_node, caps
     assert code == 0, err
     (line,) = [line for line in out.splitlines() if line.startswith(f"{SPACE}  serving")]
     assert line.endswith("  stores R1 (leader cotal)")
+
+
+def _info_observer(paths: RootPaths, url: str) -> AbstractAsyncContextManager[Connection]:
+    """A data-account user that sees every ``$JS.API.STREAM.INFO.*`` request of the account: the
+    broker delivers the lane's requests to it as to JetStream."""
+    material = load_space(paths.space(SPACE).callout_json, SPACE)
+    now = int(time.time())
+    creds = mint_service_user(
+        material, name="test-info-observer", permissions={"pub": {"allow": []}, "sub": {"allow": ["$JS.API.STREAM.INFO.>"]}},
+        iat=now, exp=now + 600,
+    )  # fmt: skip
+    return open_connection(url, creds=creds, name="test-info-observer", reconnect=False)
+
+
+async def test_a_full_lane_start_asks_each_stream_its_info_once(one_node, capsys, nursery):
+    """The stores' count for the lane's one "more copies" warning comes from the ensures that just
+    created or checked each stream, not from a second STREAM.INFO of every stream (the broker's
+    view: a subscriber on the account's STREAM.INFO subjects). A key listing (STREAM.INFO with a
+    subjects filter: the issuance sweep's) is not a stream's info and is not counted."""
+    paths, url = one_node
+    seen: list[str] = []
+    with trio.fail_after(CEILING_S):
+        await push(capsys, paths, url, 1)
+        async with open_loop(), _info_observer(paths, url) as observer:
+            await observer.subscribe("$JS.API.STREAM.INFO.>", on_message=lambda msg: seen.append(msg.subject)
+                                     if b"subjects_filter" not in msg.data else None)  # not a key listing (the sweep's)
+            await observer.flush()
+            await nursery.start(full_lane(paths, url))
+            await observer.flush()
+    assert collections.Counter(seen) == {f"$JS.API.STREAM.INFO.{name}": 1 for name in space_stream_names(SPACE)}
 
 
 async def test_space_add_refuses_a_bad_count_and_a_static_space(tmp_path, capsys):
