@@ -12,6 +12,9 @@ TLS-terminating reverse proxy; ``--exchange-public-url``, ``--exchange-trusted-p
 ``--advertised-server`` need it. The flags become the space's manifest-entry fields
 (:class:`~cotal_trio.service.hosting.ServiceConfig`), checked by the manifest's own rules.
 
+``--ops-port N`` serves the process's operator face on 127.0.0.1:N (0, the default, a free port):
+every space's metrics, the status page and ``/events`` (:mod:`cotal_trio.service.ops_face`).
+
 ``--service-endpoints`` (with ``--space``; a manifest sets ``serviceEndpoints`` per entry) opens
 the space's service-endpoint admission for good, and a callout-only replica then refuses the
 space (spec "Callout replicas"; :mod:`cotal_trio.lane.service_endpoints`).
@@ -59,6 +62,7 @@ async def auth_service(
     callout_only: Annotated[bool, Parameter(help="Replica: the callout only (no HTTP face, no auth-service.json).")] = False,
     auth_timeout: Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2); the callout deadline budget.")] = None,
     service_endpoints: Annotated[bool, Parameter(help="With --space: open the space's service-endpoint admission; nothing closes it, and callout-only replicas then refuse the space.")] = False,
+    ops_port: Annotated[int, Parameter(help="The process's operator face on 127.0.0.1: /metrics of every space (with lane states and build info), the status page of every space and /events; its capability is in <root>/ops/<port>.json. Pass a port for a fixed scrape target; 0 picks a free one at each start.")] = 0,
     public: PublicFaceFlags = PublicFaceFlags(),
 ) -> int:
     """Run the auth service for one space or a manifest of spaces until Ctrl-C.
@@ -76,7 +80,7 @@ async def auth_service(
     config = ServiceConfig(
         root=Where(root=root).paths(), server_url=_check_server(Where(root=root).paths(), server), space=space, manifest=spaces,
         callout_only=callout_only, service_endpoints=service_endpoints, limits=_limits(auth_timeout),
-        **public_fields(public),
+        ops_port=ops_port, **public_fields(public),
     )
     # The flags first; then a root of an earlier version is renamed (state/space_folders.py), and
     # the space found: a mistyped --space or --root is named as every command names it.
@@ -149,13 +153,17 @@ def _banner(info: ServiceInfo, config: ServiceConfig) -> None:
             where = f"serving 0 spaces - {_zero_spaces_reason(info.manifest, config.callout_only)} ({where})"
         else:
             where = f"{len(info.spaces)} spaces {where}"
-        print(
-            f"✓ auth-service up{mode} - {where}",
-            flush=True,
-        )
+        print(f"✓ auth-service up{mode} - {where}", _ops_line(info, config), sep="\n", flush=True)
         return
     face = f", exchange at {info.lane.url}" if info.lane is not None and info.lane.url else ""
     if config.exchange_public_port is not None:
         face += f", public face on 127.0.0.1:{config.exchange_public_port}"
         face += f" ({config.exchange_public_url})" if config.exchange_public_url else ""
-    print(f"✓ auth-service up{mode} - space {info.spaces[0]} on {config.server_url}{face}", flush=True)
+    print(f"✓ auth-service up{mode} - space {info.spaces[0]} on {config.server_url}{face}", _ops_line(info, config),
+          sep="\n", flush=True)
+
+
+def _ops_line(info: ServiceInfo, config: ServiceConfig) -> str:
+    """Where the process's operator face is, and where its capability is (issue 18 item 8)."""
+    port = info.ops_url.rsplit(":", 1)[-1]
+    return f"  operator face: {info.ops_url} (/metrics, status page, /events; capability in {config.root.ops_dir / f'{port}.json'})"

@@ -74,6 +74,7 @@ class Serve:
     space: Annotated[str | None, Parameter(help="Serve this one space (exclusive with --spaces).")] = None
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal), made absolute.")] = None
     auth_timeout: Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2).")] = None
+    ops_port: Annotated[int, Parameter(help="The process's operator face on 127.0.0.1 (/metrics of every space, the status page, /events): pass a port for a fixed scrape target; 0 picks a free one at each start.")] = 0
 
 
 @Parameter(name="*")
@@ -256,7 +257,7 @@ def _config(serve: Serve, full: Full, *, callout_only: bool) -> ServiceConfig:
     return ServiceConfig(
         root=Where(root=serve.root).paths(), server_url=server, space=serve.space,
         manifest=Path(os.path.abspath(serve.spaces)) if serve.spaces is not None else None,
-        callout_only=callout_only, service_endpoints=full.service_endpoints,
+        callout_only=callout_only, service_endpoints=full.service_endpoints, ops_port=serve.ops_port,
         **public_fields(full.public),
     )
 
@@ -288,6 +289,7 @@ def _argv(config: ServiceConfig, auth_timeout: float | None) -> list[str]:
     argv += ["--callout-only"] if config.callout_only else []
     argv += ["--auth-timeout", f"{auth_timeout:g}"] if auth_timeout is not None else []
     argv += ["--service-endpoints"] if config.service_endpoints else []
+    argv += ["--ops-port", str(config.ops_port)] if config.ops_port else []
     for name, value in public_fields(config).items():
         flag = "--" + name.replace("_", "-")
         argv += [flag] if value is True else [flag, str(value)] if value not in (None, False) else []

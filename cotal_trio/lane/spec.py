@@ -24,6 +24,7 @@ from cotal_trio.core.plane import Lease
 from cotal_trio.state import SpacePaths
 from cotal_trio.lane.events import EventBus
 from cotal_trio.lane.health import PROBE_EVERY_S
+from cotal_trio.lane.ops import OpsBoard
 from cotal_trio.lane.plane import DEFAULT_LEASE
 from cotal_trio.lane.service_users import ISSUER_LIFETIME_S, STORE_LIFETIME_S
 
@@ -59,6 +60,9 @@ class LaneCommon:
             tests); None: the read as it is.
         probe_every_s: seconds between the lane's self-probes while it is healthy
             (:data:`~cotal_trio.lane.health.PROBE_EVERY_S`, 5 s; tests shorten it).
+        board: the process's metrics board (issue 18 item 8): the lane shows its metrics on it
+            while it serves, for the operator face's ``GET /metrics``, and a full lane records
+            the face's URL (``opsUrl``) in its ``auth-service.json``; None: neither.
     """
 
     server_url: str
@@ -70,6 +74,7 @@ class LaneCommon:
     store_lifetime_s: int = STORE_LIFETIME_S
     wrap_ledger: Callable[[ReadRows], ReadRows] | None = None
     probe_every_s: float = PROBE_EVERY_S
+    board: OpsBoard | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
