@@ -94,8 +94,10 @@ class OpsBoard:
         return {space: str(lane["state"]) for space, lane in sorted(self._events.lanes().items())}
 
     def build(self) -> dict[str, str]:
-        """``{"version", "python", "nats_server"}``: the build-info labels."""
-        return {"version": __version__, "python": platform.python_version(), "nats_server": self._nats_server or UNKNOWN}
+        """``{"version", "python", "nats_server"}``: the build-info labels (``nats_server`` as
+        ``2.10.22``, without ``--version``'s leading ``v``)."""
+        nats = (self._nats_server or UNKNOWN).removeprefix("v")  # `--version` says v2.10.22, INFO 2.10.22
+        return {"version": __version__, "python": platform.python_version(), "nats_server": nats}
 
     def exposition(self) -> tuple[bytes, str]:
         """The board in the Prometheus text format: ``(body, Content-Type)``; sync."""

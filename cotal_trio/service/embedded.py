@@ -510,8 +510,9 @@ async def _run_ops_face(
         ConfigError: the port is busy, naming ``--ops-port`` (or that it was the recorded one).
     """
     port = policy.ops_port or 0
-    flag = "--ops-port" if config.ops_port is not None or not port else f"--ops-port (recorded in {config.paths.policy_json})"
-    face = functools.partial(run_ops_face, root=config.paths, port=port, board=board, events=events, clock=time.time, flag=flag)
+    recorded = config.ops_port is None and port
+    source = f"--ops-port {port} (recorded in {config.paths.policy_json})" if recorded else None
+    face = functools.partial(run_ops_face, root=config.paths, port=port, board=board, events=events, clock=time.time, source=source)
     async with trio.open_nursery() as nursery:
         url = await nursery.start(face)
         bound = int(url.rsplit(":", 1)[1])

@@ -37,7 +37,7 @@ def check_ops_port(port: int | None) -> None:
 
 async def run_ops_face(
     *, root: RootPaths, port: int, board: OpsBoard, events: EventBus, clock: Callable[[], float],
-    flag: str = "--ops-port", task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    source: str | None = None, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the operator face on 127.0.0.1:``port`` until cancelled (startable; ``started``
     with its URL ``http://127.0.0.1:<bound port>``, once the readiness file is written).
@@ -48,8 +48,8 @@ async def run_ops_face(
         board: the process's metrics board (its ``url`` is set here).
         events: the process's event bus (``/events``, the lane states of ``/health``).
         clock: seconds, for the bad-capability window.
-        flag: how the port's refusal names where it came from (``--ops-port 9464``, or the
-            recorded one).
+        source: how the port's refusal names where the port came from; None: ``--ops-port
+            <port>`` (``cotal up`` names its recorded one so).
 
     Raises:
         ConfigError: the port is busy or not permitted (before ``started``): one sentence
@@ -57,23 +57,29 @@ async def run_ops_face(
     """
     capability = secrets.token_hex(32)
     app = build_ops_app(capability=capability, clock=clock, metrics=board.exposition, events=events, lanes=events.lanes)
+    refused: ConfigError | None = None
     async with trio.open_nursery() as nursery:
         try:
             bound = await nursery.start(functools.partial(serve_app, app, port=port))
         except ConfigError as exc:
-            raise ConfigError(
-                f"{flag} {port}: {exc} (the operator face; pass {flag} with another port, or 0 for a free one)"
-            ) from None
-        path = root.ops_json(bound)
-        url = f"http://127.0.0.1:{bound}"
-        try:
-            write_json(path, {"ver": 1, "url": url, "pid": os.getpid(), "cap": capability})
-            board.url = url
-            task_status.started(url)
-            await trio.sleep_forever()
-        finally:
-            board.url = None
-            _unpublish(path, capability)
+            refused = exc  # raised below, outside the nursery: one sentence, not a group
+        else:
+            path = root.ops_json(bound)
+            url = f"http://127.0.0.1:{bound}"
+            try:
+                write_json(path, {"ver": 1, "url": url, "pid": os.getpid(), "cap": capability})
+                board.url = url
+                task_status.started(url)
+                await trio.sleep_forever()
+            finally:
+                board.url = None
+                _unpublish(path, capability)
+    if refused is not None:
+        problem = str(refused).split(" - ", 1)[0]  # "port N on 127.0.0.1 is busy" (http/serve.py)
+        raise ConfigError(
+            f"{source or f'--ops-port {port}'}: the operator face's {problem} - stop whatever holds it,"
+            " or pass --ops-port with another port (0 picks a free one)"
+        ) from None
 
 
 def _unpublish(path: os.PathLike[str], capability: str) -> None:
