@@ -3,7 +3,7 @@
 ```
 <root>/                               0700
   broker.json        operator + system material (provisioning only)
-  policy.json        {ver, port, authTimeoutS}
+  policy.json        {ver, port, authTimeoutS[, opsPort]}
   devidp.json        the development IdP's state
   spaces.json        the manifest
   ops/<port>.json    readiness file of a running process's operator face {ver, url, pid, cap}

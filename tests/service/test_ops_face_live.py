@@ -39,6 +39,7 @@ from cotal_trio.service.hosting import ServiceConfig, run_service
 from cotal_trio.service.pins import choose_pin
 from cotal_trio.state import load_policy, read_json
 
+from tests.support.cli_root import cotal, restore_cotal_logger  # noqa: F401  autouse: main() configures logging
 from tests.support.events_socket import events_socket, refused
 from tests.support.stack import SPACE, Stack, client, start_stack
 from tests.support.up_hosts import Other, until_applied
@@ -120,7 +121,7 @@ async def two(nursery, tmp_path, nats_server_bin) -> tuple[Stack, Other, int]:
     return stack, other, port
 
 
-async def test_the_operator_face_listens_on_its_port_and_is_recorded(two) -> None:
+async def test_the_operator_face_listens_on_its_port_and_is_recorded(two, capsys) -> None:
     stack, other, port = two
     url = f"http://127.0.0.1:{port}"
     assert stack.info.ops_url == url
@@ -135,6 +136,9 @@ async def test_the_operator_face_listens_on_its_port_and_is_recorded(two) -> Non
     assert status == 200
     assert json.loads(body) == {"ok": True, "pid": os.getpid(), "lanes": {
         SPACE: {"state": "serving", "reason": None}, OTHER: {"state": "serving", "reason": None}}}
+    code, out, _ = await cotal(capsys, "status", "--root", str(stack.paths.root))
+    assert code == 0
+    assert out.splitlines()[-1] == f"operator face {url}  pid {os.getpid()}  (capability in {record})"
 
 
 async def test_metrics_label_every_space_and_count_each_ones_own(two, nats_server_bin) -> None:
