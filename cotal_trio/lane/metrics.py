@@ -23,7 +23,9 @@ metric                                 type       labels                       f
 ``human|agent|none`` (``none``: answered before the body named an arm), ``status`` the HTTP
 status. The callout gauges and drops are read from the responder's ``statistics()``, and the
 connect-limit series from the lane's ``ConnectLimiter.statistics()`` (which counts its own
-refusals), at scrape time, so they cost nothing per request (:meth:`LaneMetrics.watch`).
+refusals), at scrape time, so they cost nothing per request (:meth:`LaneMetrics.watch`); those
+counters carry the lane start's time as their ``_created``, so every counter has one (issue 18
+item 8). The process's operator face serves every lane's registry at once (``lane/ops.py``).
 
 :func:`read_summary` is the reverse, for ``cotal status``: a scrape's text to the few numbers
 it prints.
