@@ -43,6 +43,7 @@ from tests.support.cli_root import cotal, restore_cotal_logger  # noqa: F401  au
 from tests.support.events_socket import events_socket, refused
 from tests.support.stack import SPACE, Stack, client, start_stack
 from tests.support.up_hosts import Other, until_applied
+from tests.support.up_process import _start, _stop, _wait_ready
 
 pytestmark = pytest.mark.broker
 
@@ -312,3 +313,22 @@ async def test_up_keeps_the_port_it_recorded_and_names_it_when_busy(tmp_path, na
         f"--ops-port {port} (recorded in {first.paths.policy_json}): the operator face's port {port} on 127.0.0.1"
         " is busy - stop whatever holds it, or pass --ops-port with another port (0 picks a free one)"
     )
+
+
+def test_cotal_up_names_its_operator_face_and_serves_it(tmp_path) -> None:
+    """``cotal up --ops-port N`` as an operator runs it: the banner names the face and its
+    capability file, ``/metrics`` answers there, and a stop removes the file."""
+    root, port = tmp_path / "root", free_port()
+    proc = _start(root, "--port", str(free_port()), "--ops-port", str(port))
+    try:
+        _wait_ready(proc)
+        line = next(line for line in iter(proc.stdout.readline, "") if line.startswith("  operator face:"))
+        status, body, _ = _get(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        code, err = _stop(proc)
+    assert line == (
+        f"  operator face: http://127.0.0.1:{port} (/metrics, status page, /events; capability in {root}/ops/{port}.json)\n"
+    )
+    assert status == 200 and 'cotal_lane_state{space="default",state="serving"} 1.0' in body.splitlines()
+    assert code == 0, err
+    assert not (root / "ops" / f"{port}.json").exists()
