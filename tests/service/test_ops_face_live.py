@@ -5,8 +5,9 @@
 in that space only), ``cotal_lane_state``, ``cotal_build_info`` and the counters' ``_created``;
 the same port and capability after a space's lane is removed and added again; the status page
 and ``/events`` carry both spaces, refused without the capability or cookie exactly as a
-space's own loopback face refuses. A callout-only ``cotal auth-service`` host serves one too; a
-busy ``--ops-port`` is one sentence naming the flag.
+space's own loopback face refuses; ``cotal status`` names it. A callout-only ``cotal
+auth-service`` host serves one too; a busy ``--ops-port`` is one sentence naming the flag (the
+CLI's, and ``cotal up``'s recorded port). ``cotal up --ops-port`` as a process prints it.
 """
 
 from __future__ import annotations
