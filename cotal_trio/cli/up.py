@@ -67,6 +67,7 @@ async def up(
     http_port: Annotated[int, Parameter(help="Loopback exchange port (0 picks a free one).")] = 0,
     ops_port: Annotated[int | None, Parameter(help="The process's operator face on 127.0.0.1: /metrics of every space (with lane states and build info), the status page of every space and /events; its capability is in <root>/ops/<port>.json. Default: recorded, else a free one, recorded; 0 picks a new free one.")] = None,
     public: PublicFaceFlags = PublicFaceFlags(),
+    service_endpoints: Annotated[bool, Parameter(help="Host service endpoints in the space: its public face serves POST /service-endpoint-authority and /service-endpoint-host, its callout admits service-host connections (docs/http-api.md). Recorded in spaces.json; opens the space's admission for good, so callout-only replicas then refuse it.")] = False,
     recreate_issued_stores: Annotated[Path | None, Parameter(help="Back the space's issued-authority stores up into this new or empty folder, delete them and create them again before serving (needs --space; stop the space's auth service, callout replicas and managers first).")] = None,
 ) -> int:
     """Provision the root if needed, start nats-server and serve the space until Ctrl-C.
@@ -80,6 +81,9 @@ async def up(
 
     --exchange-public-port and its three companions set the public face of the space's entry in
     spaces.json (all four replace it; none keeps the recorded one): service/embedded.py.
+
+    --service-endpoints sets serviceEndpoints on the space's entry in spaces.json, as the public-face
+    flags set theirs (docs/http-api.md "Service endpoints").
 
     --recreate-issued-stores recovers a space whose issued stores were refused as drifted
     (docs/issued-authority.md).
@@ -108,7 +112,7 @@ async def up(
         paths=place.paths(), space=place.space, port=broker.port, auth_timeout_s=broker.auth_timeout,
         nats_server=exe, idp_url=idp, http_port=http_port, ops_port=ops_port,
         nats_server_version=None if version.startswith("version unknown") else version,
-        **public_fields(public), recreate_issued_stores=recreate_issued_stores,
+        **public_fields(public), recreate_issued_stores=recreate_issued_stores, service_endpoints=service_endpoints,
     )
     created = _first_missing(config.paths.root)
     served = False

@@ -121,16 +121,15 @@ async def _open_callout(spec: LaneSpec, material: SpaceMaterial, creds: str, nam
         Unavailable: any other refusal or failure of the connect (as ``open_connection``).
     """
     connected = False
+    url = spec.common.callout_url or spec.common.server_url  # a leaf node's replica answers there
     try:
-        async with open_connection(spec.common.server_url, creds=creds, name=name, reconnect=spec.common.reconnect) as conn:
+        async with open_connection(url, creds=creds, name=name, reconnect=spec.common.reconnect) as conn:
             connected = True
             yield conn
     except Unavailable as refused:
         if connected:  # the lane's own failure later on, not the connect's
             raise
-        raise await name_callout_refusal(
-            refused, space_paths=spec.paths, material=material, server_url=spec.common.server_url,
-        ) from None
+        raise await name_callout_refusal(refused, space_paths=spec.paths, material=material, server_url=url) from None
 
 
 @contextlib.asynccontextmanager
