@@ -280,7 +280,7 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 async def test_a_busy_ops_port_is_one_sentence_naming_the_flag(two) -> None:
     stack, _, port = two
     done = await trio.to_thread.run_sync(functools.partial(
-        _run, "auth-service", "--spaces", str(stack.paths.spaces_manifest), "--callout-only",
+        _run, "service", "run", "callout-replica", "--spaces", str(stack.paths.spaces_manifest),
         "--root", str(stack.paths.root), "--server", stack.info.server_url, "--ops-port", str(port),
     ))
     assert done.returncode == 1
