@@ -14,6 +14,7 @@ from pathlib import Path
 from cotal_trio.cli import app as cli_app
 from cotal_trio.cli.reference import REGENERATE, render
 from cotal_trio.http.errors import ROUTES_CONFIG
+from cotal_trio.http.ops import build_ops_app
 from cotal_trio.http.lifecycle_doors import routes as lifecycle_routes
 from cotal_trio.http.loopback import build_loopback_app
 from cotal_trio.http.manager_doors import routes as manager_routes
@@ -43,13 +44,15 @@ async def _noop_guard() -> object:
 
 
 def _served_routes() -> set[tuple[str, str]]:
-    """(METHOD, path) of every route the two faces serve, the doors included."""
+    """(METHOD, path) of every route the faces serve (loopback, public, operator), the doors included."""
     doors = [
         lambda guard, admit: lifecycle_routes(None, guard=guard, admit_refusal=admit),  # type: ignore[arg-type]
         lambda guard, admit: manager_routes(_doors(consent=True), guard=guard),
     ]
     loopback = build_loopback_app(_context(), metrics=lambda: (b"", "text/plain"), doors=doors, events=EventBus())
-    apps = [loopback, public_app()]
+    ops = build_ops_app(capability="c" * 64, clock=lambda: 0.0, metrics=lambda: (b"", "text/plain"), events=EventBus(),
+                        lanes=dict)  # the process's operator face (issue 18 item 8)
+    apps = [loopback, public_app(), ops]
     served = set()
     for app in apps:
         served |= {(method, path) for path, methods in app.config[ROUTES_CONFIG].items() for method in methods}

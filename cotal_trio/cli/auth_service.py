@@ -19,6 +19,9 @@ TLS-terminating reverse proxy; ``--exchange-public-url``, ``--exchange-trusted-p
 ``--advertised-server`` need it. The flags become the space's manifest-entry fields
 (:class:`~cotal_trio.service.hosting.ServiceConfig`), checked by the manifest's own rules.
 
+``--ops-port N`` serves the process's operator face on 127.0.0.1:N (0, the default, a free port):
+every space's metrics, the status page and ``/events`` (:mod:`cotal_trio.service.ops_face`).
+
 ``--service-endpoints`` (with ``--space``; a manifest sets ``serviceEndpoints`` per entry) hosts
 the space's service endpoints: its public face serves ``POST /service-endpoint-authority`` and
 ``POST /service-endpoint-host`` and its callout admits ``service-host`` connections
@@ -73,6 +76,7 @@ ServerFlag = Annotated[str | None, Parameter(help="The broker's seed URLs, comma
 RootFlag = Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")]
 AuthTimeoutFlag = Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2); the callout deadline budget.")]
 CalloutServerFlag = Annotated[str | None, Parameter(help="With --callout-only: answer the connects of this server, a leaf node's URL(s) (its stores stay on --server, the hub); docs/deploy.md \"Leaf nodes\".")]
+OpsPortFlag = Annotated[int, Parameter(help="The process's operator face on 127.0.0.1: /metrics of every space (with lane states and build info), the status page of every space and /events; its capability is in <root>/ops/<port>.json. Pass a port for a fixed scrape target; 0 picks a free one at each start.")]
 ServiceEndpointsFlag = Annotated[bool, Parameter(help="With --space: host service endpoints (the public face serves POST /service-endpoint-authority and /service-endpoint-host, the callout admits service-host connections; docs/http-api.md) and open the space's service-endpoint admission; nothing closes it, and callout-only replicas then refuse the space.")]
 
 # Spec "Callout replicas": the entry stays for existing units and scripts; new setups use the
@@ -94,6 +98,7 @@ async def auth_service(
     callout_server: CalloutServerFlag = None,
     auth_timeout: AuthTimeoutFlag = None,
     service_endpoints: ServiceEndpointsFlag = False,
+    ops_port: OpsPortFlag = 0,
     public: PublicFaceFlags = PublicFaceFlags(),
 ) -> int:
     """Run the auth service for one space or a manifest of spaces until Ctrl-C (deprecated entry).
@@ -111,14 +116,14 @@ async def auth_service(
     return await serve(
         served=served, server=server, root=root, callout_only=callout_only, callout_server=callout_server,
         auth_timeout=auth_timeout, service_endpoints=service_endpoints, public=public, command="cotal auth-service",
-        note=DEPRECATED,
+        note=DEPRECATED, ops_port=ops_port,
     )
 
 
 async def serve(
     *, served: Served, server: str | None, root: str | None, callout_only: bool, auth_timeout: float | None,
     service_endpoints: bool, public: PublicFaceFlags, command: str, callout_server: str | None = None,
-    note: str | None = None,
+    note: str | None = None, ops_port: int = 0,
 ) -> int:
     """Trio: check the serving flags, then run the lanes until SIGINT or SIGTERM; returns 0.
 
@@ -139,7 +144,7 @@ async def serve(
     config = ServiceConfig(
         root=Where(root=root).paths(), server_url=_check_server(Where(root=root).paths(), server), space=space, manifest=spaces,
         callout_only=callout_only, callout_server=None if callout_server is None else join_servers(parse_servers(callout_server, flag="--callout-server")),
-        service_endpoints=service_endpoints, limits=_limits(auth_timeout),
+        service_endpoints=service_endpoints, limits=_limits(auth_timeout), ops_port=ops_port,
         **public_fields(public),
     )
     # The flags first; then a root of an earlier version is renamed (state/space_folders.py), and
@@ -258,11 +263,18 @@ def _banner(info: ServiceInfo, config: ServiceConfig, states: Mapping[str, LaneS
             where = f"serving 0 spaces - {_zero_spaces_reason(info.manifest, config.callout_only)} ({where})"
         else:
             where = f"{hosted_summary(states)} - {where}"
-        print(f"✓ auth-service up{mode} - {where}", flush=True)
+        print(f"✓ auth-service up{mode} - {where}", _ops_line(info, config), sep="\n", flush=True)
         return
     face = f", exchange at {info.lane.url}" if info.lane is not None and info.lane.url else ""
     if config.exchange_public_port is not None:
         face += f", public face on 127.0.0.1:{config.exchange_public_port}"
         face += f" ({config.exchange_public_url})" if config.exchange_public_url else ""
     callout = f" (callout on {config.callout_server})" if config.callout_server else ""
-    print(f"✓ auth-service up{mode} - space {info.spaces[0]} on {config.server_url}{callout}{face}", flush=True)
+    print(f"✓ auth-service up{mode} - space {info.spaces[0]} on {config.server_url}{callout}{face}", _ops_line(info, config),
+          sep="\n", flush=True)
+
+
+def _ops_line(info: ServiceInfo, config: ServiceConfig) -> str:
+    """Where the process's operator face is, and where its capability is (issue 18 item 8)."""
+    port = info.ops_url.rsplit(":", 1)[-1]
+    return f"  operator face: {info.ops_url} (/metrics, status page, /events; capability in {config.root.ops_dir / f'{port}.json'})"

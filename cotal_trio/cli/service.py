@@ -50,7 +50,7 @@ from ..core.errors import ConfigError
 from ..core.servers import join_servers, parse_servers
 from cotal_trio.service.hosting import ServiceConfig, public_fields
 from ..state.files import atomic_write
-from .auth_service import AuthTimeoutFlag, RootFlag, Served, ServerFlag, ServiceEndpointsFlag
+from .auth_service import AuthTimeoutFlag, OpsPortFlag, RootFlag, Served, ServerFlag, ServiceEndpointsFlag
 from .auth_service import serve as serve_preset
 from .common import PublicFaceFlags, Where, check_auth_timeout
 
@@ -82,6 +82,7 @@ class Serve:
     space: Annotated[str | None, Parameter(help="Serve this one space (exclusive with --spaces).")] = None
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal), made absolute.")] = None
     auth_timeout: Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2).")] = None
+    ops_port: Annotated[int, Parameter(help="The process's operator face on 127.0.0.1 (/metrics of every space, the status page, /events): pass a port for a fixed scrape target; 0 picks a free one at each start.")] = 0
 
 
 @Parameter(name="*")
@@ -251,6 +252,7 @@ async def run_auth_service(
     root: RootFlag = None,
     auth_timeout: AuthTimeoutFlag = None,
     service_endpoints: ServiceEndpointsFlag = False,
+    ops_port: OpsPortFlag = 0,
     public: PublicFaceFlags = PublicFaceFlags(),
 ) -> int:
     """Run the full auth service (lanes with their exchange faces) until SIGINT or SIGTERM.
@@ -259,20 +261,20 @@ async def run_auth_service(
     """
     return await serve_preset(
         served=served, server=server, root=root, callout_only=False, auth_timeout=auth_timeout,
-        service_endpoints=service_endpoints, public=public, command="cotal service run auth-service",
+        service_endpoints=service_endpoints, public=public, command="cotal service run auth-service", ops_port=ops_port,
     )
 
 
 @run_app.command(name="callout-replica")
 async def run_callout_replica(
     *, served: Served = Served(), server: ServerFlag = None, root: RootFlag = None, callout_server: CalloutServer = None,
-    auth_timeout: AuthTimeoutFlag = None,
+    auth_timeout: AuthTimeoutFlag = None, ops_port: OpsPortFlag = 0,
 ) -> int:
     """Run a callout-only replica until SIGINT or SIGTERM (what `cotal auth-service --callout-only` runs, without its deprecation note)."""
     return await serve_preset(
         served=served, server=server, root=root, callout_only=True, callout_server=callout_server,
         auth_timeout=auth_timeout, service_endpoints=False, public=PublicFaceFlags(),
-        command="cotal service run callout-replica",
+        command="cotal service run callout-replica", ops_port=ops_port,
     )
 
 
@@ -303,7 +305,7 @@ def _config(serve: Serve, full: Full, *, callout_only: bool, callout_server: str
     return ServiceConfig(
         root=Where(root=serve.root).paths(), server_url=server, space=serve.space,
         manifest=Path(os.path.abspath(serve.spaces)) if serve.spaces is not None else None,
-        callout_only=callout_only, service_endpoints=full.service_endpoints,
+        callout_only=callout_only, service_endpoints=full.service_endpoints, ops_port=serve.ops_port,
         callout_server=None if callout_server is None else join_servers(parse_servers(callout_server, flag="--callout-server")),
         **public_fields(full.public),
     )
@@ -337,6 +339,7 @@ def _argv(config: ServiceConfig, auth_timeout: float | None) -> list[str]:
     argv += ["--callout-server", config.callout_server] if config.callout_server is not None else []
     argv += ["--auth-timeout", f"{auth_timeout:g}"] if auth_timeout is not None else []
     argv += ["--service-endpoints"] if config.service_endpoints else []
+    argv += ["--ops-port", str(config.ops_port)] if config.ops_port else []
     for name, value in public_fields(config).items():
         flag = "--" + name.replace("_", "-")
         argv += [flag] if value is True else [flag, str(value)] if value not in (None, False) else []

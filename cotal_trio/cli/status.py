@@ -26,6 +26,11 @@ seed says ``reachable`` (with the node's ``server_name``) or ``unreachable`` (wi
 credentials are sent: this checks the address answers as a nats-server, not that connects are
 admitted (``cotal check`` does that).
 
+Each live operator face of the root (``<root>/ops/<port>.json`` naming a live pid; issue 18
+item 8) is one more line after the spaces, ``operator face <url>  pid <pid>  (capability in
+<file>)``; the JSON's ``opsFaces`` lists them (``[{"url", "pid", "file"}]``). They never change
+the exit code.
+
 A ``spaces.json`` that cannot be read or that its host refused (a typo) hides nothing (issue 18
 item 4): the host keeps serving the lanes it has, so they are listed as above, and one more line
 says the refusal (:mod:`cotal_trio.cli._hosted`): ``manifest <path> refused, the current lanes
@@ -68,14 +73,14 @@ from ..core.errors import ConfigError
 from ..core.manifest import LaneStatus
 from ..http.client import ServiceRecord, check_url, no_redirect_opener, pid_alive, read_service
 from cotal_trio.lane.metrics import MetricsSummary, read_summary
-from ..state import RootPaths
+from ..state import RootPaths, read_json
 from ..state.applied import applied_path, read_applied
 from ..state.lock import LOCK_NAME
 from ._hosted import read_hosted
 from ._servers import parse_servers
 from .common import Where
 
-__all__ = ["SeedReach", "SpaceStatus", "probe_seed", "read_status", "status"]
+__all__ = ["OpsFace", "SeedReach", "SpaceStatus", "probe_seed", "read_ops_faces", "read_status", "status"]
 
 # Each probe of a loopback face (GET /health, GET /metrics), seconds; a face answers in ms.
 PROBE_TIMEOUT_S = 2.0
@@ -217,6 +222,7 @@ def status(
     require_root(paths)  # a mistyped --root is named, not reported as a root nothing serves
     seeds = None if servers is None else [probe_seed(url) for url in servers]
     running, spaces = read_status(paths)
+    ops = read_ops_faces(paths)
     hosted = read_hosted(paths)  # a refused spaces.json: its line, after the lanes (issue 18 item 4)
     reachable = next((seed.url for seed in seeds or () if seed.reachable), None)
     if spaces and (seeds is None or reachable is not None):
@@ -225,12 +231,14 @@ def status(
         shown = {} if seeds is None else {"servers": [seed.to_json() for seed in seeds]}
         refused = {} if hosted.refused is None else {"refused": hosted.refused}
         print(json.dumps({"root": str(paths.root), **shown, "running": running, "spaces": [s.to_json() for s in spaces],
-                          **refused}))
+                          "opsFaces": [face.to_json() for face in ops], **refused}))
     else:
         for seed in seeds or ():
             print(seed.line())
         for space in spaces:
             print(space.line())
+        for face in ops:
+            print(face.line())
     if (refusal := hosted.line()) is not None:
         print(refusal, file=sys.stderr if as_json else sys.stdout)
     for name in unrenamed_spaces(paths):  # listed by no row until a start renames the folder
@@ -281,6 +289,39 @@ def read_status(paths: RootPaths) -> tuple[bool, list[SpaceStatus]]:
     return running, [
         _space_status(name, served.get(name), lanes.get(name), host_alive=host_alive, gone=gone) for name in names
     ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpsFace:
+    """A running process's operator face of the root (issue 18 item 8): its readiness file
+    ``<root>/ops/<port>.json``, which holds the capability, names a live pid."""
+
+    url: str
+    pid: int
+    file: str
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"url", "pid", "file"}``."""
+        return {"url": self.url, "pid": self.pid, "file": self.file}
+
+    def line(self) -> str:
+        """``operator face <url>  pid <pid>  (capability in <file>)``."""
+        return f"operator face {self.url}  pid {self.pid}  (capability in {self.file})"
+
+
+def read_ops_faces(paths: RootPaths) -> list[OpsFace]:
+    """The root's live operator faces by port (blocking; a file of a gone process, or one that
+    cannot be read, is left out: a killed process's file claims nothing)."""
+    faces = []
+    for path in sorted(paths.ops_dir.glob("*.json")) if paths.ops_dir.is_dir() else ():
+        try:
+            record, written = read_json(path), path.stat().st_mtime
+            url, pid = record["url"], record["pid"]
+        except (ConfigError, OSError, KeyError):
+            continue
+        if isinstance(url, str) and type(pid) is int and pid_alive(pid, since=written):
+            faces.append(OpsFace(url=url, pid=pid, file=str(path)))
+    return faces
 
 
 def _service(paths: RootPaths, space: str) -> ServiceRecord | None:

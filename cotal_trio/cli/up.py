@@ -65,6 +65,7 @@ async def up(
     user_auth: Annotated[bool, Parameter(help="Serve the space in user-auth mode (IdP tokens and actor tokens become bearers the callout checks): the only mode cotal up runs, so --no-user-auth is refused.")] = True,
     idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at URL/jwks). Default: the development IdP.")] = None,
     http_port: Annotated[int, Parameter(help="Loopback exchange port (0 picks a free one).")] = 0,
+    ops_port: Annotated[int | None, Parameter(help="The process's operator face on 127.0.0.1: /metrics of every space (with lane states and build info), the status page of every space and /events; its capability is in <root>/ops/<port>.json. Default: recorded, else a free one, recorded; 0 picks a new free one.")] = None,
     public: PublicFaceFlags = PublicFaceFlags(),
     service_endpoints: Annotated[bool, Parameter(help="Host service endpoints in the space: its public face serves POST /service-endpoint-authority and /service-endpoint-host, its callout admits service-host connections (docs/http-api.md). Recorded in spaces.json; opens the space's admission for good, so callout-only replicas then refuse it.")] = False,
     recreate_issued_stores: Annotated[Path | None, Parameter(help="Back the space's issued-authority stores up into this new or empty folder, delete them and create them again before serving (needs --space; stop the space's auth service, callout replicas and managers first).")] = None,
@@ -109,7 +110,8 @@ async def up(
     version = await trio.to_thread.run_sync(nats_server_version, exe)
     config = UpConfig(
         paths=place.paths(), space=place.space, port=broker.port, auth_timeout_s=broker.auth_timeout,
-        nats_server=exe, idp_url=idp, http_port=http_port,
+        nats_server=exe, idp_url=idp, http_port=http_port, ops_port=ops_port,
+        nats_server_version=None if version.startswith("version unknown") else version,
         **public_fields(public), recreate_issued_stores=recreate_issued_stores, service_endpoints=service_endpoints,
     )
     created = _first_missing(config.paths.root)
@@ -187,6 +189,8 @@ def _banner(info: UpInfo, where: Where, backup_dir: Path | None = None, *, broke
         f"  root: {info.root}",
         *([f"  nats-server: {broker}"] if broker else []),
         f"  hosting {_spaces(info)} from {info.manifest} (live: cotal space add/remove)",
+        f"  operator face: {info.ops_url} (/metrics, status page, /events; capability in"
+        f" {info.root / 'ops' / (info.ops_url.rsplit(':', 1)[-1] + '.json')})",
         sep="\n",
     )
     if info.recreated_issued is not None:

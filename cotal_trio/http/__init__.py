@@ -4,7 +4,9 @@ Two faces per space: the loopback face (capability-gated, ``loopback.py``) and t
 public face (no capability, per-peer refusal budgets, the bootstrap document; ``public.py``).
 Handlers are thin: parse, call the pure core, and let the one error edge (``errors.py``) turn
 any exception into a JSON answer. What both faces share: the request hygiene (``transport.py``),
-the routes (``face_routes.py``), the ports and the minting (``faces.py``).
+the routes (``face_routes.py``), the ports and the minting (``faces.py``). Beside them, one per
+process, the operator face (``ops.py``; issue 18 item 8): every space's metrics, status page and
+events on one fixed port, with the loopback face's capability rules.
 """
 
 from cotal_trio.http.errors import REFUSAL_STATUS, Rejected, answer_error, install_edge

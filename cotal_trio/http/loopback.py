@@ -77,7 +77,10 @@ from cotal_trio.http.mesh_routes import MANAGER_AUTHORITY_PATH, answer_mesh_rout
 from cotal_trio.http.status_page import cookie_ok, face_port, session_cookie_name, status_routes
 from cotal_trio.http.transport import check_transport, read_json_body
 
-__all__ = ["EVENTS_PATH", "JWKS_MAX_AGE_S", "PROOF_PATH", "UNKNOWN_PATH", "EventFeed", "EventSource", "build_loopback_app"]
+__all__ = [
+    "EVENTS_PATH", "JWKS_MAX_AGE_S", "PROOF_PATH", "UNKNOWN_PATH", "CapabilityGate", "EventFeed", "EventSource",
+    "EventsDoor", "build_loopback_app", "metrics_route", "not_a_websocket", "presented_capability",
+]
 
 PROOF_PATH = "/tool-result-human-proof/verify"
 EVENTS_PATH = "/events"
@@ -91,24 +94,29 @@ BAD_CAPABILITY = "missing/invalid exchange capability - read it from the space's
 TOO_MANY_BAD_CAPABILITIES = "too many invalid-capability attempts - wait a minute and retry"
 
 
-def _presented_capability(headers: Headers) -> str | None:
+def presented_capability(headers: Headers) -> str | None:
     """The ``<cap>`` of ``Authorization: Bearer <cap>`` (scheme case-insensitive), or ``None``."""
     scheme, _, value = headers.get("Authorization", "").strip().partition(" ")
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-class _LoopbackFace:
-    """The exchange handler of one loopback app and the two windows it keeps."""
+class CapabilityGate:
+    """One face's capability and the bad-capability window its doors share (upstream-notes 4.1).
 
-    def __init__(self, ctx: ExchangeContext) -> None:
-        self._ctx = ctx
+    Args:
+        capability: the face's capability (hex); compared in constant time.
+        clock: the window's time, seconds (the face's ``clock``).
+        refusal: the 401 sentence, naming where the capability is read.
+    """
+
+    def __init__(self, capability: str, clock: Callable[[], float], *, refusal: str = BAD_CAPABILITY) -> None:
+        self.capability, self._clock, self._refusal = capability, clock, refusal
         self._bad_capabilities = SlidingWindow()
-        self._refusals = SlidingWindow()
 
-    def check_capability(self, presented: str | None) -> None:
+    def check(self, presented: str | None) -> None:
         """Constant-time check of a presented capability with its own window (upstream-notes 4.1).
 
-        ``presented`` is the Bearer value (:func:`_presented_capability`), a status page's
+        ``presented`` is the Bearer value (:func:`presented_capability`), a status page's
         ``?cap``, or ``None`` when none was presented (that counts as a bad one). Sync.
 
         Raises:
@@ -116,12 +124,22 @@ class _LoopbackFace:
                 RATE_LIMITED (429, :data:`TOO_MANY_BAD_CAPABILITIES`) once the window is full.
                 The right capability passes even then.
         """
-        expected = self._ctx.capability.encode("ascii")
+        expected = self.capability.encode("ascii")
         if presented is not None and hmac.compare_digest(presented.encode("utf-8", "replace"), expected):
             return
-        if self._bad_capabilities.try_acquire(self._ctx.clock()):
-            raise Refused(RefusalCode.BAD_CAPABILITY, BAD_CAPABILITY)
+        if self._bad_capabilities.try_acquire(self._clock()):
+            raise Refused(RefusalCode.BAD_CAPABILITY, self._refusal)
         raise Refused(RefusalCode.RATE_LIMITED, TOO_MANY_BAD_CAPABILITIES)
+
+
+class _LoopbackFace:
+    """The exchange handler of one loopback app and the two windows it keeps."""
+
+    def __init__(self, ctx: ExchangeContext) -> None:
+        self._ctx = ctx
+        self.gate = CapabilityGate(ctx.capability, ctx.clock)
+        self.check_capability = self.gate.check
+        self._refusals = SlidingWindow()
 
     async def exchange(self) -> tuple[dict[str, Any], int, dict[str, str]]:
         """``POST /exchange``: ``200 {"token", "owner", "exp"}`` (``exp`` unix seconds).
@@ -131,7 +149,7 @@ class _LoopbackFace:
         """
         with counted_exchange(self._ctx) as tally:
             check_transport(request.headers)
-            self.check_capability(_presented_capability(request.headers))
+            self.check_capability(presented_capability(request.headers))
             body = await read_json_body()
             await refetch_for_unknown_idp_key(self._ctx, body)
             return await answer_exchange(
@@ -141,7 +159,7 @@ class _LoopbackFace:
     async def guard(self) -> object:
         """A host-only door's pre-checks: transport, capability, then the decoded JSON body."""
         check_transport(request.headers)
-        self.check_capability(_presented_capability(request.headers))
+        self.check_capability(presented_capability(request.headers))
         body = await read_json_body()
         await refetch_for_unknown_idp_key(self._ctx, body)
         return body
@@ -187,24 +205,32 @@ class EventSource(Protocol):
     def subscribe(self, space: str | None) -> AbstractAsyncContextManager[EventFeed]: ...
 
 
-class _EventsDoor:
-    """``/events``: the lane's event bus over a websocket (issue 7 item 1; docs/events.md)."""
+class EventsDoor:
+    """``/events``: the host's event bus over a websocket (issue 7 item 1; docs/events.md).
 
-    def __init__(self, face: _LoopbackFace, ctx: ExchangeContext, bus: EventSource) -> None:
-        self._face, self._ctx, self._bus = face, ctx, bus
+    Args:
+        gate: the face's :class:`CapabilityGate` (its capability keys the session cookie).
+        space: the face's space, whose view of the events it streams; None (the operator
+            face, issue 18 item 8): every event of every space.
+        bus: the :class:`EventSource`.
+        unknown_path: the face's 404 sentence, for the refusals' edge.
+    """
+
+    def __init__(self, gate: CapabilityGate, space: str | None, bus: EventSource, *, unknown_path: str = UNKNOWN_PATH) -> None:
+        self._gate, self._space, self._bus, self._unknown = gate, space, bus, unknown_path
 
     def _refusal(self) -> tuple[dict[str, object], int, dict[str, str]] | None:
         """The handshake's HTTP refusal (403 foreign ``Origin``, 401/429 no credential), or None."""
         origin = websocket.headers.get("Origin")
         port = face_port(websocket.scope)
         if origin is not None and origin != f"http://127.0.0.1:{port}":
-            return answer_error(Rejected(403, FOREIGN_ORIGIN), unknown_path=UNKNOWN_PATH)
-        if cookie_ok(websocket.cookies.get(session_cookie_name(port)), self._ctx.capability):
+            return answer_error(Rejected(403, FOREIGN_ORIGIN), unknown_path=self._unknown)
+        if cookie_ok(websocket.cookies.get(session_cookie_name(port)), self._gate.capability):
             return None
         try:
-            self._face.check_capability(_presented_capability(websocket.headers))
+            self._gate.check(presented_capability(websocket.headers))
         except Refused as refused:
-            return answer_error(refused, unknown_path=UNKNOWN_PATH)
+            return answer_error(refused, unknown_path=self._unknown)
         return None
 
     async def serve(self) -> tuple[dict[str, object], int, dict[str, str]] | None:
@@ -225,7 +251,7 @@ class _EventsDoor:
         if refusal is not None:
             return refusal
         await websocket.accept()
-        async with self._bus.subscribe(self._ctx.space) as feed:
+        async with self._bus.subscribe(self._space) as feed:
             async for event in feed.events:
                 if feed.reason is not None:
                     break
@@ -236,11 +262,13 @@ class _EventsDoor:
         return None
 
 
-async def _not_a_websocket() -> Any:
+async def not_a_websocket() -> Any:
+    """A plain HTTP request to ``/events``: 426 naming the websocket."""
     raise Rejected(426, NOT_A_WEBSOCKET, {"Upgrade": "websocket"})
 
 
-def _metrics_route(exposition: Callable[[], tuple[bytes, str]]) -> Handler:
+def metrics_route(exposition: Callable[[], tuple[bytes, str]]) -> Handler:
+    """``GET /metrics``: ``exposition()``'s body with its Content-Type, never cached."""
     async def scrape() -> tuple[bytes, int, dict[str, str]]:
         body, content_type = exposition()
         return body, 200, {"Content-Type": content_type, "Cache-Control": "no-store"}
@@ -284,10 +312,10 @@ def build_loopback_app(
     for table in doors:
         routes.update(table(face.guard, face.admit_refusal))
     if metrics is not None:
-        routes["/metrics"] = {"GET": _metrics_route(metrics)}
+        routes["/metrics"] = {"GET": metrics_route(metrics)}
     routes.update(status_routes(ctx.capability, face.check_capability))
     if events is not None:
-        routes[EVENTS_PATH] = {"GET": _not_a_websocket}
-        app.add_websocket(EVENTS_PATH, "events", _EventsDoor(face, ctx, events).serve)
+        routes[EVENTS_PATH] = {"GET": not_a_websocket}
+        app.add_websocket(EVENTS_PATH, "events", EventsDoor(face.gate, ctx.space, events).serve)
     install_edge(app, routes=routes, unknown_path=UNKNOWN_PATH)
     return app

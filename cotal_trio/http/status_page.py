@@ -1,7 +1,10 @@
 """The status page: ``GET /`` on the loopback face, a live view of ``/events`` (issue 7 item 3).
 
-Served on the loopback face only (``http/loopback.py`` adds :func:`status_routes` to its table;
-the public face never does). The flow, for a browser on the host:
+Served on the loopback faces only (``http/loopback.py`` adds :func:`status_routes` to its table,
+and so does the process's operator face, ``http/ops.py``, issue 18 item 8; the public face never
+does). A space's own face streams its space's traffic and every lane's state; the operator face
+streams every space's events, so its hello names no space (``"space": null``) and the page shows
+every space's traffic. The flow, for a browser on the host:
 
 ===========================  ========================================================================
 ``GET /?cap=<capability>``   the face's capability check (the same bad-capability window as its
@@ -117,7 +120,9 @@ def cookie_ok(cookie_value: str | None, capability: str) -> bool:
     return hmac.compare_digest(cookie_value.encode("utf-8", "replace"), expected)
 
 
-def status_routes(capability: str, check_capability: CapabilityCheck) -> dict[str, dict[str, Handler]]:
+def status_routes(
+    capability: str, check_capability: CapabilityCheck, *, unauthorized: str | None = None
+) -> dict[str, dict[str, Handler]]:
     """The status page's route table for a loopback face: ``{"/": {"GET": handler}}``.
 
     Args:
@@ -125,6 +130,9 @@ def status_routes(capability: str, check_capability: CapabilityCheck) -> dict[st
             session token.
         check_capability: the face's own check (:data:`CapabilityCheck`), so a wrong ``?cap``
             counts in the window every door of the face shares.
+        unauthorized: the 401 page naming where the face's capability is; None:
+            :data:`UNAUTHORIZED_PAGE` (a space's ``auth-service.json``). The operator face
+            (``http/ops.py``) names its own file.
 
     Returns:
         A table for :func:`cotal_trio.http.errors.install_edge`; the handler takes no
@@ -136,6 +144,7 @@ def status_routes(capability: str, check_capability: CapabilityCheck) -> dict[st
         :data:`UNAUTHORIZED_PAGE`. It raises nothing of its own.
     """
     token = session_token(capability)
+    unauthorized_page = UNAUTHORIZED_PAGE if unauthorized is None else unauthorized
 
     async def status_page() -> tuple[str, int, dict[str, str]]:
         name = session_cookie_name(face_port(request.scope))
@@ -144,21 +153,21 @@ def status_routes(capability: str, check_capability: CapabilityCheck) -> dict[st
             try:
                 check_capability(presented)
             except Refused as refused:
-                return _refusal_page(refused)
+                return _refusal_page(refused, unauthorized_page)
             cookie = f"{name}={token}; HttpOnly; SameSite=Strict; Path=/"
             return "", 303, {**_COMMON_HEADERS, "Location": "/", "Set-Cookie": cookie}
         if cookie_ok(request.cookies.get(name), capability):
             return PAGE, 200, {**_COMMON_HEADERS, "Content-Type": _HTML, "Content-Security-Policy": PAGE_CSP}
-        return _html(UNAUTHORIZED_PAGE, 401)
+        return _html(unauthorized_page, 401)
 
     return {"/": {"GET": status_page}}
 
 
-def _refusal_page(refused: Refused) -> tuple[str, int, dict[str, str]]:
+def _refusal_page(refused: Refused, unauthorized_page: str) -> tuple[str, int, dict[str, str]]:
     """A refused ``?cap`` as HTML, its status from the one table (STYLE practice 18)."""
     status = REFUSAL_STATUS[refused.code]
     if refused.code is RefusalCode.BAD_CAPABILITY:
-        return _html(UNAUTHORIZED_PAGE, status)
+        return _html(unauthorized_page, status)
     return _html(_REFUSED_PAGE.format(sentence=html.escape(refused.detail)), status)
 
 
@@ -215,7 +224,7 @@ const COLORS = {minted: "#2e7d32", denied: "#c62828", timeout: "#ef6c00", shed: 
 const CHART_S = 60, RATE_S = 10, REASONS = 5, SEEN_MAX = 4096, RETRY_MS = 2000, KEEP_SAMPLES = 1000;
 const spaces = new Map();
 const seen = new Set(), seenOrder = [];
-let ownSpace = null, maxSeq = 0, manifest = null, pending = false;
+let ownSpace = null, everySpace = false, maxSeq = 0, manifest = null, pending = false;
 
 function node(tag, attrs, text) {
   const el = document.createElement(tag);
@@ -308,6 +317,7 @@ function hello(ev) {
   if (typeof ev.seq === "number" && ev.seq < maxSeq) { seen.clear(); seenOrder.length = 0; }
   if (typeof ev.seq === "number") maxSeq = ev.seq;
   ownSpace = ev.space || null;
+  everySpace = ev.space === null;  // the operator face: every space's events come, so every space's traffic shows
   if (ownSpace) space(ownSpace);
   for (const [name, lane] of Object.entries(ev.lanes || {})) {
     space(name).lane = {state: String(lane.state), reason: lane.reason || null};
@@ -339,13 +349,13 @@ function render() {
   const now = Math.floor(Date.now() / 1000);
   for (const [name, s] of spaces) renderSpace(name, s, now);
   const m = manifest;
-  document.getElementById("host").textContent = (ownSpace ? "face of space " + ownSpace : "") +
+  document.getElementById("host").textContent = (ownSpace ? "face of space " + ownSpace : everySpace ? "operator face: every space" : "") +
     (m ? " · manifest " + m.outcome + (m.outcome === "refused" ? ": " + (m.reason || "-") : " (" + (m.spaces || []).length + " spaces)") : "");
 }
 
 function renderSpace(name, s, now) {
   for (const key of s.seconds.keys()) if (key <= now - CHART_S) s.seconds.delete(key);
-  const f = s.f, traffic = name === ownSpace || s.traffic;
+  const f = s.f, traffic = everySpace || name === ownSpace || s.traffic;
   f.state.textContent = s.lane.state;
   f.state.className = "state-" + s.lane.state;
   f.reason.textContent = s.lane.reason || "-";
@@ -359,7 +369,7 @@ function renderSpace(name, s, now) {
   f.p99.textContent = p99 === null ? "-" : p99 + " ms";
   f.exchanges.textContent = traffic ? s.exchanges.ok + " ok, " + s.exchanges.refused + " refused" : "-";
   const reasons = s.reasons.map((r) => node("li", {}, clock(r.at) + " " + r.reason + (r.limited ? " (limit)" : "")));
-  f.reasons.replaceChildren(...(!traffic ? [node("li", {}, "lane state only - open this space's own page for its traffic")]
+  f.reasons.replaceChildren(...(!traffic ? [node("li", {}, "lane state only - open this space's own page, or the operator face, for its traffic")]
     : reasons.length ? reasons : [node("li", {}, "none yet")]));
   f.canvas.hidden = f.legend.hidden = !traffic;
   if (traffic) draw(f.canvas, s, now);

@@ -235,7 +235,8 @@ async def _open_face(
     doors: tuple[DoorTable, ...], faces: Faces, health: LaneHealth,
 ) -> str:
     """Serve the loopback face, then write the readiness file ``{ver, url, pid, cap[, publicUrl][,
-    devIdpUrl]}`` (``devIdpUrl``: where ``cotal up`` serves the development IdP)."""
+    devIdpUrl][, opsUrl]}`` (``devIdpUrl``: where ``cotal up`` serves the development IdP;
+    ``opsUrl``: the process's operator face, ``http/ops.py``)."""
     app = build_loopback_app(ctx, metrics=metrics.exposition, doors=doors, events=spec.common.events)
     answer_health(app, health, spec.space)
     port = await nursery.start(functools.partial(faces.serve, app, port=spec.http_port))
@@ -245,6 +246,9 @@ async def _open_face(
         record["publicUrl"] = public_url
     if spec.dev_idp_url is not None:  # `cotal connect-info` names its JWKS (issue 18 item 5)
         record["devIdpUrl"] = spec.dev_idp_url
+    board = spec.common.board
+    if board is not None and board.url is not None:  # the process's operator face (issue 18 item 8)
+        record["opsUrl"] = board.url
     write_json(spec.paths.auth_service_json, record)
     return url
 

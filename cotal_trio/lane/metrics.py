@@ -23,7 +23,9 @@ metric                                 type       labels                       f
 ``human|agent|none`` (``none``: answered before the body named an arm), ``status`` the HTTP
 status. The callout gauges and drops are read from the responder's ``statistics()``, and the
 connect-limit series from the lane's ``ConnectLimiter.statistics()`` (which counts its own
-refusals), at scrape time, so they cost nothing per request (:meth:`LaneMetrics.watch`).
+refusals), at scrape time, so they cost nothing per request (:meth:`LaneMetrics.watch`); those
+counters carry the lane start's time as their ``_created``, so every counter has one (issue 18
+item 8). The process's operator face serves every lane's registry at once (``lane/ops.py``).
 
 :func:`read_summary` is the reverse, for ``cotal status``: a scrape's text to the few numbers
 it prints.
@@ -31,6 +33,7 @@ it prints.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
@@ -74,10 +77,14 @@ class LaneMetrics:
 
     Args:
         space: the space name; the ``space`` label of every series.
+        created: the lane start's wall time, unix seconds (default: now): the ``_created`` of
+            the counters read at scrape time (the drops and the connect-limit denials), so
+            every counter has one, as prometheus-client gives its own.
     """
 
-    def __init__(self, space: str) -> None:
+    def __init__(self, space: str, *, created: float | None = None) -> None:
         self.space = space
+        self.created = time.time() if created is None else created
         self.registry = CollectorRegistry()
         self._statistics: Statistics | None = None
         self._limit_statistics: LimitStatistics | None = None
@@ -145,14 +152,22 @@ class _ScrapeTime:
         values = (0, 0, 0) if callout is None else (callout.waiting, callout.in_flight, callout.dropped)
         for (family, name, doc), value in zip(_CALLOUT_SERIES, values, strict=True):
             metric = family(name, doc, labels=["space"])
-            metric.add_metric([self._metrics.space], value)
+            self._add(metric, [self._metrics.space], value)
             yield metric
         per_bucket = ({}, {}) if limits is None else (limits.denied, limits.buckets)
         for (family, name, doc), counts in zip(_LIMIT_SERIES, per_bucket, strict=True):
             metric = family(name, doc, labels=["space", "bucket"])
             for bucket in LIMIT_BUCKETS:
-                metric.add_metric([self._metrics.space, bucket], counts.get(bucket, 0))
+                self._add(metric, [self._metrics.space, bucket], counts.get(bucket, 0))
             yield metric
+
+    def _add(self, metric: Metric, labels: list[str], value: float) -> None:
+        """One sample; a counter's with its ``_created`` (the lane start's time)."""
+        if isinstance(metric, CounterMetricFamily):
+            metric.add_metric(labels, value, created=self._metrics.created)
+        else:
+            assert isinstance(metric, GaugeMetricFamily)
+            metric.add_metric(labels, value)
 
 
 _CALLOUT_SERIES = (

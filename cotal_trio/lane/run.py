@@ -35,7 +35,8 @@ before it subscribes and refuses a drifted one with the remedy (issue 15 items 3
 
 Each lane start has its own :class:`~cotal_trio.lane.metrics.LaneMetrics` (its own registry):
 the responder and both exchange faces feed it, and the loopback face serves it as
-``GET /metrics``.
+``GET /metrics``; while the lane serves it is also on the process's board (``LaneCommon.board``,
+:mod:`cotal_trio.lane.ops`), which the operator face serves with every other lane's.
 
 The parts, in the order ``run_lane`` tells them: the start's material and counters and the
 lane's sessions (:mod:`cotal_trio.lane.sessions`), the responder
@@ -46,6 +47,7 @@ replica's checks), the health probe, the subscription, the faces
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from dataclasses import dataclass
@@ -122,13 +124,23 @@ async def run_lane(
             subscription = await callout.subscribe(CALLOUT_SUBJECT, queue=CALLOUT_QUEUE_GROUP, on_message=responder.on_message)
             await callout.flush()
             async with faces(nursery, start, sessions, health) as opened:
-                stop.serving()
-                task_status.started(LaneInfo(space=spec.space, url=opened.url))
-                await _until_lost(spec.space, stop.requested, callout=callout, store=sessions.store)
-                opened.unpublish()  # no client finds a stopping lane's face any more
-                await _drain(spec.space, subscription, responder, callout, opened)
-                stop.done()
+                with _on_board(spec, start, callout):
+                    stop.serving()
+                    task_status.started(LaneInfo(space=spec.space, url=opened.url))
+                    await _until_lost(spec.space, stop.requested, callout=callout, store=sessions.store)
+                    opened.unpublish()  # no client finds a stopping lane's face any more
+                    await _drain(spec.space, subscription, responder, callout, opened)
+                    stop.done()
     raise AssertionError("unreachable: the drain ends in the lane's cancel")  # pragma: no cover
+
+
+def _on_board(spec: LaneSpec, start: LaneStart, callout: Connection) -> contextlib.AbstractContextManager[None]:
+    """The lane's metrics on the process's board while it serves (issue 18 item 8), with the
+    version its broker announced; nothing without a board."""
+    board = spec.common.board
+    if board is None:
+        return contextlib.nullcontext()
+    return board.serving(start.metrics, nats_server=callout.connected_server_version)
 
 
 async def _take_space(nursery: trio.Nursery, spec: LaneSpec, sessions: Sessions, row_expiries: RowExpiries) -> None:

@@ -24,6 +24,7 @@ from cotal_trio.core.plane import Lease
 from cotal_trio.state import SpacePaths
 from cotal_trio.lane.events import EventBus
 from cotal_trio.lane.health import PROBE_EVERY_S
+from cotal_trio.lane.ops import OpsBoard
 from cotal_trio.lane.plane import DEFAULT_LEASE
 from cotal_trio.lane.service_users import ISSUER_LIFETIME_S, STORE_LIFETIME_S
 
@@ -64,6 +65,9 @@ class LaneCommon:
             Only the callout connection opens there; the store, issuer and plane sessions stay
             on ``server_url``, since JetStream's API does not cross a leaf-node link. None:
             ``server_url``.
+        board: the process's metrics board (issue 18 item 8): the lane shows its metrics on it
+            while it serves, for the operator face's ``GET /metrics``, and a full lane records
+            the face's URL (``opsUrl``) in its ``auth-service.json``; None: neither.
     """
 
     server_url: str
@@ -76,6 +80,7 @@ class LaneCommon:
     wrap_ledger: Callable[[ReadRows], ReadRows] | None = None
     probe_every_s: float = PROBE_EVERY_S
     callout_url: str | None = None
+    board: OpsBoard | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,8 @@ nats-py internals relied on (nats-py 2.16; re-check on upgrade):
   2 s apart, even with ``allow_reconnect=False``).
 * ``connect()`` may return while not connected (server closed the socket during an auth
   callout, or sent PING before PONG: pitfall P5/P11); we check ``is_connected``.
-* ``Client._server_info`` (private) for :attr:`Connection.connected_server_id`.
+* ``Client._server_info`` (private) for :attr:`Connection.connected_server_id` and
+  :attr:`Connection.connected_server_version`.
 * ``Client.connected_url`` (a ``urllib`` ``ParseResult``) is the seed or learned node the socket
   is up to, updated before ``reconnected_cb`` runs: the reconnect line names it (issue 17 item 3).
 * With several ``servers`` and ``allow_reconnect`` off, ``connect()`` still tries each seed once
@@ -251,6 +252,13 @@ class Connection:
         """Sync: the ``server_id`` (an ``N...`` key) of the broker we are connected to, or None."""
         info = getattr(self._nc, "_server_info", None) or {}
         return info.get("server_id")
+
+    @property
+    def connected_server_version(self) -> str | None:
+        """Sync: the ``version`` the broker we are connected to announced (``2.10.22``), or None."""
+        info = getattr(self._nc, "_server_info", None) or {}
+        version = info.get("version")
+        return version if isinstance(version, str) else None
 
     # -- operations ------------------------------------------------------------------------
 

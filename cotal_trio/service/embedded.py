@@ -33,7 +33,9 @@ listed in ``spaces.json``), render the config, start the broker and record the p
 with, push the space's data account then its auth account and read both back (and push the
 other hosted spaces' accounts, each failing alone), start the IdP (the development IdP's JWKS
 face unless a real one is pinned; a new pin is recorded only once its JWKS was read), then
-start the lane host and wait for the space's lane to serve. Every child belongs to one nursery;
+start the process's operator face (``--ops-port``, recorded in ``policy.json`` once bound; issue
+18 item 8: :mod:`cotal_trio.service.ops_face`), then start the lane host and wait for the space's
+lane to serve. Every child belongs to one nursery;
 on cancellation the lanes and the IdP face stop first and the broker last, so no lane sees its
 broker vanish while it drains.
 """
@@ -78,9 +80,11 @@ from cotal_trio.state import (
 )
 from cotal_trio.state.space_folders import rename_note, rename_space_folders
 from cotal_trio.lane.events import EventBus
+from cotal_trio.lane.ops import OpsBoard
 from cotal_trio.service.host import Host, HostConfig, run_host
 from cotal_trio.service.hosting import FullLanes, check_public_flags, given_public_flags, lane_factory, public_fields
 from cotal_trio.service.idp_keys import fetch_jwks
+from cotal_trio.service.ops_face import check_ops_port, run_ops_face
 from cotal_trio.stores.issued import check_backup_dir, recreate_issued_stores
 from cotal_trio.service.pins import dev_pin, ensure_dev_idp, oidc_pin
 from cotal_trio.lane.plane import DEFAULT_LEASE, ClaimRefused
@@ -109,6 +113,11 @@ class UpConfig:
         nats_server: the nats-server executable; None finds it on PATH.
         idp_url: pin a real IdP at this base URL; None uses the pinned one or the dev IdP.
         http_port: the loopback exchange port; 0 picks a free one.
+        ops_port: the process's operator face (``--ops-port``, issue 18 item 8): this port, 0
+            for a free one; None keeps the one recorded in ``policy.json`` (none recorded: a
+            free one). The port it binds is recorded, so the face stays on it across restarts.
+        nats_server_version: the bundled broker's version, for ``cotal_build_info``; None:
+            the one the lanes' broker announces.
         exchange_public_port, exchange_public_url, exchange_trusted_proxy, advertised_server:
             the space's public face (``--exchange-public-port`` and friends); any of them set
             replaces the public-face fields of the space's entry in ``spaces.json``, none keeps
@@ -135,6 +144,8 @@ class UpConfig:
     nats_server: str | None = None
     idp_url: str | None = None
     http_port: int = 0
+    ops_port: int | None = None
+    nats_server_version: str | None = None
     exchange_public_port: int | None = None
     exchange_public_url: str | None = None
     exchange_trusted_proxy: bool = False
@@ -145,6 +156,7 @@ class UpConfig:
     dev_idp_device: DevicePolicy | None = None
 
     def __post_init__(self) -> None:
+        check_ops_port(self.ops_port)
         check_public_flags(public_fields(self))
 
 
@@ -177,6 +189,7 @@ class UpInfo:
     dev_idp_url: str | None
     manifest: Path
     spaces: tuple[str, ...]
+    ops_url: str = ""
     public: PublicFace | None = None
     recreated_issued: dict[str, int] | None = None  # stream -> messages backed up, when recreated
 
@@ -187,7 +200,8 @@ def _policy(paths: RootPaths, config: UpConfig) -> tuple[BrokerPolicy, bool]:
     recorded = load_policy(paths.policy_json) if paths.policy_json.exists() else None
     port = config.port if config.port is not None else (recorded.port if recorded else DEFAULT_PORT)
     timeout = config.auth_timeout_s if config.auth_timeout_s is not None else (recorded.auth_timeout_s if recorded else None)
-    policy = BrokerPolicy(port=port, auth_timeout_s=timeout)
+    ops = config.ops_port if config.ops_port is not None else (recorded.ops_port if recorded else None)
+    policy = BrokerPolicy(port=port, auth_timeout_s=timeout, ops_port=ops)
     return policy, policy != recorded
 
 
@@ -476,8 +490,10 @@ async def _serve(
     async with trio.open_nursery() as nursery:
         dev_url = await _start_idp(nursery, config, prepared)
         events = config.events if config.events is not None else EventBus()  # one per process (issue 7)
+        board = OpsBoard(events, nats_server=config.nats_server_version)
+        ops_url = await nursery.start(_run_ops_face, config, prepared.policy, board, events)
         start_lane = lane_factory(
-            root=config.paths, common=LaneCommon(server_url=server_url, limits=limits, events=events),
+            root=config.paths, common=LaneCommon(server_url=server_url, limits=limits, events=events, board=board),
             lanes=FullLanes(http_ports={config.space: config.http_port}, dev_idp_url=dev_url),
         )
         host = await nursery.start(run_host, HostConfig(
@@ -489,11 +505,33 @@ async def _serve(
         task_status.started(UpInfo(
             root=config.paths.root, space=config.space, server_url=server_url, broker_pid=pid,
             exchange_url=str(service.get("url", "")), pin=prepared.pin, dev_idp_url=dev_url,
-            manifest=config.paths.spaces_manifest, spaces=tuple(host.current_states()),
+            manifest=config.paths.spaces_manifest, spaces=tuple(host.current_states()), ops_url=ops_url,
             public=PublicFace.of(prepared.entry), recreated_issued=recreated,
         ))
         await trio.sleep_forever()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _run_ops_face(
+    config: UpConfig, policy: BrokerPolicy, board: OpsBoard, events: EventBus,
+    *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The operator face on ``policy.ops_port`` (None: a free one), the port it bound then
+    recorded in ``policy.json`` (as ``--port`` is, once it listens), so it does not move.
+
+    Raises:
+        ConfigError: the port is busy, naming ``--ops-port`` (or that it was the recorded one).
+    """
+    port = policy.ops_port or 0
+    recorded = config.ops_port is None and port
+    source = f"--ops-port {port} (recorded in {config.paths.policy_json})" if recorded else None
+    face = functools.partial(run_ops_face, root=config.paths, port=port, board=board, events=events, clock=time.time, source=source)
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(face)
+        bound = int(url.rsplit(":", 1)[1])
+        if bound != policy.ops_port:
+            await trio.to_thread.run_sync(save_policy, config.paths.policy_json, dataclasses.replace(policy, ops_port=bound))
+        task_status.started(url)
 
 
 async def _wait_serving(host: Host, space: str, *, lease_s: float) -> None:

@@ -43,9 +43,11 @@ from cotal_trio.devidp import jwks
 from cotal_trio.state import RootPaths, load_idp_pin
 from cotal_trio.state.space_folders import require_space
 from cotal_trio.lane.events import EventBus
+from cotal_trio.lane.ops import OpsBoard
 from cotal_trio.service.host import Host, HostConfig, run_host
 from cotal_trio.service.idp_keys import IdpKeyCache, open_pinned_keys
 from cotal_trio.service.notify import ServiceNotifier
+from cotal_trio.service.ops_face import check_ops_port, run_ops_face
 from cotal_trio.service.pins import load_pinned_dev_idp
 from cotal_trio.lane.plane import holder_id
 from cotal_trio.lane.run import LaneInfo, run_lane
@@ -271,6 +273,11 @@ class ServiceConfig:
             become the fields of the space's :class:`SpaceEntry`, so the lane gets its face
             exactly as a manifest entry gives it one; a manifest sets them per entry instead.
         limits: callout limits (the broker's auth timeout).
+        ops_port: the process's operator face on 127.0.0.1 (``--ops-port``; issue 18 item 8):
+            this port, or a free one for 0 (the default); its URL and capability are in
+            ``<root>/ops/<port>.json``.
+        nats_server: the broker's version for ``cotal_build_info``; None: the one the first
+            lane's broker announces.
         connect_limits: the hosted composition's ``connectLimits`` (spec "Connect limits"); no
             flag sets them.
         clock: wall time, unix seconds.
@@ -280,7 +287,7 @@ class ServiceConfig:
             ``callout_only``; ``service_endpoints`` or a
             public-face setting with ``callout_only`` or with ``manifest``; connect limits other
             than the defaults with ``callout_only``; a public-face setting the manifest would
-            refuse (:func:`check_public_flags`).
+            refuse (:func:`check_public_flags`); an ``ops_port`` that is no port.
     """
 
     root: RootPaths
@@ -295,10 +302,13 @@ class ServiceConfig:
     exchange_trusted_proxy: bool = False
     advertised_server: str | None = None
     limits: CalloutLimits = field(default_factory=CalloutLimits)
+    ops_port: int = 0
+    nats_server: str | None = None
     connect_limits: ConnectLimits = DEFAULT_LIMITS
     clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
+        check_ops_port(self.ops_port)
         if (self.space is None) == (self.manifest is None):
             raise ConfigError("pass exactly one of --space (one space) and --spaces (a manifest of spaces)")
         if self.callout_server is not None and not self.callout_only:
@@ -328,6 +338,7 @@ class ServiceInfo:
 
     Attributes:
         spaces: the spaces being started or served.
+        ops_url: the process's operator face (``http://127.0.0.1:<port>``).
         manifest: the manifest (``None`` for one space).
         applied: ``<manifest>.applied`` (``None`` for one space).
         lane: the single lane's :class:`LaneInfo` (``None`` for a host).
@@ -336,6 +347,7 @@ class ServiceInfo:
     """
 
     spaces: tuple[str, ...]
+    ops_url: str = ""
     manifest: Path | None = None
     applied: Path | None = None
     lane: LaneInfo | None = None
@@ -350,16 +362,21 @@ async def run_service(
     With a manifest, a lane failure is retried by the host and never ends this function. With
     one space, a lane failure propagates (a single-space replica exits non-zero).
 
+    The process's operator face (:mod:`cotal_trio.service.ops_face`) listens before any lane
+    starts, for the life of the process.
+
     Under systemd (``$NOTIFY_SOCKET``) it sends READY once every lane has its outcome (serving,
     or retrying with its reason), STATUS on lane changes, WATCHDOG pings and STOPPING when
     cancelled (:mod:`cotal_trio.service.notify`).
 
     Raises:
-        ConfigError, Unavailable: one space's lane could not start, or ended.
+        ConfigError, Unavailable: one space's lane could not start, or ended; ConfigError: the
+            operator face's port is busy (before ``started``, naming ``--ops-port``).
     """
     events = EventBus(clock=config.clock)  # one per process: the lanes' /events (issue 7 item 1)
+    board = OpsBoard(events, nats_server=config.nats_server)  # one per process: the operator face (issue 18 item 8)
     common = LaneCommon(
-        server_url=config.server_url, limits=config.limits, clock=config.clock, events=events,
+        server_url=config.server_url, limits=config.limits, clock=config.clock, events=events, board=board,
         reconnect=config.manifest is not None,  # one space: a lost broker ends the process
         callout_url=config.callout_server,
     )
@@ -368,6 +385,9 @@ async def run_service(
     notifier = ServiceNotifier.from_environ()  # systemd's Type=notify (service/notify.py; issue 7 item 4)
     async with trio.open_nursery() as nursery:
         await nursery.start(notifier.run)
+        ops_url = await nursery.start(functools.partial(
+            run_ops_face, root=config.root, port=config.ops_port, board=board, events=events, clock=config.clock,
+        ))
         if config.manifest is None:
             assert config.space is not None  # __post_init__
             entry = SpaceEntry(
@@ -378,7 +398,7 @@ async def run_service(
             lane = await nursery.start(start_lane(entry))
             events.publish(lane_event(config.space, "serving"))
             notifier.serving(config.space)
-            task_status.started(ServiceInfo(spaces=(config.space,), lane=lane))
+            task_status.started(ServiceInfo(spaces=(config.space,), ops_url=ops_url, lane=lane))
         else:
             host = await nursery.start(run_host, HostConfig(
                 manifest=config.manifest, start_lane=start_lane, callout_only=config.callout_only,
@@ -386,7 +406,7 @@ async def run_service(
             ))
             nursery.start_soon(notifier.follow, host)
             task_status.started(ServiceInfo(
-                spaces=tuple(host.current_states()), manifest=config.manifest,
+                spaces=tuple(host.current_states()), ops_url=ops_url, manifest=config.manifest,
                 applied=_applied(config.manifest), host=host,
             ))
     raise AssertionError("unreachable")  # pragma: no cover

@@ -3,9 +3,10 @@
 ```
 <root>/                               0700
   broker.json        operator + system material (provisioning only)
-  policy.json        {ver, port, authTimeoutS}
+  policy.json        {ver, port, authTimeoutS[, opsPort]}
   devidp.json        the development IdP's state
   spaces.json        the manifest
+  ops/<port>.json    readiness file of a running process's operator face {ver, url, pid, cap}
   broker/            server.conf, resolver/, jetstream/, nats-server.log, nats-server.pid
   spaces/<space>/                     the folder is the space's name, as the operator typed it
     accounts.json    provisioning record: account pubs and current account JWTs
@@ -160,6 +161,15 @@ class RootPaths:
     @property
     def spaces_dir(self) -> Path:
         return self.root / "spaces"
+
+    @property
+    def ops_dir(self) -> Path:
+        """The operator faces' readiness files, one per listening port (issue 18 item 8)."""
+        return self.root / "ops"
+
+    def ops_json(self, port: int) -> Path:
+        """The readiness file of the operator face on 127.0.0.1:``port``: ``{ver, url, pid, cap}``."""
+        return self.ops_dir / f"{port}.json"
 
     def space(self, name: str) -> SpacePaths:
         """The paths of space ``name`` (no I/O; ConfigError when ``name`` is not a space name)."""

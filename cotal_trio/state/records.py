@@ -190,12 +190,18 @@ def load_idp_pin(path: Path) -> IdpPinRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerPolicy:
-    """How the bundled broker runs: its loopback port and the optional auth timeout (seconds)."""
+    """How ``cotal up`` runs: the bundled broker's loopback port, the optional auth timeout
+    (seconds), and the operator face's port (``--ops-port``, issue 18 item 8; None: not yet
+    recorded, 0: a free one)."""
 
     port: int
     auth_timeout_s: float | None = None
+    ops_port: int | None = None
 
     def __post_init__(self) -> None:
+        ops = self.ops_port
+        if ops is not None and (isinstance(ops, bool) or not isinstance(ops, int) or not 0 <= ops < 65536):
+            raise ConfigError("the operator face's port is a whole number from 0 to 65535")
         if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 < self.port < 65536:
             raise ConfigError("the broker port is a whole number from 1 to 65535")
         timeout = self.auth_timeout_s
@@ -205,8 +211,10 @@ class BrokerPolicy:
 
 
 def save_policy(path: Path, policy: BrokerPolicy, *, exclusive: bool = False) -> bool:
-    """Write ``policy.json`` ``{ver, port, authTimeoutS}``."""
-    obj = {"ver": VERSION, "port": policy.port, "authTimeoutS": policy.auth_timeout_s}
+    """Write ``policy.json`` ``{ver, port, authTimeoutS[, opsPort]}``."""
+    obj: dict[str, object] = {"ver": VERSION, "port": policy.port, "authTimeoutS": policy.auth_timeout_s}
+    if policy.ops_port is not None:
+        obj["opsPort"] = policy.ops_port
     return save_json(path, obj, exclusive=exclusive)
 
 
@@ -218,5 +226,6 @@ def load_policy(path: Path) -> BrokerPolicy:
     """
     f = read_fields(path)
     return f.build(
-        BrokerPolicy, port=f.get("port", int), auth_timeout_s=f.get("authTimeoutS", (int, float, type(None)))
+        BrokerPolicy, port=f.get("port", int), auth_timeout_s=f.get("authTimeoutS", (int, float, type(None))),
+        ops_port=f.get("opsPort", (int, type(None))) if "opsPort" in f.obj else None,
     )

@@ -52,6 +52,17 @@ def verify(unit: Path) -> None:
     assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), done
 
 
+@pytest.mark.parametrize("kind", ["auth-service", "callout-replica"])
+def test_the_unit_passes_the_operator_faces_port_on(capsys, tmp_path, kind):
+    """Issue 18 item 8: a unit's process serves its operator face on the --ops-port given."""
+    argv = ("render", kind, "--spaces", str(tmp_path / "m.json"), "--server", SERVER, "--root", str(tmp_path))
+    code, out, _ = cotal(capsys, *argv, "--ops-port", "9464")
+    [exec_start] = [line for line in out.splitlines() if line.startswith("ExecStart=")]
+    assert code == 0 and exec_start.endswith(" --ops-port 9464")
+    code, out, err = cotal(capsys, *argv, "--ops-port", "70000")
+    assert (code, out, err.strip()) == (1, "", "cotal: --ops-port 70000 is not a port - pass 1 to 65535, or 0 for any free one")
+
+
 def test_the_auth_service_unit_has_the_exact_lines(capsys, tmp_path):
     manifest = tmp_path / "etc" / "spaces.json"
     code, out, err = cotal(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import json
 import secrets
-import socket
 import statistics
 import urllib.error
 import urllib.request
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio_websocket
-from trio_websocket import ConnectionClosed, ConnectionRejected
+from trio_websocket import ConnectionClosed
 
 from cotal_trio.broker.process import free_port
 from cotal_trio.core.manifest import SpaceEntry
@@ -35,6 +34,7 @@ from cotal_trio.natsio import open_connection, open_loop
 from cotal_trio.state import RootPaths, read_json
 
 from tests.support.stack import SPACE, Stack, client
+from tests.support.events_socket import events_socket, refused
 from tests.support.host import FakeLanes, applied_when, config, manifest_bytes, move_over, serving, start_host
 
 CEILING_S = 60
@@ -146,27 +146,6 @@ def _face(stack: Stack) -> tuple[str, int]:
 
 def _bearer(cap: str) -> list[tuple[bytes, bytes]]:
     return [(b"Authorization", f"Bearer {cap}".encode())]
-
-
-@asynccontextmanager
-async def events_socket(
-    port: int, headers: list[tuple[bytes, bytes]], *, receive_buffer: int | None = None,
-) -> AsyncIterator[trio_websocket.WebSocketConnection]:
-    """A websocket to ``ws://127.0.0.1:<port>/events`` over a TCP socket the test owns and
-    closes (trio-websocket leaves a refused handshake's socket open); ``receive_buffer`` sets
-    its ``SO_RCVBUF``. A refused handshake raises ``ConnectionRejected`` in a group."""
-    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    with sock:
-        if receive_buffer is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
-        await sock.connect(("127.0.0.1", port))
-        async with trio.SocketStream(sock) as stream, trio.open_nursery() as nursery:
-            ws = await trio_websocket.wrap_client_stream(nursery, stream, f"127.0.0.1:{port}", "/events", extra_headers=headers)
-            try:
-                yield ws
-            finally:
-                with trio.move_on_after(5, shield=True):
-                    await ws.aclose()
 
 
 class Feed:
@@ -343,29 +322,20 @@ def _http(url: str, body: bytes | None = None) -> tuple[int, str]:
             return exc.code, exc.read().decode()
 
 
-async def _refused(port: int, headers: list[tuple[bytes, bytes]]) -> tuple[int, dict]:
-    """The handshake's refusal: (HTTP status, JSON body)."""
-    with pytest.RaisesGroup(ConnectionRejected) as rejected:
-        async with events_socket(port, headers):
-            pass
-    [refusal] = rejected.value.exceptions
-    return refusal.status_code, json.loads(refusal.body or b"null")
-
-
 async def test_events_refuses_without_the_capability_and_the_public_face_has_none(small):
     stack, bus, public_port = small
     cap, port = _face(stack)
     with trio.fail_after(CEILING_S):
-        assert await _refused(port, []) == (401, {
+        assert await refused(port, []) == (401, {
             "error": "missing/invalid exchange capability - read it from the space's auth-service.json"})
-        assert (await _refused(port, _bearer("0" * 64)))[0] == 401
-        assert (await _refused(port, [(b"Cookie", f"{session_cookie_name(port)}={'0' * 64}".encode())]))[0] == 401
+        assert (await refused(port, _bearer("0" * 64)))[0] == 401
+        assert (await refused(port, [(b"Cookie", f"{session_cookie_name(port)}={'0' * 64}".encode())]))[0] == 401
         for name in ("cotal_session", session_cookie_name(public_port)):  # the token under another face's name
-            assert (await _refused(port, [(b"Cookie", f"{name}={session_token(cap)}".encode())]))[0] == 401
+            assert (await refused(port, [(b"Cookie", f"{name}={session_token(cap)}".encode())]))[0] == 401
         own = f"http://127.0.0.1:{port}".encode()
-        foreign = await _refused(port, [*_bearer(cap), (b"Origin", b"http://evil.example")])
+        foreign = await refused(port, [*_bearer(cap), (b"Origin", b"http://evil.example")])
         assert foreign[0] == 403 and "cross-site" in foreign[1]["error"]
-        assert (await _refused(port, [*_bearer(cap), (b"Origin", b"http://localhost:%d" % port)]))[0] == 403
+        assert (await refused(port, [*_bearer(cap), (b"Origin", b"http://localhost:%d" % port)]))[0] == 403
         for headers in (_bearer(cap), [*_bearer(cap), (b"Origin", own)],
                         [(b"Cookie", f"{session_cookie_name(port)}={session_token(cap)}".encode()), (b"Origin", own)]):
             async with events_socket(port, headers) as ws:
@@ -373,7 +343,7 @@ async def test_events_refuses_without_the_capability_and_the_public_face_has_non
         plain = await trio.to_thread.run_sync(_http, f"http://127.0.0.1:{port}/events")
         assert plain[0] == 426 and "websocket" in json.loads(plain[1])["error"]
 
-        assert (await _refused(public_port, _bearer(cap)))[0] == 400  # no websocket route at all
+        assert (await refused(public_port, _bearer(cap)))[0] == 400  # no websocket route at all
         assert (await trio.to_thread.run_sync(_http, f"http://127.0.0.1:{public_port}/events"))[0] == 404
         # the public face's exchange answers are events of the loopback face, marked public
         async with reading(port, cap) as feed:

@@ -82,6 +82,25 @@ def test_a_fresh_lane_exposes_every_series_at_zero():
     assert samples(LaneMetrics(SPACE)) == at_rest()
 
 
+def test_every_counter_series_has_its_created_sample():
+    """The operator guide: every counter exports ``_created`` (issue 18 item 8), the ones read at
+    scrape time too (the drops and the connect-limit denials): the lane's start time, seconds."""
+    metrics = LaneMetrics(SPACE, created=1_800_000_123.5)
+    metrics.exchange_answered("human", 200)
+    body, _ = metrics.exposition()
+    families = list(text_string_to_metric_families(body.decode()))
+    created = {(s.name, frozenset(s.labels.items())) for f in families for s in f.samples if s.name.endswith("_created")}
+    totals = {(s.name.removesuffix("_total") + "_created", frozenset(s.labels.items()))
+              for f in families if f.type == "counter" for s in f.samples if s.name.endswith("_total")}
+    assert totals and created >= totals
+    read_at_scrape = ("cotal_callout_dropped_created", "cotal_connect_limit_denials_created")
+    scrape_time = {(s.name, s.labels.get("bucket")): s.value for f in families for s in f.samples if s.name in read_at_scrape}
+    assert scrape_time == {
+        ("cotal_callout_dropped_created", None): 1_800_000_123.5,
+        **{("cotal_connect_limit_denials_created", bucket): 1_800_000_123.5 for bucket in ("actor", "owner", "host")},
+    }
+
+
 def test_answers_limits_exchanges_and_the_responder_gauges_read_back_exactly():
     metrics = LaneMetrics(SPACE)
     metrics.callout_answered(record(Outcome.MINTED, queue=0.001, verify=0.001, ledger=0.002))  # 4 ms

@@ -95,4 +95,7 @@ async def test_metrics_and_status_count_what_happened(stack, capsys):
                 {"stream": stream, "replicas": 1, "leader": "cotal", "current": 0} for stream in space_stream_names(SPACE)
             ]},
         }],
+        # the process's operator face (issue 18 item 8)
+        "opsFaces": [{"url": stack.info.ops_url, "pid": service["pid"],
+                      "file": str(stack.paths.ops_json(int(stack.info.ops_url.rsplit(":", 1)[1])))}],
     }  # fmt: skip

@@ -134,7 +134,7 @@ async def test_auth_service_flags_serve_the_public_face(mesh: Mesh, nursery: tri
             assert f"public face on 127.0.0.1:{port} ({PUBLIC_URL})" in banner
             # The readiness file names the public face too (upstream-notes 4.1 shape).
             ready = json.loads(mesh.paths.space("a").auth_service_json.read_text())
-            assert sorted(ready) == ["cap", "pid", "publicUrl", "url", "ver"] and ready["publicUrl"] == PUBLIC_URL
+            assert sorted(ready) == ["cap", "opsUrl", "pid", "publicUrl", "url", "ver"] and ready["publicUrl"] == PUBLIC_URL
             base = f"http://127.0.0.1:{port}"
             assert await trio.to_thread.run_sync(_request, base + "/health") == (
                 200, {"ok": True, "issuer": "urn:cotal:auth:a"},
