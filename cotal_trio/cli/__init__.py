@@ -10,10 +10,14 @@ error is 64, and a closed stdout (``| head -1``) ends any command quietly with 1
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import select
+import signal
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
@@ -108,7 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         from cyclopts.exceptions import CycloptsError  # inside the Ctrl-C guard, as the app is
 
         try:
-            if _bare_group(_app(), argv):
+            with _interrupts_noted() as interrupted:
+                bare = _bare_group(_app(), argv)  # imports the command's module: most of the start
+            if interrupted():
+                return ExitCode.INTERRUPTED
+            if bare:
                 _app().help_print(argv, console=_app().error_console)
                 return ExitCode.USAGE
             result = _app()(argv, result_action="return_value", exit_on_error=False, console=_pipe_console())
@@ -142,6 +150,28 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cotal: {sentence}", file=sys.stderr)
         return 1
     return result if isinstance(result, int) else 0
+
+
+@contextlib.contextmanager
+def _interrupts_noted() -> Iterator[Callable[[], bool]]:
+    """Inside: a SIGINT is noted, not raised; yields whether one came (for the command's imports).
+
+    A KeyboardInterrupt raised inside the import system can land in one of its weakref callbacks
+    (``_get_module_lock``), where Python prints "Exception ignored" and drops it: the Ctrl-C is
+    lost and ``cotal up`` goes on to serve (seen under load, tests/cli/test_up_interrupt.py). So
+    while the command's module is imported the signal only sets a flag, and the caller ends with
+    130 once the imports are done. The previous handler is back on the way out, so trio installs
+    its own as it starts and a serving command's signal receiver takes over from there.
+    """
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # only it may set handlers (a test's thread)
+        yield lambda: False
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: seen.append(signum))
+    try:
+        yield lambda: bool(seen)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _bare_group(cli: Any, argv: list[str] | None) -> bool:

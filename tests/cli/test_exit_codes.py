@@ -125,3 +125,32 @@ def test_a_broken_socket_is_not_a_closed_pipe(root: Root, capsys, monkeypatch):
         stdout.close()
         assert reader.read() == ""
     assert (code, capsys.readouterr().err) == (ExitCode.FAILED, "cotal: [Errno 32] Broken pipe\n")
+
+
+def test_a_ctrl_c_while_the_command_is_imported_ends_with_130_and_runs_nothing(monkeypatch, capsys, tmp_path):
+    """A SIGINT during the command's imports is noted, not raised into the import system (where
+    Python can drop it: tests/cli/test_up_interrupt.py under load), and the run ends with 130
+    before the command starts (issue 15 item 9)."""
+    import signal
+    import weakref
+
+    import cotal_trio.cli as cli
+
+    real = cli._bare_group
+
+    def interrupted_while_importing(app, argv):
+        # The signal's handler runs inside a weakref callback, as inside the import system's
+        # _get_module_lock one: a KeyboardInterrupt raised there is printed and dropped.
+        lock = type("ModuleLock", (), {})()
+        ref = weakref.ref(lock, lambda _ref: signal.raise_signal(signal.SIGINT))
+        del lock
+        assert ref() is None
+        return real(app, argv)
+
+    monkeypatch.setattr(cli, "_bare_group", interrupted_while_importing)
+    root = tmp_path / "root"
+    assert cli.main(["space", "list", "--root", str(root)]) == 130
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "")  # nothing printed: no "Exception ignored", no command output
+    assert not root.exists()  # the command never ran
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # trio's to take over
