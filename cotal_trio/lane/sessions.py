@@ -22,7 +22,7 @@ import trio
 
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.limits import ConnectLimiter
-from cotal_trio.natsio import Connection, open_connection
+from cotal_trio.natsio import CalloutConnection, Connection, open_connection, open_native_connection, speaks_native
 from cotal_trio.state import IssuerKeys, LedgerReader, SpaceMaterial, load_issuer_keys, load_space
 from cotal_trio.stores.issuance import RowExpiries
 from cotal_trio.stores.issued import IssuedStores
@@ -79,14 +79,15 @@ class Sessions:
     """A lane's connections (each allow-list is what the lane does with it).
 
     Attributes:
-        callout: the callout user's connection (the subscription, the replies).
+        callout: the callout user's connection (the subscription, the replies): trio-native on
+            ``nats://`` seeds, without the asyncio bridge (issue 14), nats-py's on ``tls://``.
         store: the data-account store session, renewed; what it is repoints itself to each
             renewal.
         issued: the issued stores over the lane's issuer session, renewed likewise.
         records: the records and sessions stores over ``store``.
     """
 
-    callout: Connection
+    callout: CalloutConnection
     store: Connection
     issued: IssuedStores
     records: RecordsStore
@@ -111,8 +112,10 @@ async def open_sessions(spec: LaneSpec, material: SpaceMaterial) -> AsyncIterato
 
 
 @contextlib.asynccontextmanager
-async def _open_callout(spec: LaneSpec, material: SpaceMaterial, creds: str, name: str) -> AsyncIterator[Connection]:
-    """The lane's callout connection; a refused connect is named where it is refused (issue 15
+async def _open_callout(spec: LaneSpec, material: SpaceMaterial, creds: str, name: str) -> AsyncIterator[CalloutConnection]:
+    """The lane's callout connection: :func:`~cotal_trio.natsio.open_native_connection` when
+    every seed is ``nats://`` (the callout's hot path on trio sockets, issue 14), else
+    :func:`~cotal_trio.natsio.open_connection`; both reconnect alike. A refused connect is named where it is refused (issue 15
     item 10: :func:`~cotal_trio.lane.refusals.name_callout_refusal`), so every host shows the
     missing ``auth_users`` entry and its remedy, not the bare ``Authorization Violation``.
 
@@ -122,7 +125,9 @@ async def _open_callout(spec: LaneSpec, material: SpaceMaterial, creds: str, nam
     """
     connected = False
     try:
-        async with open_connection(spec.common.server_url, creds=creds, name=name, reconnect=spec.common.reconnect) as conn:
+        server_url, reconnect = spec.common.server_url, spec.common.reconnect
+        opener = open_native_connection if speaks_native(server_url) else open_connection
+        async with opener(server_url, creds=creds, name=name, reconnect=reconnect) as conn:
             connected = True
             yield conn
     except Unavailable as refused:

@@ -39,6 +39,14 @@ How a call crosses the bridge (every async method of :class:`Connection`):
 """
 
 from ._conn import Connection, Message, NoResponders, Subscription, open_connection
+from ._native import (
+    CalloutConnection,
+    NativeConnection,
+    NativeStatistics,
+    NativeSubscription,
+    open_native_connection,
+    speaks_native,
+)
 from ._js import (
     ERRORS,
     Publish,
@@ -111,7 +119,13 @@ __all__ = [
     "js_publish",
     "js_publish_many",
     "js_publishes_sent",
+    "CalloutConnection",
     "Connection",
+    "NativeConnection",
+    "NativeStatistics",
+    "NativeSubscription",
+    "open_native_connection",
+    "speaks_native",
     "KeyExists",
     "KvEntry",
     "Message",
