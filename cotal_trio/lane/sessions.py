@@ -29,7 +29,13 @@ from cotal_trio.stores.issued import IssuedStores
 from cotal_trio.stores.records import RecordsStore
 from cotal_trio.lane.metrics import LaneMetrics
 from cotal_trio.lane.refusals import name_callout_refusal
-from cotal_trio.lane.service_users import IssuerSession, RenewedUser, replica_store_permissions, store_permissions
+from cotal_trio.lane.service_users import (
+    IssuerSession,
+    RenewedUser,
+    open_service_user,
+    replica_store_permissions,
+    store_permissions,
+)
 from cotal_trio.lane.spec import FullLane, LaneSpec, ReplicaLane
 
 __all__ = ["LaneStart", "Sessions", "open_sessions"]
@@ -147,7 +153,9 @@ async def _open_store(spec: LaneSpec, material: SpaceMaterial) -> AsyncIterator[
     see a gap. Raises ``Unavailable`` when the first session is refused, or when one expires with
     no renewal let in (which ends the lane).
 
-    Its allow-list is exactly what the lane does with it (issue 15 item 4; docs/wire-layout.md
+    Over trio sockets (:func:`~cotal_trio.natsio.open_native_connection`) on ``nats://`` seeds:
+    every call the lane makes on it is a JetStream request, and the issuance row at connect
+    rides it (issue 14). Its allow-list is exactly what the lane does with it (issue 15 item 4; docs/wire-layout.md
     "The service's own users"): :func:`~cotal_trio.lane.service_users.store_permissions` for a
     full lane, :func:`~cotal_trio.lane.service_users.replica_store_permissions` for a replica
     (it creates no store). Must be entered inside the lane's ``open_loop()``.
@@ -162,6 +170,8 @@ async def _open_store(spec: LaneSpec, material: SpaceMaterial) -> AsyncIterator[
         material, spec.common.server_url, what="store session", name=f"cotal:auth-store:{space}",
         permissions=functools.partial(permissions, space), lifetime_s=spec.common.store_lifetime_s, clock=spec.common.clock,
         reconnect=spec.common.reconnect, watched=True,  # `_until_lost` names a dropped store connection
+        # the issuance row at connect (and the lane's other store calls) on trio sockets (issue 14)
+        open_user=functools.partial(open_service_user, native=speaks_native(spec.common.server_url)),
     )  # fmt: skip
     async with _session_task(user.run) as conn:
         yield typing.cast(Connection, conn)

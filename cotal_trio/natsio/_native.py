@@ -41,7 +41,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
@@ -69,7 +69,7 @@ from ._conn import (
 from ._loop import DEFAULT_CAP_S
 
 __all__ = [
-    "CalloutConnection", "MAX_PENDING_BYTES", "NativeConnection", "NativeStatistics", "NativeSubscription", "open_native_connection",
+    "CalloutConnection", "MAX_PENDING_BYTES", "NATIVE_VERSION", "NativeConnection", "NativeStatistics", "NativeSubscription", "open_native_connection",
     "speaks_native",
 ]
 
@@ -89,7 +89,8 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024
 CLOSE_POLL_S = 0.001
 _CRLF = b"\r\n"
 _STATUS, _DESCRIPTION, _NO_RESPONDERS = "Status", "Description", "503"
-_VERSION = "cotal-trio-native/1"
+# The CONNECT "version" this connection sends: the broker's CONNZ shows which connections are native.
+NATIVE_VERSION = "cotal-trio-native/1"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,7 +192,7 @@ class NativeConnection:
     """
 
     def __init__(self, servers: tuple[str, ...], *, creds: str | None, token: str | None, name: str | None,
-                 reconnect: bool) -> None:
+                 reconnect: bool, inbox_prefix: str | None = None) -> None:
         self.servers = servers
         self._url = join_servers(servers)
         self._key: KeyPair | None = None
@@ -210,7 +211,7 @@ class NativeConnection:
         self._pongs: deque[_Pong] = deque()
         self._subs: dict[int, _Sub] = {}
         self._next_sid = 0
-        self._inbox = f"_INBOX.{secrets.token_hex(11)}"
+        self._inbox = f"{inbox_prefix or '_INBOX'}.{secrets.token_hex(11)}"
         self._reply_sid: int | None = None
         self._replies: dict[str, _Reply] = {}
         self._next_token = 0
@@ -301,11 +302,36 @@ class NativeConnection:
         await trio.lowlevel.checkpoint()
         return NativeSubscription(self, sub)
 
+    async def publish(self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None) -> None:
+        """Trio: :meth:`publish_nowait` and a checkpoint (the shape of ``Connection.publish``).
+
+        Raises:
+            Unavailable: the connection is closed.
+            ValueError: as :meth:`publish_nowait`.
+        """
+        if self.closed.is_set():
+            raise Unavailable(f"publish {subject}: the connection is closed")
+        self.publish_nowait(subject, payload, headers)
+        await trio.lowlevel.checkpoint()
+
+    async def request(self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None) -> Message:
+        """Trio: one request, its first reply (the shape of ``Connection.request``).
+
+        Raises:
+            NoResponders: nothing subscribes to ``subject`` (the broker's 503 status).
+            Unavailable: no reply within the 10 s cap, or the connection is (or got) closed.
+            ValueError: a malformed subject or header.
+        """
+        answer = (await self.request_many(((subject, payload, headers),)))[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
     async def request_many(self, requests: Sequence[tuple[str, bytes, Mapping[str, str] | None]]) -> list[Message | Unavailable]:
         """Trio: publish every request at once (one send) and await every reply together.
 
         Replies come back on one wildcard subscription of this connection
-        (``_INBOX.<random>.*``), made on the first call. Each result is the reply, or
+        (``<inbox prefix>.<random>.*``), made on the first call. Each result is the reply, or
         :class:`NoResponders` (the broker's 503) or ``Unavailable`` (no reply within the 10 s
         cap, or the connection lost) for that request; the caller's deadline cancels.
 
@@ -313,27 +339,47 @@ class NativeConnection:
             Unavailable: the connection is closed.
             ValueError: a malformed subject, header or payload (nothing is sent).
         """
+        async with self.requests_sent(requests) as replies:
+            return await replies()
+
+    @asynccontextmanager
+    async def requests_sent(
+        self, requests: Sequence[tuple[str, bytes, Mapping[str, str] | None]]
+    ) -> AsyncIterator[Callable[[], Awaitable[list[Message | Unavailable]]]]:
+        """Trio: :meth:`request_many` in two halves (the shape of ``Connection.requests_sent``):
+        the requests are queued on entry, with no checkpoint, so writes on another connection
+        inside the block leave in the same scheduler pass; ``await replies()`` gives the
+        results. The reply slots are released on exit.
+
+        Raises:
+            As :meth:`request_many`, on entry (a deadline already passed sends nothing).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
         if self.closed.is_set():
             raise Unavailable(f"request {requests[0][0] if requests else ''}: the connection is closed")
-        if self._reply_sid is None:
-            self._reply_sid = self._add_sub(f"{self._inbox}.*", None, self._on_reply).sid
         encoded, slots = [], []
         for subject, payload, headers in requests:
             self._next_token += 1
             token = str(self._next_token)
             encoded.append(_encode_pub(subject, f"{self._inbox}.{token}", payload, headers, self._max_payload))
             slots.append((token, _Reply()))
+        if self._reply_sid is None:
+            self._reply_sid = self._add_sub(f"{self._inbox}.*", None, self._on_reply).sid
+
+        async def replies() -> list[Message | Unavailable]:
+            with trio.move_on_after(DEFAULT_CAP_S):
+                for _, slot in slots:
+                    await slot.arrived.wait()
+            return [_answer(subject, slot) for (subject, _, _), (_, slot) in zip(requests, slots, strict=True)]
+
         try:
             for (token, slot), data in zip(slots, encoded, strict=True):
                 self._replies[token] = slot
                 self._write(data)
-            with trio.move_on_after(DEFAULT_CAP_S):
-                for _, slot in slots:
-                    await slot.arrived.wait()
+            yield replies
         finally:
             for token, _ in slots:
                 self._replies.pop(token, None)
-        return [_answer(subject, slot) for (subject, _, _), (_, slot) in zip(requests, slots, strict=True)]
 
     async def wait_error(self, *, after: int) -> str:
         """Trio: wait until more than ``after`` errors were reported; return the last one
@@ -442,7 +488,7 @@ class NativeConnection:
 
     def _connect_options(self, info: dict[str, object], parts: SplitResult) -> dict[str, object]:
         options: dict[str, object] = {
-            "verbose": False, "pedantic": False, "lang": "python3", "version": _VERSION, "protocol": 1,
+            "verbose": False, "pedantic": False, "lang": "python3", "version": NATIVE_VERSION, "protocol": 1,
             "headers": True, "no_responders": True, "name": self._name,
         }
         if self._jwt is not None and self._key is not None:
@@ -767,6 +813,7 @@ async def open_native_connection(
     token: str | None = None,
     name: str | None = None,
     reconnect: bool = True,
+    inbox_prefix: str | None = None,
 ) -> AsyncIterator[NativeConnection]:
     """Trio async context manager: a connected :class:`NativeConnection` (no ``open_loop`` needed).
 
@@ -778,6 +825,8 @@ async def open_native_connection(
         token: CONNECT ``auth_token``.
         name: CONNECT ``name`` (the broker's monitoring shows it).
         reconnect: ride out a lost socket (module docstring); without it a loss closes for good.
+        inbox_prefix: prefix of request reply subjects (default ``_INBOX``): a service user
+            may subscribe only under its own (``_INBOX_<nonce>``).
 
     On exit what is queued is handed to the socket (at most ``CLOSE_S``), then it closes.
 
@@ -788,7 +837,7 @@ async def open_native_connection(
         ConfigError: ``servers`` is empty or malformed. CodecError: ``creds`` is malformed.
     """
     seeds = parse_servers(servers) if isinstance(servers, str) else parse_servers(join_servers(list(servers)))
-    conn = NativeConnection(seeds, creds=creds, token=token, name=name, reconnect=reconnect)
+    conn = NativeConnection(seeds, creds=creds, token=token, name=name, reconnect=reconnect, inbox_prefix=inbox_prefix)
     stream, rest = await conn._first_connect()
     conn._stream, conn._connected = stream, True  # connected from here, before _run's first step
     log.debug("nats %s: connected to %s (client id %s, native)", conn._url, conn._at, conn.client_id)
