@@ -64,7 +64,8 @@ from ._conn import (
     RECONNECT_WAIT_S,
     Connection,
     Message,
-    NoResponders,
+    _answer,
+    _Reply,
 )
 from ._loop import DEFAULT_CAP_S
 
@@ -88,7 +89,7 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024
 # How often a closing connection looks whether the writer has sent what was queued (seconds).
 CLOSE_POLL_S = 0.001
 _CRLF = b"\r\n"
-_STATUS, _DESCRIPTION, _NO_RESPONDERS = "Status", "Description", "503"
+_STATUS, _DESCRIPTION = "Status", "Description"  # the names nats-py gives a status line
 # The CONNECT "version" this connection sends: the broker's CONNZ shows which connections are native.
 NATIVE_VERSION = "cotal-trio-native/1"
 
@@ -117,14 +118,6 @@ class _Sub:
 
     def __init__(self, sid: int, subject: str, queue: str | None, on_message: Callable[[Message], None]) -> None:
         self.sid, self.subject, self.queue, self.on_message = sid, subject, queue, on_message
-
-
-class _Reply:
-    __slots__ = ("arrived", "msg")
-
-    def __init__(self) -> None:
-        self.arrived = trio.Event()
-        self.msg: Message | None = None  # None once arrived: the connection closed
 
 
 class _Pong:
@@ -315,14 +308,10 @@ class NativeConnection:
         await trio.lowlevel.checkpoint()
 
     async def request(self, subject: str, payload: bytes, headers: Mapping[str, str] | None = None) -> Message:
-        """Trio: one request, its first reply (the shape of ``Connection.request``).
-
-        Raises:
-            NoResponders: nothing subscribes to ``subject`` (the broker's 503 status).
-            Unavailable: no reply within the 10 s cap, or the connection is (or got) closed.
-            ValueError: a malformed subject or header.
-        """
-        answer = (await self.request_many(((subject, payload, headers),)))[0]
+        """Trio: one request, its first reply; raises as ``Connection.request`` (NoResponders for
+        the broker's 503, Unavailable for no reply within 10 s or a closed connection, ValueError
+        for a malformed subject or header)."""
+        [answer] = await self.request_many(((subject, payload, headers),))
         if isinstance(answer, Exception):
             raise answer
         return answer
@@ -792,17 +781,6 @@ async def _read_line(stream: trio.SocketStream, buf: bytearray) -> bytes:
         if not data:
             raise _Lost("the broker closed the connection")
         buf += data
-
-
-def _answer(subject: str, slot: _Reply) -> Message | Unavailable:
-    what = f"request {subject}"
-    if not slot.arrived.is_set():
-        return Unavailable(f"{what}: no answer within {DEFAULT_CAP_S:g} s")
-    if slot.msg is None:
-        return Unavailable(f"{what}: the connection closed")
-    if slot.msg.headers and slot.msg.headers.get(_STATUS) == _NO_RESPONDERS:
-        return NoResponders(f"{what}: no responders")
-    return slot.msg
 
 
 @asynccontextmanager
