@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import signal
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ from cotal_trio.broker.process import free_port, run_nats_server
 from cotal_trio.core.creds import format_creds, parse_creds
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.natsio import Message, NoResponders, open_loop, open_native_connection
-from cotal_trio.natsio._conn import PONG_TIMEOUT_S
+from cotal_trio.natsio._conn import MAX_OUTAGE_S, PONG_TIMEOUT_S
 from tests.support.cluster import start_cluster
 
 pytestmark = pytest.mark.broker
@@ -260,3 +261,41 @@ async def test_drain_delivers_what_arrived_before_the_unsub(plain_broker):
             conn.publish_nowait("d.x", b"late")
             await conn.flush()
             assert len(got) == 50
+
+
+async def test_a_reconnect_to_a_listener_that_never_speaks_ends_after_the_outage_bound(nursery, tmp_path):
+    """The broker goes; something accepts on its port and sends no INFO: each reconnect's
+    handshake hangs until its bound, and the connection is closed once it has had no broker for
+    MAX_OUTAGE_S (as natsio's nats-py connection does: test_keepalive_live.py)."""
+    port, scope = free_port(), trio.CancelScope()
+    await _start(nursery, tmp_path, port, scope)
+    with trio.fail_after(CEILING_S):
+        async with open_native_connection(f"nats://127.0.0.1:{port}", reconnect=True) as conn:
+            await conn.flush()
+            scope.cancel()
+            with socket.socket() as silent:
+                silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                while True:
+                    try:
+                        silent.bind(("127.0.0.1", port))
+                        break
+                    except OSError:
+                        await trio.sleep(0.05)
+                silent.listen(64)  # accepts into the backlog; never reads, never writes
+                await conn.closed.wait()
+            assert conn.last_error == f"no broker for {MAX_OUTAGE_S:g} s (reconnecting)"
+
+
+@pytest.mark.parametrize("subject, headers", [
+    ("has space", None), ("", None), ("ok", {"Bad\r\nName": "v"}), ("ok", {"Name": "line\r\nbreak"}),
+])  # fmt: skip
+async def test_a_malformed_publish_is_a_value_error_and_sends_nothing(plain_broker, subject, headers):
+    got: list[Message] = []
+    with trio.fail_after(CEILING_S):
+        async with open_native_connection(plain_broker, reconnect=False) as conn:
+            await conn.subscribe(">", on_message=got.append)
+            await conn.flush()
+            with pytest.raises(ValueError):
+                conn.publish_nowait(subject, b"x", headers)
+            await conn.flush()
+            assert got == [] and conn.last_error is None
