@@ -13,22 +13,23 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import signal
 import time
-from pathlib import Path
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
 
 from cotal_trio.broker import provision
 from cotal_trio.broker.accounts import open_system_connection, push_accounts
-from cotal_trio.broker.process import free_port, run_nats_server
+from cotal_trio.broker.process import free_port
 from cotal_trio.core.creds import format_creds, parse_creds
 from cotal_trio.core.errors import Unavailable
-from cotal_trio.natsio import Message, NoResponders, open_loop, open_native_connection
+from cotal_trio.natsio import Message, NativeConnection, NoResponders, open_loop, open_native_connection
 from cotal_trio.natsio._conn import MAX_OUTAGE_S, PONG_TIMEOUT_S
 from tests.support.cluster import start_cluster
+from tests.support.plain_brokers import silent_listener, start_stoppable
 
 pytestmark = pytest.mark.broker
 
@@ -48,15 +49,16 @@ def _app_creds(provisioned) -> str:
     return provision.mint_service_user(provisioned.space, name="svc", permissions=APP, iat=now, exp=now + 300)
 
 
-async def _start(nursery: trio.Nursery, tmp_path: Path, port: int, scope: trio.CancelScope, tag: str = "a") -> int:
-    config = tmp_path / f"plain-{tag}.conf"
-    config.write_text(f'listen: "127.0.0.1:{port}"\n')
-
-    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
-        with scope:
-            await run_nats_server(config, log_path=tmp_path / f"plain-{tag}.log", port=port, task_status=task_status)
-
-    return await nursery.start(run)
+@asynccontextmanager
+async def _native_on_stoppable(nursery, tmp_path, *, reconnect: bool) -> AsyncIterator[tuple[NativeConnection, trio.CancelScope, int]]:
+    """A native connection to a broker of the test's own; yields (conn, the broker's scope, its pid)."""
+    port, scope = free_port(), trio.CancelScope()
+    pid = await start_stoppable(nursery, tmp_path, port, scope)
+    with trio.fail_after(CEILING_S):
+        async with open_native_connection(f"nats://127.0.0.1:{port}", reconnect=reconnect) as conn:
+            await conn.flush()
+            yield conn, scope, pid
+    scope.cancel()
 
 
 async def test_a_user_jwt_connect_subscribes_publishes_and_requests(operator_broker, provisioned):
@@ -166,7 +168,7 @@ async def test_a_restarted_broker_is_reconnected_and_the_subscription_resent(nur
     port = free_port()
     url = f"nats://127.0.0.1:{port}"
     first = trio.CancelScope()
-    await _start(nursery, tmp_path, port, first, "a")
+    await start_stoppable(nursery, tmp_path, port, first, "a")
     got: list[Message] = []
     with trio.fail_after(CEILING_S):
         async with open_native_connection(url, reconnect=True) as conn:
@@ -175,7 +177,7 @@ async def test_a_restarted_broker_is_reconnected_and_the_subscription_resent(nur
             first.cancel()  # SIGTERM: the broker closes the socket
             while not any(r.getMessage() == f"nats {url}: disconnected" for r in caplog.records):
                 await trio.sleep(0.05)
-            await _start(nursery, tmp_path, port, trio.CancelScope(), "b")
+            await start_stoppable(nursery, tmp_path, port, trio.CancelScope(), "b")
             while conn.statistics().reconnects < 1:
                 await trio.sleep(0.05)
             conn.publish_nowait("r.x", b"after")
@@ -186,43 +188,30 @@ async def test_a_restarted_broker_is_reconnected_and_the_subscription_resent(nur
 
 
 async def test_without_reconnect_a_lost_socket_closes_for_good(nursery, tmp_path):
-    port, scope = free_port(), trio.CancelScope()
-    await _start(nursery, tmp_path, port, scope)
-    with trio.fail_after(CEILING_S):
-        async with open_native_connection(f"nats://127.0.0.1:{port}", reconnect=False) as conn:
+    async with _native_on_stoppable(nursery, tmp_path, reconnect=False) as (conn, scope, _):
+        scope.cancel()
+        await conn.closed.wait()
+        assert conn.last_error
+        with pytest.raises(Unavailable):
             await conn.flush()
-            scope.cancel()
-            await conn.closed.wait()
-            assert conn.last_error
-            with pytest.raises(Unavailable):
-                await conn.flush()
-            conn.publish_nowait("x", b"dropped")  # never raises on a closed connection
+        conn.publish_nowait("x", b"dropped")  # never raises on a closed connection
 
 
 async def test_a_broker_gone_for_good_closes_after_the_attempts(nursery, tmp_path):
-    port, scope = free_port(), trio.CancelScope()
-    await _start(nursery, tmp_path, port, scope)
-    with trio.fail_after(CEILING_S):
-        async with open_native_connection(f"nats://127.0.0.1:{port}", reconnect=True) as conn:
-            await conn.flush()
-            scope.cancel()
-            await conn.closed.wait()
-            assert conn.last_error and conn.last_error.startswith("no broker")
+    async with _native_on_stoppable(nursery, tmp_path, reconnect=True) as (conn, scope, _):
+        scope.cancel()
+        await conn.closed.wait()
+        assert conn.last_error and conn.last_error.startswith("no broker")
 
 
 async def test_a_paused_broker_is_noticed_by_the_keepalive(nursery, tmp_path):
-    port, scope = free_port(), trio.CancelScope()
-    pid = await _start(nursery, tmp_path, port, scope)
-    with trio.fail_after(CEILING_S):
-        async with open_native_connection(f"nats://127.0.0.1:{port}", reconnect=True) as conn:
-            await conn.flush()
-            os.kill(pid, signal.SIGSTOP)
-            try:
-                await conn.closed.wait()
-            finally:
-                os.kill(pid, signal.SIGCONT)
-            assert conn.last_error == f"no PING answered within {PONG_TIMEOUT_S:g} s - the broker is hung or unreachable"
-    scope.cancel()
+    async with _native_on_stoppable(nursery, tmp_path, reconnect=True) as (conn, _, pid):
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await conn.closed.wait()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert conn.last_error == f"no PING answered within {PONG_TIMEOUT_S:g} s - the broker is hung or unreachable"
 
 
 async def test_on_a_cluster_the_connection_moves_to_another_node(nursery, tmp_path, caplog):
@@ -267,23 +256,11 @@ async def test_a_reconnect_to_a_listener_that_never_speaks_ends_after_the_outage
     """The broker goes; something accepts on its port and sends no INFO: each reconnect's
     handshake hangs until its bound, and the connection is closed once it has had no broker for
     MAX_OUTAGE_S (as natsio's nats-py connection does: test_keepalive_live.py)."""
-    port, scope = free_port(), trio.CancelScope()
-    await _start(nursery, tmp_path, port, scope)
-    with trio.fail_after(CEILING_S):
-        async with open_native_connection(f"nats://127.0.0.1:{port}", reconnect=True) as conn:
-            await conn.flush()
-            scope.cancel()
-            with socket.socket() as silent:
-                silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                while True:
-                    try:
-                        silent.bind(("127.0.0.1", port))
-                        break
-                    except OSError:
-                        await trio.sleep(0.05)
-                silent.listen(64)  # accepts into the backlog; never reads, never writes
-                await conn.closed.wait()
-            assert conn.last_error == f"no broker for {MAX_OUTAGE_S:g} s (reconnecting)"
+    async with _native_on_stoppable(nursery, tmp_path, reconnect=True) as (conn, scope, _):
+        scope.cancel()
+        async with silent_listener(int(conn.servers[0].rsplit(":", 1)[1])):
+            await conn.closed.wait()
+        assert conn.last_error == f"no broker for {MAX_OUTAGE_S:g} s (reconnecting)"
 
 
 @pytest.mark.parametrize("subject, headers", [
