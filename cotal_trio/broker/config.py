@@ -26,6 +26,13 @@ joins. A node rendered without a secret is refused on a non-loopback host. Monit
 (``http:``) binds its own host (default 127.0.0.1): ``/varz``, ``/connz`` and ``/routez`` carry
 no auth at all.
 
+A leaf node (``cotal broker leaf-config``, issue 17 item 5; docs/deploy.md "Leaf nodes") gets
+the same trust lines and no JetStream, plus ``leafnodes { remotes }``: one remote binding the
+system account (so its ``full`` resolver receives every account pushed to the hub, revocations
+included, and the hub's system account sees it), and one per space binding the space's data
+account. Its clients' connects are decided on the leaf itself (the auth account's callout runs
+where the client connects), by a callout replica connected to the leaf.
+
 Rendering is pure; :func:`write_config` writes the file and creates the folders.
 """
 
@@ -42,8 +49,8 @@ from cotal_trio.core.errors import ConfigError
 from cotal_trio.state import BrokerMaterial, RootPaths, atomic_create, atomic_write, ensure_dir
 
 __all__ = [
-    "MAX_CONTROL_LINE_BYTES", "SERVER_NAME", "Cluster", "Node", "parse_routes", "render_config", "render_node",
-    "route_secret", "write_config",
+    "MAX_CONTROL_LINE_BYTES", "SERVER_NAME", "Cluster", "LeafRemote", "Node", "parse_hub_urls", "parse_routes",
+    "render_config", "render_node", "route_secret", "write_config",
 ]
 
 SERVER_NAME = "cotal"
@@ -53,6 +60,7 @@ RESOLVER_TIMEOUT = "1.9s"
 LISTEN_HOST = "127.0.0.1"
 CLUSTER_NAME = "cotal"
 ROUTE_SCHEMES = ("nats-route", "nats")
+LEAF_SCHEMES = ("nats-leaf", "nats", "tls")
 ROUTE_USER = "cotal-route"
 ROUTE_SECRET_FILE = "route.secret"
 # 32 random bytes as hex: URL-safe, so it goes into a route URL's userinfo unescaped.
@@ -84,6 +92,22 @@ class Cluster:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LeafRemote:
+    """One ``leafnodes { remotes }`` entry of a leaf node.
+
+    Attributes:
+        urls: the hub's leaf-node URLs (``nats-leaf://host:port``), tried in turn.
+        account: the account (public key) the link binds, on the leaf and on the hub.
+        credentials: the creds file the link authenticates with on the hub (a user of
+            ``account``).
+    """
+
+    urls: tuple[str, ...]
+    account: str
+    credentials: Path
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Node:
     """What one nats-server needs beyond the root's trust.
 
@@ -91,9 +115,11 @@ class Node:
         name: ``server_name``, unique in the cluster.
         host: the address the client, cluster and leaf-node listeners bind.
         port: the client port.
-        resolver_dir, jetstream_dir: the node's own folders (never shared between nodes).
+        resolver_dir, jetstream_dir: the node's own folders (never shared between nodes);
+            ``jetstream_dir`` None: no JetStream (a leaf node: the stores are the hub's).
         cluster: the cluster block, or None for a lone broker.
         leafnode_port: listen for leaf-node links on this port (a hub), or None.
+        leaf_remotes: the links of a leaf node to its hub (exclusive with ``leafnode_port``).
         http_port: the monitoring port (``/varz``, ``/routez``, ``/jsz``), or None.
         http_host: the address monitoring binds (it has no auth): loopback unless asked.
         header: the first line, a comment saying where the file comes from.
@@ -103,9 +129,10 @@ class Node:
     host: str = LISTEN_HOST
     port: int
     resolver_dir: Path
-    jetstream_dir: Path
+    jetstream_dir: Path | None
     cluster: Cluster | None = None
     leafnode_port: int | None = None
+    leaf_remotes: tuple[LeafRemote, ...] = ()
     http_port: int | None = None
     http_host: str = LISTEN_HOST
     header: str = BUNDLED_HEADER
@@ -154,7 +181,8 @@ def render_node(broker: BrokerMaterial, node: Node, *, auth_timeout_s: float | N
     Raises:
         ConfigError: a path or host with a control character, a port outside 1-65535, a bad
             server or cluster name, a bad route URL, a cluster without a route secret on a
-            non-loopback host, or a non-positive timeout (one sentence naming the flag to fix).
+            non-loopback host, a leaf node that is also a hub, or a non-positive timeout (one
+            sentence naming the flag to fix).
     """
     _check_port(node.port, "--port")
     _check_name(node.name, "--node")
@@ -179,10 +207,17 @@ def render_node(broker: BrokerMaterial, node: Node, *, auth_timeout_s: float | N
         "resolver_preload {",
         f"  {broker.system_account}: {quote(broker.system_jwt)}",
         "}",
-        "jetstream {",
-        f"  store_dir: {quote(str(node.jetstream_dir))}",
-        "}",
     ]
+    if node.jetstream_dir is not None:
+        lines += ["jetstream {", f"  store_dir: {quote(str(node.jetstream_dir))}", "}"]
+    if node.leaf_remotes:
+        if node.leafnode_port is not None:
+            raise ConfigError("a leaf node rendered here links to one hub and is not a hub itself - drop --leafnodes")
+        lines += ["leafnodes {", "  remotes: ["]
+        for remote in node.leaf_remotes:
+            urls = ", ".join(quote(url) for url in remote.urls)
+            lines.append(f"    {{ urls: [{urls}], account: {remote.account}, credentials: {quote(str(remote.credentials))} }}")
+        lines += ["  ]", "}"]
     if node.cluster is not None:
         lines += _cluster_lines(node.host, node.cluster)
     if node.leafnode_port is not None:
@@ -210,6 +245,28 @@ def parse_routes(text: str) -> tuple[str, ...]:
         if not _is_route(route):
             raise ConfigError(f"--cluster-routes: {route!r} is not a route URL - pass nats-route://host:port")
     return routes
+
+
+def parse_hub_urls(text: str) -> tuple[str, ...]:
+    """``--hub`` as leaf-node URLs: comma-separated ``nats-leaf://host:port`` (or ``nats://``,
+    ``tls://``), blanks around commas ignored, order kept, duplicates dropped.
+
+    Raises:
+        ConfigError: no URL, or one without that scheme, a host or a port, or one carrying
+            credentials (the link authenticates with its creds file).
+    """
+    urls = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    if not urls:
+        raise ConfigError("--hub is empty - pass the hub's leaf-node URL, nats-leaf://host:port (every hub node's, comma-separated)")
+    for url in urls:
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme not in LEAF_SCHEMES or not parts.hostname or port is None or "@" in parts.netloc:
+            raise ConfigError(f"--hub: {url!r} is not a leaf-node URL - pass nats-leaf://host:port (the hub's leafnodes port)")
+    return urls
 
 
 def _is_route(url: str) -> bool:

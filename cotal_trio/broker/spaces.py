@@ -94,6 +94,7 @@ __all__ = [
     "AddedSpace",
     "RemovedSpace",
     "add_space",
+    "broker_holds",
     "delete_space_streams",
     "hosted_entries",
     "list_spaces",
@@ -512,8 +513,9 @@ async def delete_space_streams(
     return tuple(names)
 
 
-async def _broker_holds(sys_conn: natsio.Connection, account: str) -> bool:
-    """Whether LOOKUP returns a JWT for ``account`` (a deleted or unknown one returns none)."""
+async def broker_holds(sys_conn: natsio.Connection, account: str) -> bool:
+    """Trio: whether LOOKUP returns a JWT for ``account`` (a deleted or unknown one returns none;
+    so does a broker that does not answer). ``sys_conn``: :func:`open_system_connection`'s."""
     try:
         reply = await sys_conn.request(lookup_subject(account), b"")
     except Unavailable:
@@ -551,10 +553,10 @@ async def remove_space(
     deleted = False
     if url is not None:
         async with natsio.open_loop(), open_system_connection(url, broker) as sys_conn:
-            if await _broker_holds(sys_conn, material.data_account):
+            if await broker_holds(sys_conn, material.data_account):
                 streams = await delete_space_streams(url, material, now=now)
             held = [a for a in (material.auth_account, material.data_account)
-                    if await _broker_holds(sys_conn, a)]
+                    if await broker_holds(sys_conn, a)]
             if held:
                 await delete_accounts(sys_conn, provision.delete_accounts_claim(broker, held, iat=int(now)))
                 deleted = True

@@ -33,10 +33,12 @@ _COMMANDS: tuple[tuple[str, str | None, str], ...] = (
     ("cotal_trio.cli.up:up", None, "Run the root's broker and the space's auth service (the embedded default)."),
     ("cotal_trio.cli.actor:actor_app", "actor", "Grant, revoke and list actors in the space's ledger."),
     ("cotal_trio.cli.devidp:dev_idp_app", "dev-idp", "The development IdP: mint a token (development only)."),
-    ("cotal_trio.cli.client:exchange", None, "Exchange an IdP token for a bearer."),
+    ("cotal_trio.cli.login:login", None, "Log in as a person at the space's pinned IdP (device code) and keep the session."),
+    ("cotal_trio.cli.login:logout", None, "Revoke your login session for the space at its IdP and delete it."),
+    ("cotal_trio.cli.client:exchange", None, "Exchange an IdP token (or your login session's) for a bearer."),
     ("cotal_trio.cli.client:agent_bearer", "agent-bearer", "Exchange a managed agent's actor token for a bearer."),
     ("cotal_trio.cli.client:connect_info", "connect-info", "What a client needs to connect: server, sentinel creds, IdP pin."),
-    ("cotal_trio.cli.auth_service:auth_service", "auth-service", "Serve one space (--space) or a manifest of spaces (--spaces) against a running broker."),
+    ("cotal_trio.cli.auth_service:auth_service", "auth-service", "Deprecated entry, kept for existing units and scripts (new setups: `cotal service install auth-service|callout-replica`): serve one space (--space) or a manifest of spaces (--spaces) against a running broker."),
     ("cotal_trio.cli.space:space_app", "space", "Add, remove and list the spaces of a root (live on its broker)."),
     ("cotal_trio.cli.manager:manager_app", "manager", "Register, list and retire the manager instances of a space."),
     ("cotal_trio.cli.check:check", None, "Run the whole path against the running root and name any failing step."),
@@ -45,7 +47,7 @@ _COMMANDS: tuple[tuple[str, str | None, str], ...] = (
     ("cotal_trio.cli.auth:auth_app", "auth", "Mint and revoke the credentials of a static space."),
     ("cotal_trio.cli.doctor:doctor_app", "doctor", "Check the root and name the next command to run."),
     ("cotal_trio.cli.broker:broker_app", "broker", "Render a cluster node's nats-server config from the root's trust."),
-    ("cotal_trio.cli.service:service_app", "service", "Write systemd units for `cotal auth-service` and its callout replicas."),
+    ("cotal_trio.cli.service:service_app", "service", "The service presets auth-service and callout-replica: write their systemd units, or run them."),
 )
 
 

@@ -24,13 +24,15 @@ import cyclopts
 import trio
 from cyclopts import Parameter
 
-from ..core import callers
+from ..core import callers, static_issuance
 from ..core import credentials as rules
 from ..core.credentials import Credential, LabelRecord
 from ..core.errors import ConfigError
 from ..core.identity import check_channel_pattern, check_role
+from ..core.wire import Durable
 from ..ops.caller_mint import mint_caller, recreate_static_issued_stores
 from ..ops.errors import as_config_error
+from ..ops.static_agents import mint_agent, provision_uid, renew_agent
 from ..ops.static_credentials import MintRequest, mint_native, revoke_credential as revoke
 from ._servers import resolve_servers
 from .actor import provisioned, split_list
@@ -104,7 +106,10 @@ class CallerFlags:
         "now (needs --out and a running broker)."))] = None
     channels: Annotated[str | None, Parameter(help="With --endpoint: comma-separated channel patterns it may read and post to.")] = None
     server: Annotated[str | None, Parameter(help=(
-        "With --endpoint: the broker URL (default: the root's broker on 127.0.0.1, if it runs)."))] = None
+        "With --endpoint or an agent: the broker URL (default: the root's broker on 127.0.0.1,\nif it runs)."))] = None
+    provision: Annotated[bool, Parameter(negative="--no-provision", help=(
+        "An agent: pre-create its DM inbox (keyed by its lifecycle UID), its role's task queue and\nits two watch "
+        "readers (default; --no-provision leaves them to `cotal auth provision UID`)."))] = True
 
 
 def agent_grant(profile: str, agent: AgentFlags) -> dict:
@@ -158,17 +163,45 @@ async def mint(
 ) -> None:
     """Mint a NATS credential file of a static space (0600) and print its receipt."""
     if caller.endpoint is None:
-        if caller.channels is not None or caller.server is not None:
-            raise ConfigError(f"{'--channels' if caller.channels is not None else '--server'} goes with --endpoint (a standalone "
-                              "caller) - for an agent pass --allow-subscribe and --allow-publish, or add --endpoint")  # fmt: skip
+        if caller.channels is not None:
+            raise ConfigError("--channels goes with --endpoint (a standalone caller) - for an agent pass --allow-subscribe "
+                              "and --allow-publish, or add --endpoint")  # fmt: skip
+        if flags.profile != "agent" and (caller.server is not None or not caller.provision):
+            flag = "--server" if caller.server is not None else "--no-provision"
+            raise ConfigError(f"{flag} goes with an agent or --endpoint; profile {flags.profile} is minted without the "
+                              f"broker - drop {flag}")  # fmt: skip
         grant = agent_grant(flags.profile, agent)
-        cred, record, replaced = await trio.to_thread.run_sync(mint_native, flags.request(where), grant)
+        if flags.profile == "agent":  # an issuance (issue 19 item 2): evidence before the file
+            cred, record, replaced = await mint_agent(flags.request(where), grant, caller.server, provision=caller.provision)
+        else:
+            cred, record, replaced = await trio.to_thread.run_sync(mint_native, flags.request(where), grant)
     else:
         check_caller_flags(flags, agent)
+        if not caller.provision:
+            raise ConfigError("--no-provision does not combine with --endpoint: a standalone caller's footprint is part of "
+                              "its mint - drop --no-provision")  # fmt: skip
         chosen = split_list(caller.channels, check_channel_pattern)
         endpoint = callers.check_endpoint(caller.endpoint)
         cred, record, replaced = await mint_caller(flags.request(where), endpoint, chosen, caller.server)
-    _print_receipt(cred, record, replaced=replaced, as_json=as_json, server=_receipt_server(where, caller.server))
+    # An observer's or admin's mint is offline: its history readers wait for `cotal auth provision`.
+    provisioned_now = flags.profile == "agent" and caller.provision
+    _print_receipt(cred, record, replaced=replaced, as_json=as_json, server=_receipt_server(where, caller.server),
+                   provisioned=provisioned_now)  # fmt: skip
+
+
+def _provision_command(cred: Credential) -> str:
+    """The command that creates ``cred``'s consumers: ``cotal auth provision <uid> --space <S>``."""
+    return f"cotal auth provision {cred.lifecycle_uid} --space {cred.space}"
+
+
+def _footprint_json(durables: tuple[Durable, ...]) -> list[dict[str, str]]:
+    """Consumers as ``[{"stream", "name"}]`` (an admin's two history readers share one name)."""
+    return [{"stream": d.stream, "name": d.name} for d in durables]
+
+
+def _footprint_text(durables: tuple[Durable, ...]) -> str:
+    """Consumers as ``name (stream), ...``."""
+    return ", ".join(f"{d.name} ({d.stream})" for d in durables)
 
 
 # The receipt's server line on a root without policy.json (a cluster's: docs/deploy.md).
@@ -184,9 +217,16 @@ def _receipt_server(where: Where, server: str | None) -> str | None:
     return ",".join(resolve_servers(paths, None))
 
 
-def _print_receipt(cred: Credential, record: LabelRecord, *, replaced: bool, as_json: bool, server: str | None) -> None:
+def _print_receipt(
+    cred: Credential, record: LabelRecord, *, replaced: bool, as_json: bool, server: str | None, provisioned: bool,
+) -> None:
+    # A standalone caller's footprint is its own (ops/callers.py); the other static credentials'
+    # consumers are listed, with the command that creates them when the mint did not.
+    footprint = () if cred.endpoint is not None else static_issuance.footprint_of(cred)
+    later = None if provisioned or not footprint else _provision_command(cred)
     if as_json:
-        print(json.dumps({**rules.receipt(cred, replaced=replaced), "server": server}, indent=2))
+        extra = {} if cred.endpoint is not None else {"durables": _footprint_json(footprint), "provision": later}
+        print(json.dumps({**rules.receipt(cred, replaced=replaced), **extra, "server": server}, indent=2))
         return
     expiry = "never (--no-expiry: `cotal doctor auth` warns about it)" if cred.expires_at is None else (
         f"{cred.expires_at} ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(cred.expires_at))})")
@@ -196,6 +236,15 @@ def _print_receipt(cred: Credential, record: LabelRecord, *, replaced: bool, as_
     if cred.endpoint is not None:
         rows += [("endpoint", cred.endpoint), ("surface", cred.surface_digest), ("verbs", ", ".join(cred.verbs)),
                  ("channels", ", ".join(cred.allow_publish) or "none")]  # fmt: skip
+    if cred.generation is not None:
+        horizon = rules.receipt(cred, replaced=replaced)["horizon"]
+        rows += [("generation", f"{cred.generation} (horizon {horizon}, "
+                                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(horizon))})"),
+                 ("accepted", f"{cred.accepted_token} (the token of its accepted row: its generation)")]  # fmt: skip
+    if footprint:
+        rows.append(("binds", _footprint_text(footprint)))
+    if later is not None:
+        rows.append(("provision", f"not yet: `{later}` creates them (with the broker running)"))
     rows.append(("server", server or UNKNOWN_SERVER))
     for name, value in rows:
         print(f"  {name:<10}{value}")
@@ -229,18 +278,88 @@ async def revoke_credential(
         rules.check_label(label)
     sp = provisioned(where)
     done = await revoke(where.paths(), sp, label, key, server)
-    _print_revoked(done.cred, done.pushed_to, done.revocations, as_json)
+    _print_revoked(done.cred, done.pushed_to, done.revocations, done.retired, as_json)
 
 
-def _print_revoked(cred: Credential, url: str | None, count: int, as_json: bool) -> None:
+def _print_revoked(cred: Credential, url: str | None, count: int, retired: int | None, as_json: bool) -> None:
     if as_json:
         print(json.dumps({"space": cred.space, "label": cred.label, "userKey": cred.user_key,
-                          "revokedAt": cred.revoked_at, "pushedTo": url, "revocations": count}, indent=2))  # fmt: skip
+                          "revokedAt": cred.revoked_at, "pushedTo": url, "revocations": count,
+                          "retiredIssuances": retired}, indent=2))  # fmt: skip
         return
     where = (f"the account ({count} revoked keys) was pushed to {url}" if url else
-             "no broker running: the revocation takes effect when the account is pushed - run "
-             f"`cotal auth revoke-credential {cred.label} --space {cred.space}` again while the broker runs")
+             "no broker running: the revocation takes effect when the account is pushed, and its issuances are "
+             f"retired then - run `cotal auth revoke-credential {cred.label} --space {cred.space}` again while the broker runs")
+    if url and retired:
+        where += f"; {retired} issuance{'s' if retired != 1 else ''} of its lifecycle retired"
     print(f"revoked credential {cred.label} key {cred.user_key} in space {cred.space} ({where})")
+
+
+@auth_app.command(name="provision")
+async def provision(uid: str, /, *, server: Server = None, as_json: Json = False, where: Where = Where()) -> None:
+    """Pre-create the consumers of a static credential: an agent's DM inbox (keyed by its
+    lifecycle UID), role's task queue and two watch readers; an observer's or admin's history
+    readers.
+
+    For an agent minted with --no-provision, or whose durables were removed, and for every
+    observer and admin (their mint does not touch the broker). Idempotent.
+
+    Parameters
+    ----------
+    uid
+        The lifecycleUid its mint receipt printed.
+    """
+    sp = provisioned(where)
+    cred, durables = await provision_uid(sp, where.paths(), uid, server)
+    if as_json:
+        print(json.dumps({"space": cred.space, "label": cred.label, "lifecycleUid": cred.lifecycle_uid,
+                          "durables": _footprint_json(durables)}, indent=2))  # fmt: skip
+        return
+    print(f"provisioned lifecycle {cred.lifecycle_uid} of credential {cred.label} in space {cred.space}: "
+          f"{_footprint_text(durables)}")  # fmt: skip
+
+
+RENEW_FIELDS = (("--allow-subscribe", "allow_subscribe"), ("--allow-publish", "allow_publish"), ("--role", "role"))
+
+
+@auth_app.command(name="renew")
+async def renew(
+    label: str,
+    /,
+    *,
+    expires_in: Annotated[int | None, Parameter(help="Lifetime in seconds from now (default 24 h).")] = None,
+    expires_at: Annotated[int | None, Parameter(help="Expiry as unix seconds.")] = None,
+    agent: AgentFlags = AgentFlags(),
+    server: Server = None,
+    as_json: Json = False,
+    where: Where = Where(),
+) -> None:
+    """Renew a static agent's credential: the same key, principal and lifecycle, a new expiry.
+
+    It keeps its issued generation when the renewed ceiling is byte-identical (no new grant
+    flags); --allow-subscribe, --allow-publish or --role give a fresh issuance on a fresh
+    generation, adopted by a new connection. Renewals stop at the generation's horizon (30 days
+    after the mint): then mint again with --identity FILE --replace.
+
+    Parameters
+    ----------
+    label
+        The credential's label.
+    """
+    with as_config_error():
+        rules.check_label(label)
+    now = int(time.time())
+    exp = rules.choose_expiry(now=now, expires_in=expires_in, expires_at=expires_at, no_expiry=False)
+    full, given = agent_grant("agent", agent), agent.given()
+    grant = {field: full[field] for flag, field in RENEW_FIELDS if flag in given} or None  # only the flags given change
+    done = await renew_agent(provisioned(where), where.paths(), label, exp=exp, grant=grant, server=server)
+    cred = done.cred
+    if as_json:
+        print(json.dumps({**rules.receipt(cred, replaced=False), "keptGeneration": done.kept}, indent=2))
+        return
+    kept = "kept its generation" if done.kept else "a fresh generation (a new connection adopts it)"
+    print(f"renewed credential {cred.label} in space {cred.space} until {cred.expires_at}: {kept}")
+    print(f"  generation {cred.generation}\n  accepted  {cred.accepted_token}\n  file      {cred.path}")
 
 
 async def recreate_issued_stores(

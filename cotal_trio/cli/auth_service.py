@@ -1,5 +1,12 @@
 """``cotal auth-service``: serve one space (``--space``) or a manifest of spaces (``--spaces``).
 
+A deprecated entry (spec "Callout replicas", issue 19 item 7), kept for existing units and
+scripts: when it starts serving it says so once on stderr (:data:`DEPRECATED`) and names the
+service presets that replace it, ``cotal service install auth-service|callout-replica``. Their
+units run ``cotal service run auth-service|callout-replica`` (cli/service.py), which is
+:func:`serve` without the note; ``cotal up`` runs its lane through the service layer and never
+reaches this module.
+
 It starts no broker and pushes no account: the broker at ``--server`` must already trust the
 spaces (the operator pushes them; ``cotal up`` does for its root's space). ``--callout-only``
 runs replica lanes: the callout alone, no HTTP face and no ``auth-service.json``. The replica
@@ -12,15 +19,19 @@ TLS-terminating reverse proxy; ``--exchange-public-url``, ``--exchange-trusted-p
 ``--advertised-server`` need it. The flags become the space's manifest-entry fields
 (:class:`~cotal_trio.service.hosting.ServiceConfig`), checked by the manifest's own rules.
 
-``--service-endpoints`` (with ``--space``; a manifest sets ``serviceEndpoints`` per entry) opens
-the space's service-endpoint admission for good, and a callout-only replica then refuses the
-space (spec "Callout replicas"; :mod:`cotal_trio.lane.service_endpoints`).
+``--service-endpoints`` (with ``--space``; a manifest sets ``serviceEndpoints`` per entry) hosts
+the space's service endpoints: its public face serves ``POST /service-endpoint-authority`` and
+``POST /service-endpoint-host`` and its callout admits ``service-host`` connections
+(docs/http-api.md "Service endpoints"). It also opens the space's service-endpoint admission for
+good, and a callout-only replica then refuses the space (spec "Callout replicas";
+:mod:`cotal_trio.lane.service_endpoints`).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -32,7 +43,7 @@ from ..core.admission import CalloutLimits
 from ..broker.spaces import MODE_STATIC, space_mode
 from ..core.errors import ConfigError
 from ..core.manifest import ManifestRefused, parse_manifest
-from ..core.servers import join_servers
+from ..core.servers import join_servers, parse_servers
 from cotal_trio.service.hosting import ServiceConfig, ServiceInfo, public_fields, run_service
 from cotal_trio.service.runtime import tune_for_serving
 from ..state.space_folders import migrate_space_folders, rename_note
@@ -40,7 +51,10 @@ from ..state import RootPaths
 from ._servers import resolve_servers
 from .common import PublicFaceFlags, Where, check_auth_timeout, serve_until_signal
 
-__all__ = ["auth_service"]
+__all__ = [
+    "DEPRECATED", "AuthTimeoutFlag", "CalloutServerFlag", "RootFlag", "Served", "ServerFlag", "ServiceEndpointsFlag", "auth_service",
+    "serve",
+]
 
 @Parameter(name="*")
 @dataclass(frozen=True, kw_only=True)
@@ -51,22 +65,68 @@ class Served:
     spaces: Annotated[Path | None, Parameter(help="Serve the spaces this manifest lists, following its changes live (exclusive with --space).")] = None
 
 
+# The flags `cotal auth-service` shares with `cotal service run` (cli/service.py).
+ServerFlag = Annotated[str | None, Parameter(help="The broker's seed URLs, comma-separated: nats://host:port, or every node of a cluster (the first that answers is used; default: the nodes `cotal broker config` rendered, else the root's `cotal up` broker); it must already trust the spaces' accounts.")]
+RootFlag = Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")]
+AuthTimeoutFlag = Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2); the callout deadline budget.")]
+CalloutServerFlag = Annotated[str | None, Parameter(help="With --callout-only: answer the connects of this server, a leaf node's URL(s) (its stores stay on --server, the hub); docs/deploy.md \"Leaf nodes\".")]
+ServiceEndpointsFlag = Annotated[bool, Parameter(help="With --space: host service endpoints (the public face serves POST /service-endpoint-authority and /service-endpoint-host, the callout admits service-host connections; docs/http-api.md) and open the space's service-endpoint admission; nothing closes it, and callout-only replicas then refuse the space.")]
+
+# Spec "Callout replicas": the entry stays for existing units and scripts; new setups use the
+# service presets, whose units run `cotal service run <preset>` (cli/service.py).
+DEPRECATED = (
+    "cotal: `cotal auth-service` is a deprecated entry, kept for existing units and scripts - new setups use"
+    " the service presets `cotal service install auth-service` (the full service) and `cotal service install"
+    " callout-replica` (a replica), whose units run `cotal service run auth-service|callout-replica`"
+    " with the same flags"
+)
+
+
 async def auth_service(
     *,
     served: Served = Served(),
-    server: Annotated[str | None, Parameter(help="The broker's seed URLs, comma-separated: nats://host:port, or every node of a cluster (the first that answers is used; default: the nodes `cotal broker config` rendered, else the root's `cotal up` broker); it must already trust the spaces' accounts.")] = None,
-    root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
+    server: ServerFlag = None,
+    root: RootFlag = None,
     callout_only: Annotated[bool, Parameter(help="Replica: the callout only (no HTTP face, no auth-service.json).")] = False,
-    auth_timeout: Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2); the callout deadline budget.")] = None,
-    service_endpoints: Annotated[bool, Parameter(help="With --space: open the space's service-endpoint admission; nothing closes it, and callout-only replicas then refuse the space.")] = False,
+    callout_server: CalloutServerFlag = None,
+    auth_timeout: AuthTimeoutFlag = None,
+    service_endpoints: ServiceEndpointsFlag = False,
     public: PublicFaceFlags = PublicFaceFlags(),
 ) -> int:
-    """Run the auth service for one space or a manifest of spaces until Ctrl-C.
+    """Run the auth service for one space or a manifest of spaces until Ctrl-C (deprecated entry).
+
+    A deprecated entry kept for existing units and scripts: it says so once on stderr when it
+    starts serving. New setups use the service presets, `cotal service install auth-service` and
+    `cotal service install callout-replica`, whose units run `cotal service run
+    auth-service|callout-replica` with the same flags (without --callout-only).
 
     With --spaces, a space that fails is retried every 5 s while the others keep serving;
     with --space, a failure ends the process with exit 1. --service-endpoints and the
     public-face flags are refused with --callout-only and with --spaces (set the manifest
     entry's fields instead).
+    """
+    return await serve(
+        served=served, server=server, root=root, callout_only=callout_only, callout_server=callout_server,
+        auth_timeout=auth_timeout, service_endpoints=service_endpoints, public=public, command="cotal auth-service",
+        note=DEPRECATED,
+    )
+
+
+async def serve(
+    *, served: Served, server: str | None, root: str | None, callout_only: bool, auth_timeout: float | None,
+    service_endpoints: bool, public: PublicFaceFlags, command: str, callout_server: str | None = None,
+    note: str | None = None,
+) -> int:
+    """Trio: check the serving flags, then run the lanes until SIGINT or SIGTERM; returns 0.
+
+    What `cotal auth-service` and `cotal service run` both run. ``command`` names the process in
+    the stop messages; ``note`` (one line, or None) goes to stderr once, when the flags are
+    accepted and serving starts: never for a refused start (its error is the one line), never
+    again for a lane the host restarts or a manifest it rereads (both happen inside the host).
+
+    Raises:
+        ConfigError: a refused flag, a missing manifest, a space the root does not hold or a
+            static one (one sentence each).
     """
     space, spaces = served.space, served.spaces
     if (space is None) == (spaces is None):
@@ -75,7 +135,8 @@ async def auth_service(
         Where(root=root, space=space).space_paths()  # validates the name
     config = ServiceConfig(
         root=Where(root=root).paths(), server_url=_check_server(Where(root=root).paths(), server), space=space, manifest=spaces,
-        callout_only=callout_only, service_endpoints=service_endpoints, limits=_limits(auth_timeout),
+        callout_only=callout_only, callout_server=None if callout_server is None else join_servers(parse_servers(callout_server, flag="--callout-server")),
+        service_endpoints=service_endpoints, limits=_limits(auth_timeout),
         **public_fields(public),
     )
     # The flags first; then a root of an earlier version is renamed (state/space_folders.py), and
@@ -88,7 +149,9 @@ async def auth_service(
     else:
         assert spaces is not None
         check_manifest_exists(spaces)
-    async with serve_until_signal("cotal auth-service") as nursery:  # Ctrl-C works during start-up too
+    if note is not None:
+        print(note, file=sys.stderr, flush=True)
+    async with serve_until_signal(command) as nursery:  # Ctrl-C works during start-up too
         tune_for_serving()  # gc.freeze and the GIL switch interval: service/runtime.py
         # A callout user missing from auth_users is named by the lane itself (lane/refusals.py).
         _banner(await nursery.start(functools.partial(run_service, config)), config)
@@ -158,4 +221,5 @@ def _banner(info: ServiceInfo, config: ServiceConfig) -> None:
     if config.exchange_public_port is not None:
         face += f", public face on 127.0.0.1:{config.exchange_public_port}"
         face += f" ({config.exchange_public_url})" if config.exchange_public_url else ""
-    print(f"✓ auth-service up{mode} - space {info.spaces[0]} on {config.server_url}{face}", flush=True)
+    callout = f" (callout on {config.callout_server})" if config.callout_server else ""
+    print(f"✓ auth-service up{mode} - space {info.spaces[0]} on {config.server_url}{callout}{face}", flush=True)

@@ -12,10 +12,19 @@ monitoring binds ``--http-host``, loopback by default, since it has no auth. The
 URL (``nats://--host:--port``; none for a wildcard ``--host``) is recorded in
 ``<root>/broker/seeds.json`` (:mod:`cotal_trio.state.seeds`): the default ``--server`` of the
 root commands and ``cotal auth-service`` (issue 17 item 3).
+
+``cotal broker leaf-config`` prints a leaf node's config (issue 17 item 5, the one supported
+shape of docs/deploy.md "Leaf nodes"): the same trust, no JetStream, a link binding the system
+account and one link per space binding its data account. It writes the links' creds files in
+``--creds-dir`` (0600, created once: a second render reuses them): ``system.creds`` (the root's
+system user) and ``leaf-<space>.creds`` (a data-account user of the space, named
+``cotal-leaf:<node>``, minted by the space's service signing key, no expiry). A leaf is not
+recorded in ``seeds.json``: the full service and the root commands talk to the hub.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -23,13 +32,17 @@ from typing import Annotated
 import cyclopts
 from cyclopts import Parameter
 
-from ..broker.config import CLUSTER_NAME, LISTEN_HOST, Cluster, Node, parse_routes, render_node, route_secret
+from ..broker import provision
+from ..broker.config import (
+    CLUSTER_NAME, LISTEN_HOST, Cluster, LeafRemote, Node, parse_hub_urls, parse_routes, render_node, route_secret,
+)
+from ..broker.spaces import list_spaces
 from ..core.errors import ConfigError
-from ..state import load_broker
+from ..state import RootPaths, atomic_create, ensure_dir, load_broker, load_space
 from ..state.seeds import record_seed
 from .common import Where, check_auth_timeout
 
-__all__ = ["broker_app", "config"]
+__all__ = ["broker_app", "config", "leaf_config"]
 
 broker_app = cyclopts.App(name="broker", help="Render the nats-server configs of a cluster's nodes from the root.")
 
@@ -84,8 +97,8 @@ def config(
     preloaded), keeps JetStream and account JWTs in its own folders, and joins the cluster
     through --cluster-routes (the same list on every node), authenticated by the root's route
     secret (the text holds it: keep the .conf 0600). --leafnodes adds a hub's
-    leafnodes { listen } block; how leaf nodes and the callout fit together is not settled
-    yet (docs/deploy.md).
+    leafnodes { listen } block for leaf nodes rendered by `cotal broker leaf-config`
+    (docs/deploy.md "Leaf nodes").
     """
     paths = Where(root=root).paths()
     if not paths.broker_json.exists():
@@ -106,6 +119,70 @@ def config(
     url = client_url(node.host, node.port)
     if url is not None:  # the root commands' and auth-service's default --server (issue 17 item 3)
         record_seed(paths, node.node, url)
+
+
+@broker_app.command(name="leaf-config")
+def leaf_config(
+    *,
+    node: Annotated[str, Parameter(help="The leaf's server_name, unique among the hub's nodes and leaves.")],
+    hub: Annotated[str, Parameter(help="The hub's leaf-node URLs, comma-separated: nats-leaf://host:port (the hub's --leafnodes port).")],
+    port: Annotated[int, Parameter(help="The leaf's client port.")] = DEFAULT_PORT,
+    host: Annotated[str, Parameter(help="The address the leaf's client listener binds.")] = LISTEN_HOST,
+    space: Annotated[tuple[str, ...], Parameter(help="Link this space's data account (repeat it; default: every space of the root).")] = (),
+    monitoring: MonitoringFlags = MonitoringFlags(),
+    resolver_dir: Annotated[Path | None, Parameter(help="The leaf's account-JWT folder (default <root>/nodes/<node>/resolver).")] = None,
+    creds_dir: Annotated[Path | None, Parameter(help="Where the links' creds files are written (default <root>/nodes/<node>); copy them with the .conf.")] = None,
+    auth_timeout: Annotated[float | None, Parameter(help="authorization { timeout } in seconds (default: nats-server's 2); pass the leaf's replica the same --auth-timeout.")] = None,
+    root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
+) -> None:
+    """Print the nats-server config of a leaf node linked to the hub (redirect it to the leaf's .conf).
+
+    The leaf trusts the root's operator (resolver full, fed through its link of the system
+    account), has no JetStream, and links each space's data account to the hub. Connects
+    through the leaf are decided on the leaf, so run a callout replica there:
+    cotal service run callout-replica --space S --server <hub> --callout-server <leaf>.
+    Writes the links' creds files (secrets: keep them and the .conf 0600).
+    """
+    paths = Where(root=root).paths()
+    if not paths.broker_json.exists():
+        raise ConfigError(
+            f"{paths.broker_json} is missing - provision the root first: cotal space add NAME --root {paths.root}"
+        )
+    urls = parse_hub_urls(hub)
+    broker = load_broker(paths.broker_json)
+    node_dir = paths.root / "nodes" / node
+    folder = (creds_dir or node_dir).absolute()
+    spaces = _leaf_spaces(paths, space)
+    rendered = Node(
+        name=node, host=host, port=port, resolver_dir=(resolver_dir or node_dir / "resolver").absolute(),
+        jetstream_dir=None, http_port=monitoring.http_port, http_host=monitoring.http_host,
+        header=f"# Generated by `cotal broker leaf-config --node {node}` from {paths.broker_json}; render it again rather than edit it.",
+        leaf_remotes=(
+            LeafRemote(urls=urls, account=broker.system_account, credentials=folder / "system.creds"),
+            *(LeafRemote(urls=urls, account=load_space(paths.space(s).callout_json, s).data_account,
+                         credentials=folder / f"leaf-{s}.creds") for s in spaces),
+        ),
+    )  # fmt: skip
+    text = render_node(broker, rendered, auth_timeout_s=check_auth_timeout(auth_timeout))  # refuses bad flags first
+    ensure_dir(folder)
+    atomic_create(folder / "system.creds", broker.system_user_creds.encode())
+    for name in spaces:
+        material = load_space(paths.space(name).callout_json, name)
+        creds = provision.mint_service_user(material, name=f"cotal-leaf:{node}", permissions={}, iat=int(time.time()), exp=None)
+        atomic_create(folder / f"leaf-{name}.creds", creds.encode())  # created once: a re-render keeps the link's user
+    print(text, end="")
+
+
+def _leaf_spaces(paths: RootPaths, asked: tuple[str, ...]) -> tuple[str, ...]:
+    """The spaces a leaf links: those asked (each must be a space of the root), else every one."""
+    known = [row["space"] for row in list_spaces(paths)]
+    for name in asked:
+        if name not in known:
+            raise ConfigError(f"--space {name}: the root {paths.root} has no space {name} - add it first: cotal space add {name} --root {paths.root}")
+    chosen = tuple(dict.fromkeys(asked)) or tuple(known)
+    if not chosen:
+        raise ConfigError(f"the root {paths.root} has no space to link - add one first: cotal space add NAME --root {paths.root}")
+    return chosen
 
 
 def client_url(host: str, port: int) -> str | None:

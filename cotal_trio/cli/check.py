@@ -7,10 +7,12 @@ import logging
 import sys
 from typing import Annotated
 
+import trio
 from cyclopts import Parameter
 
 from ..core.errors import ConfigError, Unavailable
 from cotal_trio.ops.selfcheck import CheckFailed, run_check
+from ._idp_session import session_idp_token
 from ._servers import Server, parse_servers, resolve_servers
 from .common import Where
 from .exits import ExitCode
@@ -22,15 +24,19 @@ async def check(
     *,
     where: Where = Where(),
     server: Server = None,
-    idp_token: Annotated[str | None, Parameter(help="An IdP token to use (needed when a real IdP is pinned).")] = None,
-    actor: Annotated[str | None, Parameter(help="The granted actor to check as (with --idp-token).")] = None,
+    idp_token: Annotated[str | None, Parameter(help=(
+        "An IdP token to use; without it, with --actor, a fresh one from your `cotal login` session."))] = None,
+    actor: Annotated[str | None, Parameter(help=(
+        "The granted actor to check as (with --idp-token, or after `cotal login`; needed when a real IdP is pinned)."
+    ))] = None,
     as_json: Annotated[bool, Parameter(name="--json", negative="", help="Print one JSON object at the end.")] = False,
 ) -> int:
     """Token, exchange, connect, publish within the grant, a publish outside it refused, a
     tampered bearer refused. Exits 1 at the first failing step and names it.
 
-    With the development IdP and no --idp-token, it grants a temporary actor ``cotal_check``
-    and revokes it when done. On a root `cotal up` does not run (a cluster's), pass --server;
+    With --actor and no --idp-token it takes the IdP token from your `cotal login` session. With
+    the development IdP and neither, it grants a temporary actor ``cotal_check`` and revokes it
+    when done. On a root `cotal up` does not run (a cluster's), pass --server;
     with several URLs the check connects through the first that answers. With --json it prints
     only {"space", "passed", "steps": [the steps that passed], "failed": null or {"step",
     "reason"}} (step "" when the check could not start, for example no auth service runs).
@@ -44,6 +50,8 @@ async def check(
     steps: list[str] = []
     report = (lambda line: steps.append(line.removeprefix("✓ "))) if as_json else (lambda line: print(line, flush=True))
     try:
+        if actor is not None and idp_token is None:
+            idp_token = await trio.to_thread.run_sync(session_idp_token, space_paths)
         await run_check(where.paths(), space_paths.space, servers=servers, report=report, idp_token=idp_token, actor=actor)
     except CheckFailed as failed:
         if as_json:

@@ -27,8 +27,9 @@ from ..core import credentials as rules
 from ..core.errors import ConfigError, Refused, Unavailable
 from ..core.identity import check_actor, check_owner
 from ..http.client import ExchangeRefused, post_exchange, read_service
-from ..state import SpacePaths, load_idp_pin, missing, read_json
+from ..state import SpacePaths, load_idp_pin, missing
 from ..state.credentials import list_records
+from ._idp_session import served_dev_idp_url, session_idp_token
 from ._servers import Server, parse_servers, resolve_servers
 from .common import Where
 from .exits import ExitCode
@@ -160,7 +161,7 @@ def _view_fields(view: str | None, manager_instance: str | None) -> dict[str, An
 def exchange(
     *,
     actor: str,
-    idp_token: str,
+    idp_token: str | None = None,
     ttl: int | None = None,
     view: str | None = None,
     manager_instance: str | None = None,
@@ -168,6 +169,8 @@ def exchange(
     where: Where = Where(),
 ) -> int:
     """Exchange an IdP token for a bearer of one of your actors (the human arm).
+
+    The IdP token is --idp-token, or without it a fresh one from your `cotal login` session.
 
     Prints the bearer, or {"token", "owner", "exp"} with --json; a refusal with --json prints
     {"error": {"code", "message", "status", "cause"}} and exits 1. While the actor or its owner
@@ -180,6 +183,7 @@ def exchange(
         The actor to act as (granted with `cotal actor grant`).
     idp_token
         The IdP's sign-in token (a JWT; in development: `cotal dev-idp token --sub <you>`).
+        Without it, a fresh one comes from your `cotal login --space S` session.
     ttl
         Requested bearer lifetime in seconds (at most 900, never beyond the IdP token).
     view
@@ -197,12 +201,15 @@ def exchange(
     checked(check_actor, actor)
     if ttl is not None and ttl <= 0:
         raise ConfigError("--ttl is a positive number of seconds - omit it for the default")
-    if not idp_token.strip():
-        raise ConfigError("--idp-token needs the IdP's sign-in token (a JWT)")
-    body: dict[str, Any] = {"idpToken": idp_token.strip(), "actor": actor, **_view_fields(view, manager_instance)}
+    if idp_token is not None and not idp_token.strip():
+        raise ConfigError("--idp-token needs the IdP's sign-in token (a JWT) - or leave it out to use `cotal login`")
+    fields = _view_fields(view, manager_instance)
+    space_paths = where.provisioned()
+    token = idp_token.strip() if idp_token is not None else session_idp_token(space_paths)
+    body: dict[str, Any] = {"idpToken": token, "actor": actor, **fields}
     if ttl is not None:
         body["ttlSec"] = ttl
-    return _exchange_and_print(where.provisioned(), actor, body, as_json=as_json, retry_after_line=False)
+    return _exchange_and_print(space_paths, actor, body, as_json=as_json, retry_after_line=False)
 
 
 def _exchange_and_print(
@@ -358,18 +365,10 @@ def static_credentials(space_paths: SpacePaths, *, now: int) -> list[dict[str, A
 
 
 def served_dev_jwks(space_paths: SpacePaths) -> str:
-    """``<url>/jwks`` of the development IdP the running ``cotal up`` serves, or ``""``.
-
-    ``cotal up`` serves the development IdP on a port of its own and its lane records that URL as
-    ``devIdpUrl`` in the space's readiness file (``auth-service.json``); a file whose process is
-    gone, or without the field (``cotal auth-service`` serves no IdP), gives ``""``.
-    """
-    try:
-        read_service(space_paths)  # refuses a file whose process is gone
-        url = read_json(space_paths.auth_service_json).get("devIdpUrl")
-    except ConfigError:
-        return ""
-    return f"{url}/jwks" if isinstance(url, str) and url.startswith("http://") else ""
+    """``<url>/jwks`` of the development IdP the running ``cotal up`` serves, or ``""``
+    (:func:`cotal_trio.cli._idp_session.served_dev_idp_url`)."""
+    url = served_dev_idp_url(space_paths)
+    return f"{url}/jwks" if url else ""
 
 
 DEV_JWKS_NOTE = "none served now - `cotal up` serves the development IdP's keys while it runs"

@@ -2,7 +2,10 @@
 
 ``cotal up`` without ``--idp`` creates ``<root>/devidp.json`` and pins that IdP in the space;
 ``cotal dev-idp token --sub <name>`` then signs in as anyone, which is exactly what a
-development root allows (see :mod:`cotal_trio.devidp`). A space pinned to a real IdP refuses.
+development root allows (see :mod:`cotal_trio.devidp`). ``cotal dev-idp approve --user-code C
+--sub <name>`` is the person's half of ``cotal login``: signed in as ``<name>`` it approves the
+code at the dev IdP the running ``cotal up`` serves (``deny`` refuses it). A space pinned to a
+real IdP refuses.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ from ..core.identity import check_space
 from ..devidp import DevIdpMaterial, mint_dev_token
 from ..state import RootPaths, load_idp_pin, resolve_root
 from ..state.space_folders import require_root, require_space
+from ..http.idp_client import answer_user_code
+from ._idp_session import idp_base_url
 from .actor import check_argv_text
+from .common import Where
 
-__all__ = ["dev_idp_app", "load_dev_idp", "token"]
+__all__ = ["approve", "deny", "dev_idp_app", "load_dev_idp", "token"]
 
 dev_idp_app = cyclopts.App(
     name="dev-idp",
@@ -107,3 +113,48 @@ def token(
                           "exp": now + ttl}, indent=2))  # fmt: skip
     else:
         print(jwt)
+
+
+def _answer(user_code: str, sub: str, where: Where, *, approving: bool) -> None:
+    """Sign in as ``sub`` at the running dev IdP of ``where``'s space and answer ``user_code``."""
+    if not user_code.strip():
+        raise ConfigError("--user-code needs the code `cotal login` printed, for example --user-code BCDF-GHJK")
+    if not sub:
+        raise ConfigError("--sub needs a subject to sign in as, for example --sub alice")
+    check_argv_text(sub, "--sub", "the subject")
+    space_paths = where.provisioned()
+    material = load_dev_idp(where.paths())
+    check_space_pin(where.paths(), space_paths.space, material)
+    _, base = idp_base_url(space_paths)
+    bearer = mint_dev_token(material, sub=sub, now=int(time.time()), ttl_s=60)
+    answer_user_code(base, user_code=user_code.strip(), bearer=bearer, approve=approving)
+
+
+@dev_idp_app.command
+def approve(*, user_code: str, sub: str, where: Where = Where()) -> None:
+    """Approve a `cotal login` user code as a subject (the person's half of the login).
+
+    Parameters
+    ----------
+    user_code
+        The code `cotal login` printed (case and the dash do not matter).
+    sub
+        The subject to sign in as (the owner is derived from it).
+    """
+    _answer(user_code, sub, where, approving=True)
+    print(f"approved {user_code.strip()} for {sub}")
+
+
+@dev_idp_app.command
+def deny(*, user_code: str, sub: str, where: Where = Where()) -> None:
+    """Deny a `cotal login` user code (that login then ends with access_denied).
+
+    Parameters
+    ----------
+    user_code
+        The code `cotal login` printed.
+    sub
+        The subject signed in to deny it.
+    """
+    _answer(user_code, sub, where, approving=False)
+    print(f"denied {user_code.strip()}")

@@ -21,7 +21,12 @@ Spec "Credential authority", section "Provisioning"; docs/static-credentials.md.
   compared instead;
 * when the broker answers, each space's stores with their replica count and leader (issue 17
   item 1; :mod:`cotal_trio.ops.store_replicas`): a store with fewer copies than the space's
-  ``spaces.json`` entry asks for (``replicas``) is a finding, fixed by the full lane's next start.
+  ``spaces.json`` entry asks for (``replicas``) is a finding, fixed by the full lane's next start;
+* when the broker answers, its leaf-node links (issue 17 item 5; :mod:`cotal_trio.ops.leaf_links`):
+  a link binding one of a space's accounts from a leaf that does not trust the root's operator
+  through the system account admits that leaf's clients with no callout, a warning naming the
+  supported shape (docs/deploy.md "Leaf nodes"); a leaf of that shape with no callout member of
+  the space connected to it refuses every connect made there, a warning naming the replica to run.
 
 A problem found twice (one corrupt ``devidp.json`` pinned by two spaces; a broker that lacks a
 revocation and so also differs from ``accounts.json``) is one finding, with its fix once.
@@ -56,6 +61,7 @@ from ..core.credentials import Finding, LabelRecord, Severity
 from ..core.creds import parse_creds
 from ..core.errors import CodecError, ConfigError, Unavailable
 from ..core.identity import is_space
+from cotal_trio.ops.leaf_links import LeafLink, read_callout_members, read_leaf_links
 from cotal_trio.ops.store_replicas import SpaceStores, read_spaces_stores, summary
 from cotal_trio.service.idp_keys import fetch_jwks
 from cotal_trio.service.pins import load_pinned_dev_idp
@@ -405,6 +411,78 @@ async def check_stores(found: Inspection, paths: RootPaths, server: str | None) 
             )
 
 
+async def check_leaf_links(found: Inspection, paths: RootPaths, server: str | None) -> None:
+    """When the broker answers, each leaf link that binds a space's account from a leaf the
+    callout does not decide (:mod:`cotal_trio.ops.leaf_links`) is a warning naming the fix; a
+    broker that does not answer its system account's pings is a note."""
+    if found.broker is None or not found.accounts:
+        return
+    url = await resolve_server_url(paths, server)
+    if url is None:
+        return
+    owners = {account: space for space, record in found.accounts.items()
+              for account in (record.data_account, record.auth_account)}  # fmt: skip
+    links = None
+    failed: list[BaseException] = []
+    with trio.move_on_after(BROKER_PROBE_S) as scope:
+        try:
+            links = await read_leaf_links(url, found.broker)
+        except* Unavailable as group:  # natsio's loop nursery wraps it in a group (maybe nested)
+            failed.extend(_leaves(group))
+    if failed:
+        found.notes.append(f"the broker's leaf-node links were not read: {failed[0]}")
+        return
+    if scope.cancelled_caught or links is None:
+        found.notes.append(f"the broker's leaf-node links were not read within {BROKER_PROBE_S:g} s")
+        return
+    root = "" if found.root_flag is None else f" --root {shlex.quote(found.root_flag)}"
+    for link in links:
+        space = owners.get(link.account)
+        if space is None or link.decided:
+            continue
+        found.find(
+            f"space {space}",
+            f"leaf node {link.leaf} links its account {link.account} to {link.hub} but does not trust the root's"
+            " operator through the system account: its clients reach the space with no auth callout",
+            f"render the leaf with `cotal broker leaf-config --node {link.leaf} --hub nats-leaf://<hub>:<port>{root}`"
+            f" and run a callout replica on it (`cotal service run callout-replica --space {space}"
+            " --callout-server <leaf URL>`), or remove the link (docs/deploy.md \"Leaf nodes\")",
+            Severity.WARNING,
+        )
+    await _check_leaf_members(found, url, [link for link in links if link.decided and owners.get(link.account)], root)
+
+
+async def _check_leaf_members(found: Inspection, url: str, links: list[LeafLink], root: str) -> None:
+    """Each decided leaf linking a space's data account has a callout member of that space
+    connected to it; a leaf without one refuses every connect made there (a warning)."""
+    assert found.broker is not None  # check_leaf_links
+    for space, record in found.accounts.items():
+        leaves = [link for link in links if link.account == record.data_account]
+        if not leaves:
+            continue
+        failed: list[BaseException] = []
+        members = None
+        with trio.move_on_after(BROKER_PROBE_S):
+            try:
+                members = await read_callout_members(url, found.broker, record.auth_account)
+            except* Unavailable as group:
+                failed.extend(_leaves(group))
+        if members is None:
+            found.notes.append(f"space {space}'s callout members on its leaf nodes were not read"
+                               f"{': ' + str(failed[0]) if failed else ''}")  # fmt: skip
+            continue
+        for link in leaves:
+            if members.get(link.leaf, 0) == 0:
+                found.find(
+                    f"space {space}",
+                    f"leaf node {link.leaf} has no callout member of the space connected: every connect made"
+                    " through it is refused after the auth timeout",
+                    f"run `cotal service run callout-replica --space {space}{root} --server <hub seeds>"
+                    f" --callout-server {link.url or '<leaf URL>'}` (docs/deploy.md \"Leaf nodes\")",
+                    Severity.WARNING,
+                )
+
+
 def _push_command(found: Inspection, space: str, root_flag: str | None) -> str:
     """What pushes the root's accounts: a revocation re-push keeps the revocations; else space add."""
     label = found.revoked_label.get(space)
@@ -440,6 +518,7 @@ async def auth(
     await check_idps(found)
     await check_broker(found, paths, server, root)
     await check_stores(found, paths, server)
+    await check_leaf_links(found, paths, server)
     healthy, last = rules.verdict(found.findings)
     if as_json:
         print(json.dumps({"healthy": healthy, "next": None if healthy else last.removeprefix("next: "),

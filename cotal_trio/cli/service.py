@@ -1,11 +1,15 @@
-"""``cotal service``: systemd units for ``cotal auth-service`` (issue 7 item 4, "Service units").
+"""``cotal service``: the service presets, as systemd units (issue 7 item 4, "Service units").
 
 ``cotal service install auth-service --spaces M --server URL`` writes
 ``/etc/systemd/system/cotal-auth-service.service`` (``--user``: the user's unit folder;
 ``--out PATH``: that file, or that folder) and prints the ``systemctl`` commands that start it;
 ``cotal service install callout-replica (--spaces M | --space S) --server URL`` does the same for
 a callout-only replica (``cotal-callout-replica[-S].service``). ``cotal service render ...``
-takes the same flags and prints the unit instead of writing it.
+takes the same flags and prints the unit instead of writing it. ``cotal service run
+auth-service|callout-replica`` is what a unit's ``ExecStart`` runs: the preset in the foreground
+(:func:`cotal_trio.cli.auth_service.serve`), the entry that replaces the deprecated ``cotal
+auth-service`` (spec "Callout replicas", issue 19 item 7), so a preset's unit never logs that
+entry's deprecation note; a container or a script runs it the same way.
 
 The serving flags are ``cotal auth-service``'s own, checked by the same rules
 (:class:`~cotal_trio.service.hosting.ServiceConfig`), and the unit's ``ExecStart`` runs exactly
@@ -46,15 +50,19 @@ from ..core.errors import ConfigError
 from ..core.servers import join_servers, parse_servers
 from cotal_trio.service.hosting import ServiceConfig, public_fields
 from ..state.files import atomic_write
+from .auth_service import AuthTimeoutFlag, RootFlag, Served, ServerFlag, ServiceEndpointsFlag
+from .auth_service import serve as serve_preset
 from .common import PublicFaceFlags, Where, check_auth_timeout
 
 __all__ = ["ExecUnit", "cotal_script", "render_unit", "service_app", "unwritable"]
 
-service_app = cyclopts.App(name="service", help="Write systemd units for `cotal auth-service` and its callout replicas.")
+service_app = cyclopts.App(name="service", help="The service presets auth-service and callout-replica: write their systemd units, or run them.")
 install_app = cyclopts.App(name="install", help="Write a systemd unit and print the systemctl commands that start it.")
 render_app = cyclopts.App(name="render", help="Print a systemd unit without writing it (same flags as install).")
+run_app = cyclopts.App(name="run", help="Run a preset in the foreground until SIGTERM: what its unit's ExecStart runs.")
 service_app.command(install_app)
 service_app.command(render_app)
+service_app.command(run_app)
 
 SYSTEM_UNITS = Path("/etc/systemd/system")
 UNIT_MODE = 0o644  # systemd reads units as any user; a unit holds no secret (paths and flags only)
@@ -81,7 +89,7 @@ class Serve:
 class Full:
     """The flags only the full auth service takes (``cotal auth-service``'s, with ``--space``)."""
 
-    service_endpoints: Annotated[bool, Parameter(help="With --space: open the space's service-endpoint admission.")] = False
+    service_endpoints: Annotated[bool, Parameter(help="With --space: host service endpoints and open the space's service-endpoint admission (docs/http-api.md).")] = False
     public: PublicFaceFlags = PublicFaceFlags()
 
 
@@ -203,10 +211,16 @@ def install_auth_service(*, serve: Serve, full: Full = Full(), unit: Unit = Unit
     return _install(spec, name, unit, target)
 
 
+CalloutServer = Annotated[str | None, Parameter(help="Answer the connects of this server, a leaf node's URL(s); its stores stay on --server (docs/deploy.md \"Leaf nodes\").")]
+
+
 @install_app.command(name="callout-replica")
-def install_callout_replica(*, serve: Serve, unit: Unit = Unit(), target: Target = Target()) -> int:
-    """Install a unit running a callout-only replica (``cotal auth-service --callout-only``)."""
-    spec, name = _unit(serve, Full(), unit, callout_only=True), _name(unit, serve, "callout-replica")
+def install_callout_replica(
+    *, serve: Serve, callout_server: CalloutServer = None, unit: Unit = Unit(), target: Target = Target()
+) -> int:
+    """Install a unit running a callout-only replica (``cotal service run callout-replica``)."""
+    spec = _unit(serve, Full(), unit, callout_only=True, callout_server=callout_server)
+    name = _name(unit, serve, "callout-replica")
     _check_paths(serve)
     return _install(spec, name, unit, target)
 
@@ -221,17 +235,50 @@ def render_auth_service(*, serve: Serve, full: Full = Full(), unit: Unit = Unit(
 
 
 @render_app.command(name="callout-replica")
-def render_callout_replica(*, serve: Serve, unit: Unit = Unit()) -> int:
+def render_callout_replica(*, serve: Serve, callout_server: CalloutServer = None, unit: Unit = Unit()) -> int:
     """Print the unit ``install callout-replica`` would write."""
-    rendered = _unit(serve, Full(), unit, callout_only=True)
+    rendered = _unit(serve, Full(), unit, callout_only=True, callout_server=callout_server)
     _name(unit, serve, "callout-replica")  # the same name check as install
     print(render_unit(rendered), end="")
     return 0
 
 
-def _unit(serve: Serve, full: Full, unit: Unit, *, callout_only: bool) -> ExecUnit:
+@run_app.command(name="auth-service")
+async def run_auth_service(
+    *,
+    served: Served = Served(),
+    server: ServerFlag = None,
+    root: RootFlag = None,
+    auth_timeout: AuthTimeoutFlag = None,
+    service_endpoints: ServiceEndpointsFlag = False,
+    public: PublicFaceFlags = PublicFaceFlags(),
+) -> int:
+    """Run the full auth service (lanes with their exchange faces) until SIGINT or SIGTERM.
+
+    The flags and behaviour of `cotal auth-service` without --callout-only, and no deprecation note.
+    """
+    return await serve_preset(
+        served=served, server=server, root=root, callout_only=False, auth_timeout=auth_timeout,
+        service_endpoints=service_endpoints, public=public, command="cotal service run auth-service",
+    )
+
+
+@run_app.command(name="callout-replica")
+async def run_callout_replica(
+    *, served: Served = Served(), server: ServerFlag = None, root: RootFlag = None, callout_server: CalloutServer = None,
+    auth_timeout: AuthTimeoutFlag = None,
+) -> int:
+    """Run a callout-only replica until SIGINT or SIGTERM (what `cotal auth-service --callout-only` runs, without its deprecation note)."""
+    return await serve_preset(
+        served=served, server=server, root=root, callout_only=True, callout_server=callout_server,
+        auth_timeout=auth_timeout, service_endpoints=False, public=PublicFaceFlags(),
+        command="cotal service run callout-replica",
+    )
+
+
+def _unit(serve: Serve, full: Full, unit: Unit, *, callout_only: bool, callout_server: str | None = None) -> ExecUnit:
     """Check the flags as ``cotal auth-service`` does; the unit that runs them."""
-    config = _config(serve, full, callout_only=callout_only)
+    config = _config(serve, full, callout_only=callout_only, callout_server=callout_server)
     if unit.watchdog is not None and not MIN_WATCHDOG_S <= unit.watchdog <= 86_400:
         raise ConfigError(f"--watchdog {unit.watchdog:g} is out of range - pass seconds from {MIN_WATCHDOG_S:g} to 86400")
     if not 0 < unit.start_timeout <= 86_400:
@@ -245,7 +292,7 @@ def _unit(serve: Serve, full: Full, unit: Unit, *, callout_only: bool) -> ExecUn
     )
 
 
-def _config(serve: Serve, full: Full, *, callout_only: bool) -> ServiceConfig:
+def _config(serve: Serve, full: Full, *, callout_only: bool, callout_server: str | None = None) -> ServiceConfig:
     """The :class:`ServiceConfig` ``cotal auth-service`` would build from these flags."""
     if (serve.space is None) == (serve.spaces is None):
         raise ConfigError("pass exactly one of --space (one space) and --spaces (a manifest of spaces)")
@@ -257,6 +304,7 @@ def _config(serve: Serve, full: Full, *, callout_only: bool) -> ServiceConfig:
         root=Where(root=serve.root).paths(), server_url=server, space=serve.space,
         manifest=Path(os.path.abspath(serve.spaces)) if serve.spaces is not None else None,
         callout_only=callout_only, service_endpoints=full.service_endpoints,
+        callout_server=None if callout_server is None else join_servers(parse_servers(callout_server, flag="--callout-server")),
         **public_fields(full.public),
     )
 
@@ -282,10 +330,11 @@ def _check_paths(serve: Serve) -> None:
 
 
 def _argv(config: ServiceConfig, auth_timeout: float | None) -> list[str]:
-    """``cotal auth-service``'s arguments for ``config`` (absolute paths)."""
-    argv = ["auth-service", "--server", config.server_url, "--root", str(config.root.root)]
+    """``cotal service run <preset>``'s arguments for ``config`` (absolute paths)."""
+    preset = "callout-replica" if config.callout_only else "auth-service"
+    argv = ["service", "run", preset, "--server", config.server_url, "--root", str(config.root.root)]
     argv += ["--spaces", str(config.manifest)] if config.manifest is not None else ["--space", str(config.space)]
-    argv += ["--callout-only"] if config.callout_only else []
+    argv += ["--callout-server", config.callout_server] if config.callout_server is not None else []
     argv += ["--auth-timeout", f"{auth_timeout:g}"] if auth_timeout is not None else []
     argv += ["--service-endpoints"] if config.service_endpoints else []
     for name, value in public_fields(config).items():

@@ -2,7 +2,9 @@
 
 A thin skin over :mod:`cotal_trio.broker.spaces` (which documents the order of operations, the
 ``spaces.json`` manifest and the ``mode.json`` of static spaces). ``deprovision --dry-run``
-prints a space's offline secret inventory (:func:`cotal_trio.state.deprovision_secret_keys`).
+prints a space's offline secret inventory (:func:`cotal_trio.state.deprovision_secret_keys`);
+``deprovision --yes`` deletes those keys, all or none (spec "Offline secret inventory", issue 19
+item 6: :func:`cotal_trio.state.inventory.delete_secret_keys`), once nothing uses them.
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Annotated
 
 import cyclopts
 import trio
 from cyclopts import Parameter
 
-from ..broker.spaces import add_space, list_spaces, remove_space
+from .. import natsio
+from ..broker.accounts import open_system_connection
+from ..broker.provision import load_space_accounts
+from ..broker.spaces import add_space, broker_holds, list_spaces, remove_space, resolve_server_url
 from ..core.errors import ConfigError
 from ..core.identity import is_space
 from cotal_trio.service.pins import choose_pin
@@ -27,8 +33,13 @@ from ..state import (
     SecretInventory,
     SecretKey,
     deprovision_secret_keys,
+    load_broker,
+    read_json,
     resolve_root,
 )
+from ..state.applied import applied_path
+from ..state.inventory import DeletedSecrets, delete_secret_keys
+from ..state.liveness import pid_alive
 from ..state.space_folders import ROOT_MARKER, require_root, unrenamed_note, unrenamed_spaces
 from ._hosted import read_hosted
 
@@ -178,27 +189,159 @@ async def deprovision(
     /,
     *,
     dry_run: Annotated[bool, Parameter(negative="", help="List the space's secret keys; read, change and delete nothing.")] = False,
+    yes: Annotated[bool, Parameter(negative="", help="Delete the keys --dry-run lists, for good (a space no manifest lists and no lane serves).")] = False,
     as_json: Annotated[bool, Parameter(name="--json", negative="", help="Print a JSON object.")] = False,
     root: Root = None,
+    server: Server = None,
 ) -> None:
-    """List the secret keys deprovisioning a space would remove (only --dry-run is built).
+    """List (--dry-run) or delete (--yes) a space's secret keys: the reset of its secrets.
+
+    --yes deletes exactly the files --dry-run lists, all or none, and only for a space that is
+    out of service: not in the root's spaces.json (`cotal space remove` takes it out), served by
+    no running lane (the host's spaces.json.applied, the space's auth-service.json), and with no
+    account left on the broker (asked, or read from the root's broker's resolver folder while it
+    is stopped). Each refusal names the fix. The space's
+    other files (accounts.json, idp.json, sentinel.creds, the ledger) stay; a later `cotal space
+    add` of the name needs that folder moved aside first.
 
     Parameters
     ----------
     name
         The space name.
     """
-    if not dry_run:
+    if dry_run == yes:  # both, or neither: before any file is looked at
         raise ConfigError(
-            f"deprovisioning a space is not built yet - run `cotal space deprovision {name} --dry-run`"
-            " to list its secret keys"
+            f"pass --dry-run or --yes, not both - `cotal space deprovision {name} --dry-run` lists the secret"
+            f" keys, and `cotal space deprovision {name} --yes` deletes them for good"
+            if yes else
+            f"deprovisioning deletes space {name}'s secret keys for good - list them with `cotal space"
+            f" deprovision {name} --dry-run`, then pass --yes to delete them"
         )
     paths = _paths(root)
     inventory = await trio.to_thread.run_sync(deprovision_secret_keys, paths, name)
-    if as_json:
-        print(json.dumps(inventory.to_json()))
+    if dry_run:
+        if as_json:
+            print(json.dumps(inventory.to_json()))
+            return
+        print(_inventory_table(paths, inventory))
         return
-    print(_inventory_table(paths, inventory))
+    await trio.to_thread.run_sync(_refuse_in_service, paths, name)
+    try:
+        with trio.fail_after(COMMAND_DEADLINE_S):
+            await _refuse_on_broker(paths, name, server)
+    except trio.TooSlowError:
+        raise _deadline_error(f"checking space {name}'s accounts on the broker") from None
+    done = await trio.to_thread.run_sync(delete_secret_keys, inventory)
+    if as_json:
+        print(json.dumps({
+            "space": done.space, "segment": str(done.segment),
+            "deleted": [{"kind": k.kind, "path": str(k.path), "field": k.field, "publicKey": k.public_key}
+                        for k in done.keys],
+            "files": [str(path) for path in done.files], "aside": [str(path) for path in done.aside],
+        }))
+        return
+    print(_deleted_table(paths, done))
+
+
+def _refuse_in_service(paths: RootPaths, name: str) -> None:
+    """Refuse a reset while a manifest lists the space or a lane of it runs (blocking reads).
+
+    "Any manifest" is what the root records: its ``spaces.json``, and what the host serving it
+    still runs (its ``.applied``: the lanes of a refused manifest keep serving). A full lane of
+    any other host writes the space's ``auth-service.json``, checked by its pid; a replica of
+    another host leaves no file here, which :func:`_refuse_on_broker` covers.
+
+    Raises:
+        ConfigError: one sentence naming the manifest or the pid, and the fix.
+    """
+    hosted = read_hosted(paths)
+    if hosted.listed is None:
+        raise ConfigError(f"cannot tell whether space {name} is still hosted: {hosted.problem}")
+    if name in hosted.listed:
+        raise ConfigError(
+            f"space {name} is still in the manifest {paths.spaces_manifest} - run `cotal space remove {name}`"
+            " first (it stops the lane and deletes the space's accounts on the broker)"
+        )
+    if name in hosted.lanes:
+        assert hosted.applied is not None  # lanes come from .applied
+        pid = hosted.applied.report.pid
+        host = f"pid {pid}" if pid is not None else "a host"
+        raise ConfigError(
+            f"a lane of space {name} still runs in the host {host} ({applied_path(paths.spaces_manifest)}) -"
+            " wait until it stops (`cotal status` shows it), or stop that host"
+        )
+    service = paths.space(name).auth_service_json
+    pid = _live_writer(service)
+    if pid is not None:
+        raise ConfigError(f"space {name} is still served by pid {pid} ({service}) - stop that auth service first")
+
+
+def _live_writer(readiness: Path) -> int | None:
+    """The pid a readiness file names while that process runs; None when there is no file, or
+    it is corrupt or its writer is gone (a lane writes it atomically: a corrupt one is no lane's)."""
+    try:
+        pid, written = int(read_json(readiness).get("pid", 0)), readiness.stat().st_mtime
+    except (ConfigError, OSError, TypeError, ValueError):  # no file (or a corrupt one): no lane
+        return None
+    return pid if pid > 0 and pid_alive(pid, since=written) else None
+
+
+async def _refuse_on_broker(paths: RootPaths, name: str, server: str | None) -> None:
+    """Trio: refuse while a broker holds one of the space's accounts: `cotal space remove`
+    deletes them once the lane stops, and while they are there a lane anywhere (a replica of
+    another host included) may still answer for them. Once the keys are gone, `cotal space
+    remove` can no longer delete the space's streams, so this is checked first.
+
+    The broker asked is ``--server``, else the root's when it runs (:func:`resolve_server_url`).
+    With none reachable, the root's own broker's resolver folder is read instead: it keeps a
+    pushed account as ``<account>.jwt`` and renames a deleted one to ``<account>.jwt.deleted``
+    (nats-server's full resolver with ``allow_delete``). A remote broker that does not answer
+    cannot be checked.
+
+    Raises:
+        ConfigError: names the broker (or the resolver file) and `cotal space remove`; a
+            corrupt ``accounts.json``.
+        Unavailable: the broker refused the root's system user or did not answer.
+    """
+    url = await resolve_server_url(paths, server)
+    sp = paths.space(name)
+    if not await trio.to_thread.run_sync(sp.accounts_json.exists):
+        return
+    broker = await trio.to_thread.run_sync(load_broker, paths.broker_json)
+    record = await trio.to_thread.run_sync(load_space_accounts, paths, broker, name)
+    accounts = (record.auth_account, record.data_account)
+    if url is None:
+        kept = [paths.resolver_dir / f"{a}.jwt" for a in accounts]
+        kept = [path for path in kept if await trio.to_thread.run_sync(path.exists)]
+        if kept:
+            raise ConfigError(
+                f"the root's broker, which is not running, still holds space {name}'s accounts ({kept[0]}) -"
+                f" start it (`cotal up`), then run `cotal space remove {name}`"
+            )
+        return
+    async with natsio.open_loop(), open_system_connection(url, broker) as sys_conn:
+        held = [a for a in accounts if await broker_holds(sys_conn, a)]
+    if held:
+        raise ConfigError(
+            f"the broker at {url} still holds space {name}'s accounts - run `cotal space remove {name}`"
+            " first (it deletes them once the lane stops)"
+        )
+
+
+def _deleted_table(paths: RootPaths, done: DeletedSecrets) -> str:
+    """What a reset deleted: a header, one row per key, and what stays."""
+    if not done.keys and not done.aside:
+        return f"space {done.space}: no secret key on disk in {done.segment} - nothing to delete"
+    files = len(done.files)
+    lines = [
+        f"space {done.space}: deleted {len(done.keys)} secret keys in {files} file{'s' * (files != 1)} from {done.segment}",
+        "kind\tfile\tfield\tpublic key",
+        *(f"{k.kind}\t{k.path.relative_to(paths.root)}\t{k.field}\t{k.public_key or '-'}" for k in done.keys),
+        *(f"also deleted {folder.relative_to(paths.root)} (left by an interrupted reset)" for folder in done.aside),
+        (f"its other files stay (no secret in them); to add a space named {done.space} again with new keys,"
+         f" move {done.segment} aside first"),
+    ]
+    return "\n".join(lines)
 
 
 def _inventory_table(paths: RootPaths, inventory: SecretInventory) -> str:
@@ -210,6 +353,8 @@ def _inventory_table(paths: RootPaths, inventory: SecretInventory) -> str:
         *(_inventory_row(paths, key) for key in inventory.keys),
         "shared by every space of the root (not this space's to delete):",
         *(_inventory_row(paths, key) for key in inventory.shared),
+        *(f"left by an interrupted reset (--yes deletes it too): {folder.relative_to(paths.root)}"
+          for folder in inventory.aside),
     ]
     return "\n".join(lines)
 

@@ -66,6 +66,7 @@ async def up(
     idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at URL/jwks). Default: the development IdP.")] = None,
     http_port: Annotated[int, Parameter(help="Loopback exchange port (0 picks a free one).")] = 0,
     public: PublicFaceFlags = PublicFaceFlags(),
+    service_endpoints: Annotated[bool, Parameter(help="Host service endpoints in the space: its public face serves POST /service-endpoint-authority and /service-endpoint-host, its callout admits service-host connections (docs/http-api.md). Recorded in spaces.json; opens the space's admission for good, so callout-only replicas then refuse it.")] = False,
     recreate_issued_stores: Annotated[Path | None, Parameter(help="Back the space's issued-authority stores up into this new or empty folder, delete them and create them again before serving (needs --space; stop the space's auth service, callout replicas and managers first).")] = None,
 ) -> int:
     """Provision the root if needed, start nats-server and serve the space until Ctrl-C.
@@ -79,6 +80,9 @@ async def up(
 
     --exchange-public-port and its three companions set the public face of the space's entry in
     spaces.json (all four replace it; none keeps the recorded one): service/embedded.py.
+
+    --service-endpoints sets serviceEndpoints on the space's entry in spaces.json, as the public-face
+    flags set theirs (docs/http-api.md "Service endpoints").
 
     --recreate-issued-stores recovers a space whose issued stores were refused as drifted
     (docs/issued-authority.md).
@@ -106,7 +110,7 @@ async def up(
     config = UpConfig(
         paths=place.paths(), space=place.space, port=broker.port, auth_timeout_s=broker.auth_timeout,
         nats_server=exe, idp_url=idp, http_port=http_port,
-        **public_fields(public), recreate_issued_stores=recreate_issued_stores,
+        **public_fields(public), recreate_issued_stores=recreate_issued_stores, service_endpoints=service_endpoints,
     )
     created = _first_missing(config.paths.root)
     served = False

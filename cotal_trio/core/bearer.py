@@ -5,10 +5,10 @@ A bearer is a compact JWS (RFC 7515) signed with Ed25519 by the space's issuer k
 
 * header ``{"alg": "EdDSA", "kid": <RFC 7638 thumbprint>, "typ": "JWT"}``;
 * claims ``{scope, ver: 1, act: {owner, actor, scope?, parent?, lifecycleUid, view?,
-  managerInstanceId?, session?, transferWriter?, credentialId?}, sub: owner,
+  managerInstanceId?, session?, transferWriter?, serviceEndpoint?, credentialId?}, sub: owner,
   iss: "urn:cotal:auth:<space>", aud: <space>, iat, nbf, exp}``.
 
-A view's binding (``managerInstanceId``, ``session``, ``transferWriter``) is present iff the bearer
+A view's binding (``managerInstanceId``, ``session``, ``transferWriter``, ``serviceEndpoint``) is present iff the bearer
 names its view (``core/views.py``), checked at issue and at validation; ``exp - iat`` is capped by
 :func:`~cotal_trio.core.views.view_ttl_cap` (300 s for ``transfer-writer``, else 900 s).
 
@@ -58,6 +58,7 @@ from cotal_trio.core.jose import (
 from cotal_trio.core.views import (
     MAX_TOKEN_TTL_S,
     VIEWS,
+    ServiceEndpointBinding,
     SessionBinding,
     TransferTarget,
     binding_mismatch,
@@ -95,7 +96,7 @@ _CREDENTIAL_ID = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 _MAX_CREDENTIAL_ID_CHARS = 256
 _ACT_KEYS = frozenset(
     {"owner", "actor", "scope", "parent", "lifecycleUid", "view", "managerInstanceId", "session", "transferWriter",
-     "credentialId"}
+     "serviceEndpoint", "credentialId"}
 )  # fmt: skip
 
 
@@ -132,6 +133,7 @@ class BearerGrant:
             bearer; ``None`` for every other view.
         session: the chat session of a ``session-caller`` bearer; ``None`` otherwise.
         transfer_writer: the transcript object of a ``transfer-writer`` bearer; ``None`` otherwise.
+        service_endpoint: the registered endpoint of a ``service-host`` bearer; ``None`` otherwise.
 
     Raises:
         Refused: BAD_REQUEST when a field breaks its grammar (see ``core/identity.py``) or a
@@ -148,6 +150,7 @@ class BearerGrant:
     manager_instance_id: str | None = None
     session: SessionBinding | None = None
     transfer_writer: TransferTarget | None = None
+    service_endpoint: ServiceEndpointBinding | None = None
 
     def __post_init__(self) -> None:
         _check_grant_fields(self)
@@ -177,9 +180,11 @@ def _check_bindings(value: BearerGrant | ValidatedBearer) -> None:
         raise Refused(RefusalCode.BAD_REQUEST, "session must be a SessionBinding")
     if value.transfer_writer is not None and not isinstance(value.transfer_writer, TransferTarget):
         raise Refused(RefusalCode.BAD_REQUEST, "transfer_writer must be a TransferTarget")
+    if value.service_endpoint is not None and not isinstance(value.service_endpoint, ServiceEndpointBinding):
+        raise Refused(RefusalCode.BAD_REQUEST, "service_endpoint must be a ServiceEndpointBinding")
     problem = binding_mismatch(
         value.view, manager_instance_id=value.manager_instance_id, session=value.session,
-        transfer_writer=value.transfer_writer,
+        transfer_writer=value.transfer_writer, service_endpoint=value.service_endpoint,
     )  # fmt: skip
     if problem is not None:
         raise Refused(RefusalCode.BAD_REQUEST, f"a bearer's {problem}")
@@ -200,6 +205,8 @@ def _act_claim(grant: BearerGrant) -> dict[str, Any]:
         act["session"] = grant.session.to_claim()
     if grant.transfer_writer is not None:
         act["transferWriter"] = grant.transfer_writer.to_claim()
+    if grant.service_endpoint is not None:
+        act["serviceEndpoint"] = grant.service_endpoint.to_claim()
     if grant.credential_id is not None:
         act["credentialId"] = grant.credential_id
     return act
@@ -266,6 +273,7 @@ class ValidatedBearer:
     manager_instance_id: str | None = None
     session: SessionBinding | None = None
     transfer_writer: TransferTarget | None = None
+    service_endpoint: ServiceEndpointBinding | None = None
 
     def __post_init__(self) -> None:
         _check_grant_fields(self)
@@ -377,6 +385,7 @@ def _check_act_bindings(act: Mapping[str, Any], view: str | None) -> dict[str, A
         "manager_instance_id": _binding(act, "managerInstanceId", _instance_id),
         "session": _binding(act, "session", SessionBinding.from_claim),
         "transfer_writer": _binding(act, "transferWriter", TransferTarget.from_claim),
+        "service_endpoint": _binding(act, "serviceEndpoint", ServiceEndpointBinding.from_claim),
     }
     problem = binding_mismatch(view, **bindings)
     if problem is not None:
@@ -396,7 +405,7 @@ def _check_act(claims: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(act, dict) or not act.keys() <= _ACT_KEYS:
         raise _bad(
             "act must be an object with only owner, actor, scope, parent, lifecycleUid, view, "
-            "managerInstanceId, session, transferWriter, credentialId"
+            "managerInstanceId, session, transferWriter, serviceEndpoint, credentialId"
         )
     if not is_owner(claims.get("sub")) or act.get("owner") != claims["sub"]:
         raise _bad("sub must be a derived owner (u_ + 26 base32 chars) equal to act.owner")
@@ -427,8 +436,9 @@ def check_bearer_claims(claims: Mapping[str, Any], *, space: str, now: float) ->
     ``act`` an object with only known keys, an actor name, a lifecycle UID (required), optional
     ``scope`` list of scope tokens, ``parent`` ``<u_…>.<actor>``, ``view`` a known view,
     ``credentialId``; ``managerInstanceId`` (a lifecycle token), ``session``
-    (``{endpoint, sessionId, epoch, exp}``) and ``transferWriter`` (``{instanceId, hex}``) each
-    present iff ``view`` is its view (``manager-caller``, ``session-caller``, ``transfer-writer``);
+    (``{endpoint, sessionId, epoch, exp}``), ``transferWriter`` (``{instanceId, hex}``) and
+    ``serviceEndpoint`` (``{endpoint, instanceId}``) each present iff ``view`` is its view
+    (``manager-caller``, ``session-caller``, ``transfer-writer``, ``service-host``);
     a top-level ``scope`` list that, when non-empty, equals ``act.scope`` as a set.
 
     Args:

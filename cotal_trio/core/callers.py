@@ -287,8 +287,8 @@ def standalone_caller_permissions(
 
 def minter_permissions(*, space: str, owner: str, actor: str, uid: str, endpoint: str, inbox_nonce: str) -> Permissions:
     """The mint's own temporary connection: the ``provisioner`` profile (the space's streams, its
-    presence and admission stores, the new principal's DM inbox durable), the issued stores'
-    ``STREAM.INFO`` and ``STREAM.CREATE`` (:meth:`~cotal_trio.stores.issued.IssuedStores.ensure`),
+    presence, channel-registry and admission stores, the new principal's DM inbox durable and
+    watch readers), the issued stores' ``STREAM.INFO`` and ``STREAM.CREATE`` (:meth:`~cotal_trio.stores.issued.IssuedStores.ensure`),
     the publish of the one intent key ``$KV.cotal_issued_S.intent.v1.<o>.<a>.<uid>``, and the
     ``describe`` request ``cotal.S.ep.<endpoint>.describe.<o>.<a>`` as the new principal.
 

@@ -298,7 +298,7 @@ def _permissions(bearer: ValidatedBearer, row: LedgerRow, *, space: str, inbox_n
         bearer.view, space=space, owner=bearer.owner, actor=bearer.actor, scope=bearer.scope,
         inbox_nonce=inbox_nonce, manager_instance_id=bearer.manager_instance_id,
         session_id=None if bearer.session is None else bearer.session.session_id,
-        transfer_writer=bearer.transfer_writer,
+        transfer_writer=bearer.transfer_writer, service_endpoint=bearer.service_endpoint,
     )  # fmt: skip
 
 

@@ -86,7 +86,7 @@ _TOKEN_DOMAIN = b"cotal.accepted.v1\0"
 # (endpoint, verb), so `<request>.reply.>` can never be a request subject.
 _REPLY = "reply"
 
-Kind = Literal["manager-caller", "listing"]
+Kind = Literal["manager-caller", "listing", "static-agent"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,7 +94,8 @@ class AuthorityPlan:
     """What one connect is owed on the ``ep.v1`` rail (:func:`plan_connect_authority`).
 
     Attributes:
-        kind: ``manager-caller`` (issued view) or ``listing``.
+        kind: ``manager-caller`` (issued view), ``listing``, or ``static-agent`` (a static mint:
+            :mod:`cotal_trio.core.static_issuance`).
         space, owner, actor, uid: the issuance's reference triple (``uid``: the bearer's
             lifecycle UID).
         horizon: the bearer's expiry, unix seconds.
@@ -227,6 +228,7 @@ def widen(permissions: Permissions, extra: Permissions) -> Permissions:
         ("pub_deny", permissions.pub_deny),
         ("sub_allow", tuple(dict.fromkeys((*permissions.sub_allow, *extra.sub_allow)))),
         ("sub_deny", permissions.sub_deny),
+        ("resp_max", permissions.resp_max),
     ):
         object.__setattr__(widened, name, value)
     return widened
@@ -332,7 +334,9 @@ def _valid_permissions(*, pub_allow: tuple[str, ...], sub_allow: tuple[str, ...]
     """Permissions of allow rows made from subjects already checked (stand-ins replaced by
     checked tokens), built without checking them again."""
     made = object.__new__(Permissions)
-    for name, value in (("pub_allow", pub_allow), ("pub_deny", ()), ("sub_allow", sub_allow), ("sub_deny", ())):
+    for name, value in (
+        ("pub_allow", pub_allow), ("pub_deny", ()), ("sub_allow", sub_allow), ("sub_deny", ()), ("resp_max", None),
+    ):  # fmt: skip
         object.__setattr__(made, name, value)
     return made
 

@@ -13,6 +13,9 @@ Rules, all pure (the shell passes ``now`` in unix seconds):
   ``--no-expiry``; at most one of them (:func:`choose_expiry`).
 * **Replace**: a label's credential is replaced only with ``--replace``, and only once it has
   expired, when it has no expiry, or when its key was revoked (:func:`check_replace`).
+* **Renewal** (spec "Issued authority"): a near-expiry static agent that carries an issued
+  generation before its horizon is renewed in place (:func:`renew_command`, ``cotal auth renew``);
+  one without, or past its horizon, is minted again with ``--identity``.
 * **Health** (:func:`classify`): ``expired`` at or after ``exp``; ``near-expiry`` with less than
   10 % of its lifetime left; ``no-expiry`` (a warning: minted on purpose with
   ``--no-expiry``); ``revoked``; ``pending`` (a live standalone caller whose mint did not
@@ -59,6 +62,7 @@ from .identity import (
 )
 from .nkeys import Prefix, looks_like_public_key
 from .sessions import is_endpoint
+from .issued import horizon_of, is_accepted_token, is_generation
 
 __all__ = [
     "DEFAULT_LIFETIME_S",
@@ -80,6 +84,7 @@ __all__ = [
     "interrupted_sentence",
     "issue_time",
     "mint_command",
+    "renew_command",
     "principal_of_claims",
     "receipt",
     "revocations",
@@ -209,6 +214,8 @@ class Credential:
     surface_digest: str | None = None
     verbs: tuple[str, ...] = ()
     pending: bool = False
+    generation: str | None = None
+    accepted_token: str | None = None
 
     def __post_init__(self) -> None:
         checks = (
@@ -225,6 +232,7 @@ class Credential:
             (self.revoked_at is None or _is_time(self.revoked_at), "revocation time"),
             (self.endpoint is None or self._caller_ok(), "standalone caller"),
             (self.endpoint is not None or (self.surface_digest, self.verbs, self.pending) == (None, (), False), "endpoint"),
+            (self.generation is None and self.accepted_token is None or self._issued_ok(), "issued generation"),
         )  # fmt: skip
         for ok, what in checks:
             if not ok:
@@ -240,6 +248,14 @@ class Credential:
             and all(is_endpoint(v) for v in verbs) and len(set(verbs)) == len(verbs) and type(self.pending) is bool
             and self.profile == "agent" and self.role is None and self.allow_publish == self.allow_subscribe
             and self.expires_at is not None
+        )  # fmt: skip
+
+    def _issued_ok(self) -> bool:
+        """A static agent's issuance (spec "Issued authority"): a generation and the accepted
+        token chosen at its mint, on an agent that is no standalone caller."""
+        return (
+            is_generation(self.generation) and is_accepted_token(self.accepted_token) and self.profile == "agent"
+            and self.endpoint is None
         )  # fmt: skip
 
     @property
@@ -260,6 +276,8 @@ class Credential:
         if self.endpoint is not None:
             obj |= {"endpoint": self.endpoint, "surfaceDigest": self.surface_digest, "verbs": list(self.verbs),
                     "pending": self.pending}  # fmt: skip
+        if self.generation is not None:
+            obj |= {"generation": self.generation, "acceptedToken": self.accepted_token}
         return obj
 
     @classmethod
@@ -269,12 +287,14 @@ class Credential:
         Raises:
             CodecError: not an object of exactly those fields, or a field is malformed.
         """
-        if not isinstance(obj, dict) or set(obj) not in (_FIELDS, _FIELDS | _CALLER_FIELDS):
+        if not isinstance(obj, dict) or set(obj) not in (_FIELDS, _FIELDS | _CALLER_FIELDS, _FIELDS | _ISSUED_FIELDS):
             raise _bad("is not an object of the credential fields")
         caller: dict[str, Any] = {}
         if "endpoint" in obj:
             caller = {"endpoint": obj["endpoint"], "surface_digest": obj["surfaceDigest"],
                       "verbs": _tuple(obj["verbs"]), "pending": obj["pending"]}  # fmt: skip
+        if "generation" in obj:
+            caller = {"generation": obj["generation"], "accepted_token": obj["acceptedToken"]}
         try:
             return cls(
                 label=obj["label"], space=obj["space"], profile=obj["profile"], owner=obj["owner"],
@@ -292,6 +312,7 @@ _FIELDS = {
     "path", "inboxNonce", "role", "allowPublish", "allowSubscribe", "revokedAt",
 }
 _CALLER_FIELDS = {"endpoint", "surfaceDigest", "verbs", "pending"}
+_ISSUED_FIELDS = {"generation", "acceptedToken"}
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
@@ -553,6 +574,9 @@ def receipt(cred: Credential, *, replaced: bool) -> dict[str, Any]:
     if cred.endpoint is not None:
         obj |= {"endpoint": cred.endpoint, "surfaceDigest": cred.surface_digest, "verbs": list(cred.verbs),
                 "channels": list(cred.allow_publish)}  # fmt: skip
+    if cred.generation is not None:
+        obj |= {"generation": cred.generation, "acceptedToken": cred.accepted_token,
+                "horizon": horizon_of(cred.generation)}  # fmt: skip
     return obj
 
 
@@ -615,6 +639,19 @@ def mint_command(cred: Credential, *, flags: str, identity: str | None = None) -
     return " ".join([*parts, "--replace"])
 
 
+def renew_command(cred: Credential, *, flags: str) -> str:
+    """The ``cotal auth renew`` that renews an issued static agent's ``cred`` with the same
+    lifetime (it keeps its generation: the same ceiling; spec "Issued authority").
+
+    Args:
+        flags: ``--space <s>`` (and ``--root <r>``), shell-quoted by the caller.
+    """
+    parts = ["cotal auth renew", cred.label, flags]
+    if cred.expires_at is not None and cred.expires_at - cred.issued_at != DEFAULT_LIFETIME_S:
+        parts.append(f"--expires-in {cred.expires_at - cred.issued_at}")
+    return " ".join(parts)
+
+
 def credential_findings(record: LabelRecord, *, now: int, flags: str, identity: str | None) -> list[Finding]:
     """What doctor says of one label's record (module docstring, "Health").
 
@@ -638,10 +675,11 @@ def credential_findings(record: LabelRecord, *, now: int, flags: str, identity: 
         found.append(Finding(severity=Severity.FINDING, subject=subject, problem=f"expired at {cred.expires_at}",
                              next=mint_command(cred, flags=flags)))
     elif health is Health.NEAR_EXPIRY:
+        renewable = cred.generation is not None and now < horizon_of(cred.generation)
         found.append(Finding(
             severity=Severity.FINDING, subject=subject,
             problem=f"expires at {cred.expires_at}, in {cred.expires_at - now} s",  # type: ignore[operator]
-            next=f"{revoke} && {mint_command(cred, flags=flags, identity=identity)}",
+            next=renew_command(cred, flags=flags) if renewable else f"{revoke} && {mint_command(cred, flags=flags, identity=identity)}",
         ))
     elif health is Health.NO_EXPIRY:
         found.append(Finding(

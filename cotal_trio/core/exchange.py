@@ -40,6 +40,7 @@ from cotal_trio.core.identity import check_actor, check_owner, is_lifecycle_uid
 from cotal_trio.core.ledger import LedgerRow
 from cotal_trio.core.views import (
     SessionBinding,
+    ServiceEndpointBinding,
     TransferTarget,
     check_exchange_view,
     check_view,
@@ -292,6 +293,7 @@ def grant_from_row(
     manager_instance_id: str | None = None,
     session: SessionBinding | None = None,
     transfer_writer: TransferTarget | None = None,
+    service_endpoint: ServiceEndpointBinding | None = None,
 ) -> BearerGrant:
     """The bearer grant of an authorized ledger row: its owner, actor, scope, lifecycle UID and
     parent (spec "Bridge contract" step 3: the ledger is the only source of scope and parent),
@@ -306,6 +308,7 @@ def grant_from_row(
             ``manager-caller``.
         session: the chat session; required iff view is ``session-caller``.
         transfer_writer: the transcript object; required iff view is ``transfer-writer``.
+        service_endpoint: the registered service endpoint; required iff view is ``service-host``.
 
     Raises:
         Refused: NOT_GRANTED when the row lacks the view's required scope
@@ -317,7 +320,7 @@ def grant_from_row(
     return BearerGrant(
         owner=row.owner, actor=row.actor, scope=row.scope, lifecycle_uid=row.lifecycle_uid,
         parent=row.parent, credential_id=credential_id, view=view, manager_instance_id=manager_instance_id,
-        session=session, transfer_writer=transfer_writer,
+        session=session, transfer_writer=transfer_writer, service_endpoint=service_endpoint,
     )  # fmt: skip
 
 
@@ -336,7 +339,7 @@ class ExchangeStep(enum.Enum):
       (spec "Proxy attribution": the principal's selection window first on the public face),
       then record its id;
     * ``PROVISION``: check the caller's connect limits (a limited caller provisions nothing:
-      spec "Connect limits"), pre-create its DM inbox and task queue (credential-authority
+      spec "Connect limits"), pre-create its DM inbox, watch readers and task queue (credential-authority
       "Provisioning"), then record that;
     * ``MINT``: check the connect limits and sign (the face's ``mint_for``).
     """

@@ -41,7 +41,13 @@ from cotal_trio.core.identity import (
     check_scope_token,
     check_space,
 )
-from cotal_trio.core.views import TransferTarget, binding_mismatch, check_view, is_session_id
+from cotal_trio.core.views import (
+    ServiceEndpointBinding,
+    TransferTarget,
+    binding_mismatch,
+    check_view,
+    is_session_id,
+)
 from cotal_trio.core.wire import USER_INFO_SUBJECT, Durable, channel_subject, dm_subject, inbox_subject, space_prefix
 
 __all__ = [
@@ -134,31 +140,42 @@ class Permissions:
 
     Attributes:
         pub_allow, pub_deny, sub_allow, sub_deny: tuples of NATS subjects or patterns.
+        resp_max: allow this many replies to each request the user received (NATS ``resp``,
+            on the request's reply subject only, within the broker's default two minutes), or
+            None for none beyond ``pub_allow``.
 
     Raises:
-        CodecError: a subject is malformed, or a direction has neither allow nor deny entries.
+        CodecError: a subject is malformed, a direction has neither allow nor deny entries, or
+            ``resp_max`` is not a whole number >= 1.
     """
 
     pub_allow: tuple[str, ...] = ()
     pub_deny: tuple[str, ...] = ()
     sub_allow: tuple[str, ...] = ()
     sub_deny: tuple[str, ...] = ()
+    resp_max: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("pub_allow", "pub_deny", "sub_allow", "sub_deny"):
             _check_subjects(name, getattr(self, name))
         if not (self.pub_allow or self.pub_deny) or not (self.sub_allow or self.sub_deny):
             raise CodecError("each direction needs allow or deny entries; an empty one would allow everything")
+        if self.resp_max is not None and (type(self.resp_max) is not int or self.resp_max < 1):
+            raise CodecError("resp_max must be a whole number >= 1, or None")
 
     def to_nats(self) -> dict[str, Any]:
-        """The NATS user JWT fragment ``{"pub": {"allow", "deny"}, "sub": {...}}``.
+        """The NATS user JWT fragment ``{"pub": {"allow", "deny"}, "sub": {...}}``, plus
+        ``"resp": {"max": n, "ttl": 0}`` with :attr:`resp_max` (ttl 0: the broker's default).
 
         Empty lists are omitted; lists keep their order.
         """
-        return {
+        fragment: dict[str, Any] = {
             "pub": _direction(self.pub_allow, self.pub_deny),
             "sub": _direction(self.sub_allow, self.sub_deny),
         }
+        if self.resp_max is not None:
+            fragment["resp"] = {"max": self.resp_max, "ttl": 0}
+        return fragment
 
 
 def _unique(subjects: list[str]) -> tuple[str, ...]:
@@ -171,6 +188,13 @@ def _bind(durable: Durable) -> list[str]:
         wire.js_consumer_info(durable.stream, durable.name), wire.js_consumer_next(durable.stream, durable.name),
         wire.js_ack(durable.stream, durable.name),
     ]  # fmt: skip
+
+
+def _read(durable: Durable, *, delete: bool = False) -> list[str]:
+    """Reading one pre-created ``ack_policy: none`` reader: its info and its pull requests, and
+    with ``delete`` its delete (no acks: it takes none)."""
+    subjects = [wire.js_consumer_info(durable.stream, durable.name), wire.js_consumer_next(durable.stream, durable.name)]
+    return [*subjects, wire.js_consumer_delete(durable.stream, durable.name)] if delete else subjects
 
 
 def _presence_read(space: str) -> list[str]:
@@ -217,6 +241,7 @@ def agent_permissions(
     subscribe: tuple[str, ...] = (),
     role: str | None = None,
     capabilities: tuple[str, ...] = (),
+    inbox_uid: str | None = None,
 ) -> Permissions:
     """The agent profile of principal ``<owner>.<actor>`` (``S`` = ``space``; docs/wire-layout.md).
 
@@ -225,7 +250,10 @@ def agent_permissions(
     ``cotal.S.ctl.despawn.<owner>.<actor>`` and ``cotal.S.ctl.turn.<owner>.<actor>``; the
     capability subjects; the bind of its DM inbox durable ``dm-<owner>-<actor>`` (consumer info,
     pull, acks; never a create or delete) and, with ``role``, of its role's task queue
-    ``task-<role>``; presence: direct get of the bucket and a put of its own key
+    ``task-<role>``; its two watch readers ``watch-presence-<owner>-<actor>`` and
+    ``watch-channels-<owner>-<actor>`` (consumer info and pull: the provisioner creates them
+    pull-only, and the agent creates and deletes no consumer on those streams, spec "Profiles");
+    presence: direct get of the bucket and a put of its own key
     ``<owner>.<actor>``; ``$SYS.REQ.USER.INFO``. ``sub.allow``: each ``cotal.S.ch.<p>`` of
     ``allow_subscribe``, its DM subjects ``cotal.S.dm.<owner>.<actor>.>``, ``_INBOX_<nonce>.>``.
 
@@ -241,12 +269,15 @@ def agent_permissions(
         capabilities: a tuple of :data:`CAPABILITIES`: ``spawn`` adds ``cotal.S.ctl.spawn``,
             ``cotal.S.ctl.stop.<owner>.<actor>.*`` and ``cotal.S.ctl.persona``; ``run`` adds
             those and ``cotal.S.ctl.run.<verb>`` for start, resume, answer, status and list.
+        inbox_uid: a static agent's lifecycle UID: its DM inbox durable is then
+            ``dm-<owner>-<actor>-<uid>`` (:func:`~cotal_trio.core.wire.dm_durable`; spec
+            "Provisioning": a new incarnation does not reuse the old bind-only inboxes).
 
     Raises:
         Refused: BAD_REQUEST when an input breaks its grammar, a capability is unknown, or a
             ``subscribe`` channel lies outside ``allow_subscribe`` (the sentence names both).
     """
-    args = (space, owner, actor, allow_publish, allow_subscribe, subscribe, role, capabilities)
+    args = (space, owner, actor, allow_publish, allow_subscribe, subscribe, role, capabilities, inbox_uid)
     # The callout builds this twice per agent connect (the recalled rows, then the re-check),
     # and only the nonce differs between connects: the lists are memoized per principal and
     # ACL (hashable inputs only; a Refused is raised again, never remembered).
@@ -262,7 +293,7 @@ def _hashable(args: tuple[object, ...]) -> bool:
 
 def _agent_lists(
     space: str, owner: str, actor: str, allow_publish: object, allow_subscribe: object, subscribe: object,
-    role: str | None, capabilities: object,
+    role: str | None, capabilities: object, inbox_uid: str | None = None,
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """:func:`agent_permissions`' ``pub`` and ``sub`` lists before :func:`_profile`; same Refused."""
     publish, read = _check_patterns("allow_publish", allow_publish), _check_patterns("allow_subscribe", allow_subscribe)
@@ -273,9 +304,10 @@ def _agent_lists(
             raise Refused(RefusalCode.BAD_REQUEST, sentence)
     control = [wire.ctl_despawn(space, owner, actor), wire.ctl_turn(space, owner, actor)]
     control += _capability_subjects(space, owner, actor, capabilities)
-    inboxes = _bind(wire.dm_durable(space, owner, actor))
+    inboxes = _bind(wire.dm_durable(space, owner, actor, inbox_uid))
     if role is not None:
         inboxes += _bind(wire.task_durable(space, check_role(role)))
+    inboxes += [s for kind in ("presence", "channels") for s in _read(wire.watch_durable(space, kind, owner, actor))]
     presence = [*_presence_read(space), wire.kv_subject(wire.presence_bucket(space), wire.presence_key(owner, actor))]
     pub = (*(channel_subject(space, p) for p in publish), *wire.dm_sender_subjects(space, owner, actor), *control,
            *inboxes, *presence)  # fmt: skip
@@ -289,25 +321,33 @@ _profile_memo = functools.lru_cache(maxsize=256)(_profile)  # Permissions is fro
 def observer_permissions(*, space: str, inbox_nonce: str) -> Permissions:
     """Read-only chat and presence (what ``cotal console`` runs); DMs invisible.
 
-    ``pub.allow``: direct get of the presence bucket, ``$SYS.REQ.USER.INFO``; ``sub.allow``:
-    ``cotal.S.ch.>``, ``_INBOX_<nonce>.>``. It publishes nothing that writes.
+    ``pub.allow``: direct get of the presence bucket; info, pull and delete of its history
+    reader ``hist__<nonce>`` on ``COTAL_CHAT_S`` (spec "Profiles": its only consumer deletes
+    name its own history readers; the provisioner creates the reader pull-only, and the
+    observer creates none: a create grant cannot bound a push consumer's deliver subject);
+    ``$SYS.REQ.USER.INFO``. ``sub.allow``: ``cotal.S.ch.>``, ``_INBOX_<nonce>.>``. It publishes
+    nothing that writes.
 
     Raises:
         Refused: BAD_REQUEST for a bad space or nonce.
     """
-    return _profile(space, inbox_nonce, _presence_read(space), [channel_subject(space, ">")])
+    reader = _read(wire.history_reader(space, "chat", inbox_nonce), delete=True)
+    return _profile(space, inbox_nonce, [*_presence_read(space), *reader], [channel_subject(space, ">")])
 
 
 def admin_permissions(*, space: str, inbox_nonce: str) -> Permissions:
     """The elevated read-only god view: everything of the space live, DMs included; writes nothing.
 
-    ``pub.allow``: direct get of the presence bucket, ``$SYS.REQ.USER.INFO``; ``sub.allow``:
-    ``cotal.S.>``, ``_INBOX_<nonce>.>``.
+    ``pub.allow``: direct get of the presence bucket; info, pull and delete of its history
+    readers ``hist__<nonce>`` on ``COTAL_CHAT_S`` and ``COTAL_DM_S`` (spec "Profiles": it deletes
+    its own history readers on CHAT and DM and no other consumer; it creates none);
+    ``$SYS.REQ.USER.INFO``. ``sub.allow``: ``cotal.S.>``, ``_INBOX_<nonce>.>``.
 
     Raises:
         Refused: BAD_REQUEST for a bad space or nonce.
     """
-    return _profile(space, inbox_nonce, _presence_read(space), [f"{space_prefix(space)}.>"])
+    readers = [s for kind in ("chat", "dm") for s in _read(wire.history_reader(space, kind, inbox_nonce), delete=True)]
+    return _profile(space, inbox_nonce, [*_presence_read(space), *readers], [f"{space_prefix(space)}.>"])
 
 
 def provisioner_permissions(*, space: str, inbox_nonce: str) -> Permissions:
@@ -315,17 +355,21 @@ def provisioner_permissions(*, space: str, inbox_nonce: str) -> Permissions:
     admission buckets, and the bind-only durables (``stores/streams.py``). Deletes nothing.
 
     ``pub.allow``: ``STREAM.CREATE`` and ``STREAM.INFO`` of ``COTAL_{CHAT,DM,TASK,RUN}_S``,
-    ``KV_cotal_presence_S`` and ``KV_cotal_admission_S``; consumer creates only in the form
-    with the filter in the subject, filters pinned to a DM inbox (``dm.*.*.>``), a task queue
-    (``task.*.>``), a run journal (``run.*.journal``) or the two delivery durables; consumer
-    info on the four streams; ``$SYS.REQ.USER.INFO``. ``sub.allow``: ``_INBOX_<nonce>.>``.
+    ``KV_cotal_presence_S``, ``KV_cotal_channels_S`` and ``KV_cotal_admission_S``; consumer
+    creates only in the form with the filter in the subject, filters pinned to a DM inbox
+    (``dm.*.*.>``), a task queue (``task.*.>``), a run journal (``run.*.journal``), the two
+    delivery durables, a whole-bucket watch reader on the presence and registry buckets
+    (``$KV.<bucket>.>``) or a chat history reader (``cotal.S.ch.>``; a DM history reader's filter
+    is the DM inbox form's); consumer info on those six streams; ``$SYS.REQ.USER.INFO``.
+    ``sub.allow``: ``_INBOX_<nonce>.>``.
 
     Raises:
         Refused: BAD_REQUEST for a bad space or nonce.
     """
     chat, dm, task, run = wire.all_streams(space)
+    watched = [wire.presence_bucket(space), wire.channels_bucket(space)]
     streams = [*(s.name for s in wire.all_streams(space))]
-    streams += [wire.kv_stream(wire.presence_bucket(space)), wire.kv_stream(wire.admission_bucket(space))]
+    streams += [*(wire.kv_stream(b) for b in watched), wire.kv_stream(wire.admission_bucket(space))]
     prefix = space_prefix(space)
     delivery = [wire.delivery_durable(space, kind) for kind in ("chat", "dm")]
     return _profile(space, inbox_nonce, [
@@ -334,7 +378,9 @@ def provisioner_permissions(*, space: str, inbox_nonce: str) -> Permissions:
         wire.js_consumer_create(task.name, "*", f"{prefix}.task.*.>"),
         wire.js_consumer_create(run.name, "*", f"{prefix}.run.*.journal"),
         *(wire.js_consumer_create(d.stream, d.name, d.filter_subject) for d in delivery),
-        *(wire.js_consumer_info(s.name, "*") for s in (chat, dm, task, run)),
+        *(wire.js_consumer_create(wire.kv_stream(b), "*", wire.kv_subject(b, ">")) for b in watched),
+        wire.js_consumer_create(chat.name, "*", chat.subject),
+        *(wire.js_consumer_info(s, "*") for s in (chat.name, dm.name, task.name, run.name, *map(wire.kv_stream, watched))),
     ])  # fmt: skip
 
 
@@ -342,7 +388,7 @@ def teardown_permissions(*, space: str, inbox_nonce: str) -> Permissions:
     """The operator-side teardown: deletes the space's streams and buckets, and one principal's,
     role's or run's durable. Reads nothing and creates nothing.
 
-    ``pub.allow``: ``STREAM.DELETE`` of the four message streams and the seven KV streams,
+    ``pub.allow``: ``STREAM.DELETE`` of the four message streams and the eight KV streams,
     ``CONSUMER.DELETE`` of any durable on the DM, task and run streams,
     ``$SYS.REQ.USER.INFO``. ``sub.allow``: ``_INBOX_<nonce>.>``.
 
@@ -478,9 +524,12 @@ _MANAGER_READS = ("status", "models", "resolve-cwd")
 
 def _view_subjects(
     view: str, space: str, *, scope: tuple[str, ...], manager_instance_id: str | None, session_id: str | None,
-    transfer_writer: TransferTarget | None,
+    transfer_writer: TransferTarget | None, service_endpoint: ServiceEndpointBinding | None = None,
 ) -> tuple[list[str], list[str]]:
     """``(publish, subscribe)`` subjects of ``view`` beyond the user-info request and the inbox."""
+    if view == "service-host":
+        assert service_endpoint is not None  # binding_mismatch checked it
+        return [], wire.ep_host_subjects(space, service_endpoint.endpoint)
     if view == "admin":
         return [], [f"{space_prefix(space)}.>"]
     if view in _CONTROL_PUBLISH:
@@ -507,6 +556,7 @@ def view_permissions(
     manager_instance_id: str | None = None,
     session_id: str | None = None,
     transfer_writer: TransferTarget | None = None,
+    service_endpoint: ServiceEndpointBinding | None = None,
 ) -> Permissions:
     """The permission profile of a bearer with ``view`` (module docstring; ``S`` = ``space``).
 
@@ -521,11 +571,15 @@ def view_permissions(
     * ``manager-caller``: ``cotal.S.mgr.<instanceId>.call``, and when ``spawn`` is in ``scope``
       also ``.status``, ``.models``, ``.resolve-cwd`` of that instance;
     * ``session-caller``: ``cotal.S.session.<sessionId>.in``;
-    * ``transfer-writer``: ``cotal.S.transfer.<instanceId>.<hex>``.
+    * ``transfer-writer``: ``cotal.S.transfer.<instanceId>.<hex>``;
+    * ``service-host``: nothing more; it answers each call it receives once on the call's reply
+      subject (``resp`` max 1, :attr:`Permissions.resp_max`), the only view with ``resp``.
 
     ``sub.allow``, before ``_INBOX_<nonce>.>`` (every view): ``cotal.S.>`` for ``admin``,
-    ``cotal.S.session.<sessionId>.out`` for ``session-caller``, nothing more for the rest. No
-    deny lists, no channel or DM subjects.
+    ``cotal.S.session.<sessionId>.out`` for ``session-caller``, for ``service-host`` the calls to
+    its endpoint ``E`` on both rails, ``cotal.S.ep.E.*.*.*`` and ``cotal.S.ep.v1.*.*.*.E.*``
+    (:func:`~cotal_trio.core.wire.ep_host_subjects`), nothing more for the rest. No deny lists,
+    no channel or DM subjects.
 
     Args:
         view: one of ``core.views.VIEWS``.
@@ -536,6 +590,7 @@ def view_permissions(
         manager_instance_id: the bearer's ``act.managerInstanceId``; given iff ``manager-caller``.
         session_id: the bearer's ``act.session.sessionId``; given iff ``session-caller``.
         transfer_writer: the bearer's ``act.transferWriter``; given iff ``transfer-writer``.
+        service_endpoint: the bearer's ``act.serviceEndpoint``; given iff ``service-host``.
 
     Raises:
         Refused: BAD_REQUEST for an unknown view, or a space, owner, actor, nonce, scope token,
@@ -545,7 +600,8 @@ def view_permissions(
     """
     check_view(view)
     problem = binding_mismatch(
-        view, manager_instance_id=manager_instance_id, session=session_id, transfer_writer=transfer_writer
+        view, manager_instance_id=manager_instance_id, session=session_id, transfer_writer=transfer_writer,
+        service_endpoint=service_endpoint,
     )
     if problem is not None:
         raise TypeError(f"view_permissions: {problem}")
@@ -561,11 +617,16 @@ def view_permissions(
         raise Refused(RefusalCode.BAD_REQUEST, "a chat session id is 22 to 128 characters of A-Za-z0-9_-")
     if transfer_writer is not None and not isinstance(transfer_writer, TransferTarget):
         raise TypeError("view_permissions: transfer_writer must be a TransferTarget")
+    if service_endpoint is not None and not isinstance(service_endpoint, ServiceEndpointBinding):
+        raise TypeError("view_permissions: service_endpoint must be a ServiceEndpointBinding")
     pub, sub = _view_subjects(
         view, space, scope=scope, manager_instance_id=manager_instance_id, session_id=session_id,
-        transfer_writer=transfer_writer,
+        transfer_writer=transfer_writer, service_endpoint=service_endpoint,
     )  # fmt: skip
-    return Permissions(pub_allow=_unique([*pub, USER_INFO_SUBJECT]), sub_allow=_unique([*sub, inbox_subject(inbox_nonce)]))
+    return Permissions(
+        pub_allow=_unique([*pub, USER_INFO_SUBJECT]), sub_allow=_unique([*sub, inbox_subject(inbox_nonce)]),
+        resp_max=1 if view == "service-host" else None,
+    )
 
 
 def _view_profile(*, view: str, **context: Any) -> Permissions:

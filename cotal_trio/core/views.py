@@ -16,13 +16,16 @@ view                 required ledger scope  public face  agent arm  lifetime cap
 ``manager-caller``   (none)                 yes          yes        900
 ``session-caller``   (none)                 yes          no         900
 ``transfer-writer``  ``admin``              yes          no         300
+``service-host``     ``service-endpoint``   yes          yes        900
 ===================  =====================  ===========  =========  ====================
 
-``session-caller`` is minted only by ``POST /chat-session/bearer``, never by ``POST /exchange``.
-Three views bind the bearer to one object, carried in ``act`` (upstream-notes 3.2): ``manager-caller``
+``session-caller`` is minted only by ``POST /chat-session/bearer`` and ``service-host`` only by
+``POST /service-endpoint-host`` (docs/http-api.md "Service endpoints"), never by ``POST /exchange``.
+Four views bind the bearer to one object, carried in ``act`` (upstream-notes 3.2): ``manager-caller``
 to a manager instance (``managerInstanceId``), ``session-caller`` to a chat session
 (``session``, :class:`SessionBinding`), ``transfer-writer`` to one transcript object
-(``transferWriter``, :class:`TransferTarget`); each binding is present iff its view is.
+(``transferWriter``, :class:`TransferTarget`), ``service-host`` to one registered service endpoint
+(``serviceEndpoint``, :class:`ServiceEndpointBinding`); each binding is present iff its view is.
 
 Pure and synchronous.
 """
@@ -47,6 +50,8 @@ __all__ = [
     "TRANSFER_WRITER_TTL_S",
     "VIEWS",
     "VIEW_REQUIRED_SCOPE",
+    "SERVICE_HOST",
+    "ServiceEndpointBinding",
     "SessionBinding",
     "TransferTarget",
     "binding_mismatch",
@@ -74,7 +79,10 @@ _TABLE: tuple[tuple[str, str | None, bool, bool, int], ...] = (
     ("manager-caller", None, True, True, MAX_TOKEN_TTL_S),
     ("session-caller", None, True, False, MAX_TOKEN_TTL_S),
     ("transfer-writer", "admin", True, False, TRANSFER_WRITER_TTL_S),
+    ("service-host", "service-endpoint", True, True, MAX_TOKEN_TTL_S),
 )
+SERVICE_HOST = "service-host"
+"""The view of a service-endpoint connection (docs/http-api.md "Service endpoints")."""
 
 VIEWS: tuple[str, ...] = tuple(row[0] for row in _TABLE)
 """Every view a bearer may name, in table order."""
@@ -83,13 +91,17 @@ VIEW_REQUIRED_SCOPE: Mapping[str, str | None] = MappingProxyType({row[0]: row[1]
 PUBLIC_VIEWS: frozenset[str] = frozenset(row[0] for row in _TABLE if row[2])
 """Views the public face mints (upstream ``PUBLIC_EXCHANGE_VIEWS``); the rest are loopback-only."""
 AGENT_VIEWS: frozenset[str] = frozenset(row[0] for row in _TABLE if row[3])
-"""Views the managed-agent (actor-token) arm mints: ``manager-caller`` alone."""
+"""Views the managed-agent (actor-token) arm mints: ``manager-caller`` (and ``service-host``,
+which only ``POST /service-endpoint-host`` mints)."""
 _TTL_CAP_S: Mapping[str, int] = MappingProxyType({row[0]: row[4] for row in _TABLE})
 
 FACES = ("public", "loopback")
 ARMS = ("human", "agent")
 # Each binding's act key and the one view it belongs to (upstream-notes 3.2 pairing rules).
-_BINDINGS = (("managerInstanceId", "manager-caller"), ("session", "session-caller"), ("transferWriter", "transfer-writer"))
+_BINDINGS = (
+    ("managerInstanceId", "manager-caller"), ("session", "session-caller"), ("transferWriter", "transfer-writer"),
+    ("serviceEndpoint", "service-host"),
+)  # fmt: skip
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # JSON numbers stay exact up to 2^53 - 1 (upstream "unsigned safe ints").
@@ -228,13 +240,56 @@ class TransferTarget:
         return cls(instance_id=obj["instanceId"], sha256_hex=obj["hex"])
 
 
+_SERVICE_RULE = (
+    'serviceEndpoint must be exactly {"endpoint": <1-64 of A-Za-z0-9_->, "instanceId": <26-32 of a-z0-9>} '
+    "- take both from the service endpoint's registration"
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceEndpointBinding:
+    """The one registered service endpoint a ``service-host`` bearer serves (``act.serviceEndpoint``).
+
+    Attributes:
+        endpoint: the endpoint's name, ``^[A-Za-z0-9_-]{1,64}$`` (its subjects' token).
+        instance_id: the registration's instance id, a lifecycle token ``[a-z0-9]{26,32}``.
+
+    Raises:
+        Refused: BAD_REQUEST when a field breaks its rule.
+    """
+
+    endpoint: str
+    instance_id: str
+
+    def __post_init__(self) -> None:
+        if not (is_endpoint(self.endpoint) and is_lifecycle_uid(self.instance_id)):
+            raise Refused(RefusalCode.BAD_REQUEST, _SERVICE_RULE)
+
+    def to_claim(self) -> dict[str, str]:
+        """The ``act.serviceEndpoint`` object ``{endpoint, instanceId}``."""
+        return {"endpoint": self.endpoint, "instanceId": self.instance_id}
+
+    @classmethod
+    def from_claim(cls, obj: object) -> ServiceEndpointBinding:
+        """Parse ``{endpoint, instanceId}`` (``act.serviceEndpoint``).
+
+        Raises:
+            Refused: BAD_REQUEST for another shape or a field breaking its rule.
+        """
+        if not isinstance(obj, dict) or set(obj) != {"endpoint", "instanceId"}:
+            raise Refused(RefusalCode.BAD_REQUEST, _SERVICE_RULE)
+        return cls(endpoint=obj["endpoint"], instance_id=obj["instanceId"])
+
+
 def binding_mismatch(
-    view: str | None, *, manager_instance_id: object, session: object, transfer_writer: object
+    view: str | None, *, manager_instance_id: object, session: object, transfer_writer: object,
+    service_endpoint: object = None,
 ) -> str | None:
     """The pairing rule a bearer's bindings break, or ``None`` (upstream-notes 3.2, 3.3).
 
     ``managerInstanceId`` is present iff the view is ``manager-caller``, ``session`` iff
-    ``session-caller``, ``transferWriter`` iff ``transfer-writer`` (``None`` means absent).
+    ``session-caller``, ``transferWriter`` iff ``transfer-writer``, ``serviceEndpoint`` iff
+    ``service-host`` (``None`` means absent).
 
     Returns:
         ``"<act key> goes with view <its view>, always and only"`` for the first binding (in that
@@ -244,6 +299,7 @@ def binding_mismatch(
         "managerInstanceId": manager_instance_id is not None,
         "session": session is not None,
         "transferWriter": transfer_writer is not None,
+        "serviceEndpoint": service_endpoint is not None,
     }
     for key, its_view in _BINDINGS:
         if present[key] != (view == its_view):
@@ -258,8 +314,9 @@ def check_exchange_view(view: str | None, *, face: str, arm: str) -> None:
     """Decide whether ``POST /exchange`` on ``face`` may mint ``view`` for ``arm`` (before any
     ledger read; upstream-notes 3.4, spec "Listener policy").
 
-    In order: no view is always fine; an unknown view is refused; ``session-caller`` is refused on
-    every face and arm (``POST /chat-session/bearer`` mints it); the agent arm is refused every
+    In order: no view is always fine; an unknown view is refused; ``session-caller`` and
+    ``service-host`` are refused on every face and arm (``POST /chat-session/bearer`` and ``POST
+    /service-endpoint-host`` mint them); the agent arm is refused every
     view but ``manager-caller``; the public face is refused the loopback-only views.
 
     Args:
@@ -281,6 +338,12 @@ def check_exchange_view(view: str | None, *, face: str, arm: str) -> None:
             RefusalCode.BAD_REQUEST,
             "view session-caller is not minted by POST /exchange - open a chat session with POST "
             "/chat-session/open, then take its bearer from POST /chat-session/bearer",
+        )
+    if view == SERVICE_HOST:
+        raise Refused(
+            RefusalCode.BAD_REQUEST,
+            "view service-host is not minted by POST /exchange - register the endpoint with POST "
+            "/service-endpoint-authority, then take its bearer from POST /service-endpoint-host",
         )
     if arm == "agent" and view not in AGENT_VIEWS:
         raise Refused(

@@ -47,6 +47,7 @@ __all__ = [
     "chat_stream",
     "check_checkpoint_token",
     "check_generation",
+    "channels_bucket",
     "check_run_id",
     "covers",
     "ctl_despawn",
@@ -62,8 +63,10 @@ __all__ = [
     "dm_sender_subjects",
     "dm_stream",
     "dm_subject",
+    "ep_host_subjects",
     "ep_subject",
     "ep_v1_subject",
+    "history_reader",
     "inbox_subject",
     "is_generation",
     "is_subject",
@@ -96,6 +99,7 @@ __all__ = [
     "task_stream",
     "task_subject",
     "transfer_subject",
+    "watch_durable",
 ]
 
 USER_INFO_SUBJECT = "$SYS.REQ.USER.INFO"
@@ -293,12 +297,15 @@ def all_streams(space: str) -> tuple[Stream, ...]:
     return (chat_stream(space), dm_stream(space), task_stream(space), run_stream(space))
 
 
-def dm_durable(space: str, owner: str, actor: str) -> Durable:
-    """The DM inbox ``dm-<owner>-<actor>`` on the DM stream, filtered to the principal's DMs.
+def dm_durable(space: str, owner: str, actor: str, uid: str | None = None) -> Durable:
+    """The DM inbox ``dm-<owner>-<actor>`` on the DM stream, filtered to the principal's DMs; with
+    ``uid`` (a static agent's lifecycle UID, spec "Provisioning") ``dm-<owner>-<actor>-<uid>``, so
+    a new incarnation of the principal (``cotal auth mint --identity``) never binds the old inbox.
 
-    Owners and actors hold no ``-``, so the name is unambiguous.
+    Owners, actors and lifecycle UIDs hold no ``-``, so the name is unambiguous.
     """
-    return Durable(dm_stream(space).name, f"dm-{check_owner(owner)}-{check_actor(actor)}", dm_subject(space, owner, actor))
+    name = f"dm-{check_owner(owner)}-{check_actor(actor)}" + ("" if uid is None else f"-{check_lifecycle_uid(uid)}")
+    return Durable(dm_stream(space).name, name, dm_subject(space, owner, actor))
 
 
 def task_durable(space: str, role: str) -> Durable:
@@ -309,6 +316,40 @@ def task_durable(space: str, role: str) -> Durable:
 def replay_durable(space: str, run_id: str) -> Durable:
     """A run's replay durable ``replay-<runId>`` on the run stream, filtered to its journal."""
     return Durable(run_stream(space).name, f"replay-{check_run_id(run_id)}", run_journal_subject(space, run_id))
+
+
+def watch_durable(space: str, kind: str, owner: str, actor: str) -> Durable:
+    """A principal's watch reader ``watch-<kind>-<owner>-<actor>`` on the presence (``kind``
+    ``presence``) or channel-registry (``channels``) bucket's stream, filtered to the whole bucket.
+
+    Spec "Profiles" (agent row: its channel-registry and presence watches). The provisioner
+    creates it pull-only; the agent binds it (info, pull) and never creates or deletes a consumer
+    on those streams: a create grant cannot bound a push consumer's deliver subject
+    (docs/wire-layout.md "Watches and history readers").
+    """
+    buckets = {"presence": presence_bucket, "channels": channels_bucket}
+    if kind not in buckets:
+        raise _refuse("a watch is of presence or channels")
+    bucket = buckets[kind](space)
+    return Durable(kv_stream(bucket), f"watch-{kind}-{check_owner(owner)}-{check_actor(actor)}", kv_subject(bucket, ">"))
+
+
+def history_reader(space: str, kind: str, inbox_nonce: str) -> Durable:
+    """A credential's history reader ``hist__<nonce>`` on the chat (``kind`` ``chat``, filter
+    ``cotal.<S>.ch.>``) or DM (``dm``, filter ``cotal.<S>.dm.*.*.>``: every DM) stream;
+    ``<nonce>`` is the credential's inbox nonce.
+
+    Spec "Profiles" (observer and admin rows: their own ``hist__`` history readers). The
+    provisioner creates it pull-only; the observer (chat) or admin (chat and DM) binds and may
+    delete it, and creates none (docs/wire-layout.md "Watches and history readers").
+    """
+    if kind not in ("chat", "dm"):
+        raise _refuse("a history reader is on chat or dm")
+    name = f"hist__{check_inbox_nonce(inbox_nonce)}"
+    if kind == "chat":
+        return Durable(chat_stream(space).name, name, chat_stream(space).subject)
+    # every DM, in the filter the provisioner's DM-inbox create already covers (no wider grant)
+    return Durable(dm_stream(space).name, name, dm_send_subject(space))
 
 
 def delivery_durable(space: str, kind: str) -> Durable:
@@ -353,6 +394,11 @@ def presence_bucket(space: str) -> str:
     return f"cotal_presence_{check_space(space)}"
 
 
+def channels_bucket(space: str) -> str:
+    """``cotal_channels_<space>``: the channel registry (privileged-written; agents watch it)."""
+    return f"cotal_channels_{check_space(space)}"
+
+
 def admission_bucket(space: str) -> str:
     """``cotal_admission_<space>``: run admissions and revocations (write-once)."""
     return f"cotal_admission_{check_space(space)}"
@@ -362,7 +408,7 @@ def all_buckets(space: str) -> tuple[str, ...]:
     """Every KV bucket of the space, in the order of docs/wire-layout.md."""
     return (
         auth_bucket(space), records_bucket(space), sessions_bucket(space), issued_bucket(space),
-        accepted_bucket(space), presence_bucket(space), admission_bucket(space),
+        accepted_bucket(space), presence_bucket(space), channels_bucket(space), admission_bucket(space),
     )  # fmt: skip
 
 
@@ -478,6 +524,22 @@ def ep_v1_subject(space: str, generation: str, owner: str, actor: str, endpoint:
         f"{space_prefix(space)}.ep.v1.{check_generation(generation)}.{check_owner(owner)}.{check_actor(actor)}"
         f".{_check_endpoint_token(endpoint, 'name')}.{_check_endpoint_token(verb, 'verb')}"
     )
+
+
+def ep_host_subjects(space: str, endpoint: str) -> list[str]:
+    """What a service endpoint's host receives: every call to ``endpoint`` on both rails.
+
+    ``cotal.<space>.ep.<endpoint>.*.*.*`` (the legacy rail: any verb, any sender) and
+    ``cotal.<space>.ep.v1.*.*.*.<endpoint>.*`` (the issued rail: any generation, any sender, any
+    verb); docs/http-api.md "Service endpoints".
+
+    Raises:
+        Refused: BAD_REQUEST for an endpoint outside ``[A-Za-z0-9_-]{1,64}`` or named ``v1``.
+    """
+    if _check_endpoint_token(endpoint, "name") == "v1":
+        raise _refuse("an endpoint may not be named v1: that name is the issued rail (ep.v1)")
+    prefix = space_prefix(space)
+    return [f"{prefix}.ep.{endpoint}.*.*.*", f"{prefix}.ep.v1.*.*.*.{endpoint}.*"]
 
 
 def run_journal_subject(space: str, run_id: str) -> str:

@@ -7,7 +7,8 @@ offline against :func:`jwks`.
 
 Minting needs the private key, which lives only in the root's 0600 ``devidp.json``: whoever can
 read that file can sign in as anyone, which is the same-user capability a development root
-already implies. Nothing here serves minting over HTTP (``app.py`` serves only the JWKS).
+already implies. Over HTTP (``app.py``) a JWT is minted only for a device-code session that a
+token signed with that key approved.
 
 Synchronous and side-effect free: randomness comes in through ``random_bytes``, time as ``now``.
 """
@@ -18,7 +19,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from cotal_trio.core.errors import CodecError, ConfigError
 from cotal_trio.core.idp import IdpPin
@@ -28,6 +29,7 @@ __all__ = [
     "DEV_AUDIENCE",
     "DEV_ISSUER_PREFIX",
     "DevIdpMaterial",
+    "TokenSigner",
     "create_dev_idp",
     "jwks",
     "mint_dev_token",
@@ -150,14 +152,30 @@ def create_dev_idp(random_bytes: Callable[[int], bytes]) -> DevIdpMaterial:
     )
 
 
+class TokenSigner(Protocol):
+    """What signs IdP tokens: an issuer, an audience and an Ed25519 key (a
+    :class:`DevIdpMaterial`, or a test's Better-Auth-shaped IdP whose issuer is its origin)."""
+
+    @property
+    def issuer(self) -> str: ...  # noqa: D102
+    @property
+    def audience(self) -> str: ...  # noqa: D102
+    @property
+    def key(self) -> IssuerKey: ...  # noqa: D102
+    @property
+    def kid(self) -> str: ...  # noqa: D102
+
+
 def mint_dev_token(
-    material: DevIdpMaterial, *, sub: str, now: int, ttl_s: int = 3600, amr: Iterable[str] = ("pwd",)
+    material: TokenSigner, *, sub: str, now: int, ttl_s: int = 3600, amr: Iterable[str] = ("pwd",),
+    auth_time: int | None = None,
 ) -> str:
     """Mint a development IdP token for ``sub``.
 
     The token is a compact JWS, header ``{"alg": "EdDSA", "kid", "typ": "JWT"}``, claims
-    ``{iss, aud, sub, iat: now, exp: now + ttl_s, auth_time: now, amr}``: it says the person
-    signed in with a password just now (spec "Password proof" reads ``auth_time``/``amr``).
+    ``{iss, aud, sub, iat: now, exp: now + ttl_s, auth_time, amr}``: by default it says the person
+    signed in with a password just now (spec "Password proof" reads ``auth_time``/``amr``); a
+    token fetched through a login session carries the session's sign-in time instead.
 
     Args:
         material: the dev IdP (loaded from the 0600 ``devidp.json``).
@@ -165,6 +183,7 @@ def mint_dev_token(
         now: unix seconds, positive integer.
         ttl_s: lifetime in seconds, positive integer.
         amr: authentication-method references, strings.
+        auth_time: unix seconds of the sign-in (default ``now``).
 
     Raises:
         ConfigError: an empty ``sub``, a non-integer or non-positive ``now``/``ttl_s``, or a
@@ -179,11 +198,11 @@ def mint_dev_token(
         raise ConfigError("amr entries must be strings such as pwd")
     claims = {
         "iss": material.issuer, "aud": material.audience, "sub": sub,
-        "iat": now, "exp": now + ttl_s, "auth_time": now, "amr": methods,
+        "iat": now, "exp": now + ttl_s, "auth_time": now if auth_time is None else auth_time, "amr": methods,
     }  # fmt: skip
     return sign_ed25519_jws({"alg": "EdDSA", "kid": material.kid, "typ": "JWT"}, claims, material.key)
 
 
-def jwks(material: DevIdpMaterial) -> dict[str, list[dict[str, str]]]:
+def jwks(material: TokenSigner) -> dict[str, list[dict[str, str]]]:
     """The public JWKS ``{"keys": [{kty, crv, x, kid, alg, use}]}`` (no private member)."""
     return {"keys": [material.key.public_jwk()]}

@@ -61,8 +61,9 @@ from cotal_trio.core.ledger import (
 )
 from cotal_trio.core.limits import Limited
 from cotal_trio.core.managers import SHED_PINNED, SHED_UNPINNED, ManagerInstance, SelectionRefused, select_manager
+from cotal_trio.core.service_endpoints import ServiceEndpointRecord
 from cotal_trio.core.sessions import ChatSession
-from cotal_trio.core.views import SessionBinding, TransferTarget, view_ttl_cap
+from cotal_trio.core.views import ServiceEndpointBinding, SessionBinding, TransferTarget, view_ttl_cap
 from cotal_trio.core.windows import WindowLru
 from cotal_trio.state import row_lookup
 from cotal_trio.state.ledger_threads import BlockingCalls
@@ -110,6 +111,9 @@ class RecordsPort(Protocol):
     async def open_session(self, row: ChatSession, *, now: float) -> int: ...
     async def get_session(self, session_id: str) -> ChatSession | None: ...
     async def retire_session(self, session_id: str) -> bool: ...
+    async def get_service_endpoint(self, endpoint: str) -> tuple[ServiceEndpointRecord, int] | None: ...
+    async def register_service_endpoint(self, record: ServiceEndpointRecord, *, last_revision: int | None) -> int: ...
+    async def retire_service_endpoint(self, endpoint: str, *, last_revision: int) -> None: ...
 
 
 SESSION_CALLER = "session-caller"
@@ -149,8 +153,8 @@ class ExchangeContext:
             view, ``/manager-instances``, ``/manager-service-authority`` and the chat-session
             routes use; None: those answer that this service keeps no registry.
         provision: optional; ``await provision(row)`` before a bearer of the agent profile (no
-            view) is minted: the provisioner pre-creates the principal's bind-only DM inbox and
-            its role's task queue (spec credential-authority "Provisioning"), so the bearer's
+            view) is minted: the provisioner pre-creates the principal's bind-only DM inbox,
+            its presence and channel-registry watch readers and its role's task queue (spec credential-authority "Provisioning"), so the bearer's
             first connect can bind them. Raises Unavailable when the broker does not answer.
         bridge: the :class:`~cotal_trio.core.bridge.IdpBridge` the human arm runs, built from the
             fields above with both hooks set.
@@ -315,6 +319,7 @@ class ViewGrant:
     manager_instance_id: str | None = None
     session: SessionBinding | None = None
     transfer_writer: TransferTarget | None = None
+    service_endpoint: ServiceEndpointBinding | None = None
 
 
 NO_VIEW = ViewGrant()
@@ -343,7 +348,7 @@ def mint_for(
     def grant(authorized: LedgerRow, credential_id: str | None) -> BearerGrant:
         return grant_from_row(
             authorized, credential_id=credential_id, view=view.view, manager_instance_id=view.manager_instance_id,
-            session=view.session, transfer_writer=view.transfer_writer,
+            session=view.session, transfer_writer=view.transfer_writer, service_endpoint=view.service_endpoint,
         )  # fmt: skip
 
     cap_s = view_ttl_cap(view.view)

@@ -31,7 +31,7 @@ gets its answer.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from cotal_trio.core.errors import CodecError, RateLimited, RefusalCode, Refused
@@ -274,8 +274,12 @@ _ROUTES = {
 }
 
 
+Route = Callable[[ExchangeContext, object, float], Awaitable[Response]]
+
+
 async def answer_mesh_route(
-    ctx: ExchangeContext, path: str, body: object, *, admit_refusal: Callable[[float], bool], peer: str | None = None
+    ctx: ExchangeContext, path: str, body: object, *, admit_refusal: Callable[[float], bool], peer: str | None = None,
+    routes: Mapping[str, Route] | None = None,
 ) -> Response:
     """Trio: answer one credential route of :data:`MESH_PATHS` (module docstring for each).
 
@@ -287,6 +291,8 @@ async def answer_mesh_route(
         body: the decoded JSON body.
         admit_refusal: the face's refused-request budget, as :func:`face_routes.answer_exchange`.
         peer: the public face's source, named in the log line.
+        routes: ``{path: await route(ctx, body, now)}`` to answer ``path`` from instead of this
+            module's table (the service-endpoint doors, ``http/service_endpoint_routes.py``).
 
     Raises:
         Refused: 400/401/403/404 with the route's sentence while the budget admits it, then
@@ -296,7 +302,7 @@ async def answer_mesh_route(
     """
     now = ctx.clock()
     try:
-        return await _ROUTES[path](ctx, body, now)
+        return await (_ROUTES if routes is None else routes)[path](ctx, body, now)
     except RateLimited:
         raise
     except CodecError as bad:  # a grammar the core refused (a label, an endpoint): the caller's fault

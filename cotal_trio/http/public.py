@@ -18,6 +18,9 @@ Closed, exact-match route table (anything else is a JSON 404, a wrong method a J
 ``POST /chat-session/open``,       a chat session of the caller, its ``session-caller``
 ``/chat-session/bearer``,          bearer, and its retirement
 ``/chat-session/retire``
+``POST /service-endpoint-authority``  only with ``service_endpoints``: register or retire a
+                                   service endpoint (:mod:`~cotal_trio.http.service_endpoint_routes`)
+``POST /service-endpoint-host``    only with ``service_endpoints``: a ``service-host`` bearer
 =================================  ==============================================================
 
 Views: this face mints ``channel-writer``, ``channel-purger``, ``transfer-writer`` (all gated on
@@ -25,8 +28,8 @@ ledger scope ``admin``), ``manager-caller`` and, through ``/chat-session/bearer`
 ``session-caller``; the loopback-only views are refused with a 400 naming the loopback face
 (:func:`~cotal_trio.core.views.check_exchange_view`). A ``manager-caller`` selection has its own
 per-principal windows (:func:`~cotal_trio.http.faces.select_manager_for`). Not served here (404):
-``/service-endpoint-authority`` and ``/service-endpoint-host`` (this service hosts no service
-endpoints on this face), and every host-only door of the loopback face.
+``/service-endpoint-authority`` and ``/service-endpoint-host`` unless the space's service runs
+with service endpoints (spec "Listener policy"), and every host-only door of the loopback face.
 
 ``POST /exchange`` pre-checks, in order, shared with the loopback face (``transport.py``, ``face_routes.py``): an
 ``Origin`` header is 403; ``Content-Type`` must start with ``application/json`` (415); the body
@@ -43,7 +46,7 @@ Per-app state is the bucket LRU, held by the handlers' closure (no module state,
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -56,7 +59,8 @@ from cotal_trio.core.windows import WindowLru
 from cotal_trio.http.errors import Handler, install_edge
 from cotal_trio.http.face_routes import answer_exchange, counted_exchange, info_routes, refetch_for_unknown_idp_key
 from cotal_trio.http.faces import ExchangeContext
-from cotal_trio.http.mesh_routes import MESH_PATHS, answer_mesh_route
+from cotal_trio.http.mesh_routes import MESH_PATHS, Route, answer_mesh_route
+from cotal_trio.http.service_endpoint_routes import SERVICE_ENDPOINT_PATHS, SERVICE_ENDPOINT_ROUTES
 from cotal_trio.http.transport import check_transport, read_json_body
 
 __all__ = ["AUTH_PROVIDER", "MESH_DOCUMENT_PATH", "UNKNOWN_PATH", "build_public_app", "mesh_document", "peer_key"]
@@ -206,9 +210,10 @@ class _PublicFace:
                 selection_windows=self._selection,
             )  # fmt: skip
 
-    def mesh_route(self, path: str) -> Handler:
-        """The handler of one credential route of :data:`~cotal_trio.http.mesh_routes.MESH_PATHS`:
-        the same pre-checks as ``/exchange``, refusals counted in the same peer bucket."""
+    def mesh_route(self, path: str, routes: Mapping[str, Route] | None = None) -> Handler:
+        """The handler of one credential route of :data:`~cotal_trio.http.mesh_routes.MESH_PATHS`
+        (or of ``routes``, the service-endpoint doors): the same pre-checks as ``/exchange``,
+        refusals counted in the same peer bucket."""
 
         async def handle() -> tuple[dict[str, Any], int, dict[str, str]]:
             check_transport(request.headers)
@@ -216,7 +221,7 @@ class _PublicFace:
             await refetch_for_unknown_idp_key(self._ctx, body)
             peer = self._peer()
             admit = functools.partial(self._refusals.try_acquire, peer)
-            return await answer_mesh_route(self._ctx, path, body, admit_refusal=admit, peer=peer)
+            return await answer_mesh_route(self._ctx, path, body, admit_refusal=admit, peer=peer, routes=routes)
 
         return handle
 
@@ -230,6 +235,7 @@ def build_public_app(
     idp_url: str,
     sentinel_creds: str,
     trusted_proxy: bool,
+    service_endpoints: bool = False,
 ) -> QuartTrio:
     """Build the public face for one space (DESIGN 7; spec "Listener policy", "Proxy attribution").
 
@@ -248,6 +254,9 @@ def build_public_app(
         trusted_proxy: ``--exchange-trusted-proxy``: attribute peers by the last
             ``X-Forwarded-For`` hop; use it only when the listener is reachable solely through
             a proxy the operator controls.
+        service_endpoints: serve ``POST /service-endpoint-authority`` and ``POST
+            /service-endpoint-host`` (the space's service runs with ``--service-endpoints`` or its
+            entry sets ``serviceEndpoints``); without it both are 404.
 
     Returns:
         A quart-trio app; serve it with :func:`cotal_trio.http.serve.serve_app` on 127.0.0.1.
@@ -273,5 +282,10 @@ def build_public_app(
     }  # fmt: skip
     for path in MESH_PATHS:
         routes[path] = {"POST": face.mesh_route(path)}
-    install_edge(app, routes=routes, unknown_path=UNKNOWN_PATH)
+    unknown_path = UNKNOWN_PATH
+    if service_endpoints:
+        for path in SERVICE_ENDPOINT_PATHS:
+            routes[path] = {"POST": face.mesh_route(path, SERVICE_ENDPOINT_ROUTES)}
+        unknown_path = f"{UNKNOWN_PATH}, {', '.join(SERVICE_ENDPOINT_PATHS)}"
+    install_edge(app, routes=routes, unknown_path=unknown_path)
     return app

@@ -167,6 +167,11 @@ async def open_faces(
             public = dataclasses.replace(exchange, metrics=exchange_hook(
                 start.metrics.exchange_answered, spec.common.events, space=spec.space, face="public"))
             public_url = await _open_public_face(nursery, spec, spec.public, public, start.material, faces, health)
+        elif spec.service_endpoints:
+            log.warning(
+                "space %s hosts service endpoints, but its doors are served on the public face it lacks - give it"
+                " one (--exchange-public-port, or exchangePublicPort in its manifest entry)", spec.space,
+            )
         doors = _door_tables(spec, exchange, start.material, sessions.records, sessions.store)
         faces.url = await _open_face(nursery, spec, exchange, start.metrics, public_url, doors, faces, health)
         yield faces
@@ -267,7 +272,7 @@ async def _open_public_face(
     app = build_public_app(
         ctx, public_url=public_url, advertised_server=face.advertised_server,
         server_url=parse_servers(spec.common.server_url)[0], idp_url=idp_url, sentinel_creds=material.sentinel_creds,
-        trusted_proxy=face.trusted_proxy,
+        trusted_proxy=face.trusted_proxy, service_endpoints=spec.service_endpoints,
     )
     answer_health(app, health, spec.space)
     await nursery.start(functools.partial(faces.serve, app, port=face.port))

@@ -104,7 +104,7 @@ def store_permissions(space: str, inbox_nonce: str) -> Permissions:
       writes on ``$KV.<bucket>.>``;
     * the provisioner's lists without its ``$SYS.REQ.USER.INFO``
       (:func:`~cotal_trio.core.profiles.provisioner_permissions`): ``STREAM.CREATE``/``INFO`` of
-      the four message streams, the presence and admission buckets, and the pinned consumer creates
+      the four message streams, the presence, channel-registry and admission buckets, and the pinned consumer creates
       and consumer infos of the bind-only durables; plus ``STREAM.UPDATE`` of the presence bucket;
     * ``STREAM.INFO`` and ``STREAM.CREATE`` of the issued and accepted stores (created or checked
       at start; everything written or read in them rides the issuer session);
@@ -119,7 +119,8 @@ def store_permissions(space: str, inbox_nonce: str) -> Permissions:
     """
     provisioner = provisioner_permissions(space=space, inbox_nonce=inbox_nonce).pub_allow
     issued = [wire.kv_stream(wire.issued_bucket(space)), wire.kv_stream(wire.accepted_bucket(space))]
-    scaled = [*(s.name for s in wire.all_streams(space)), wire.kv_stream(wire.admission_bucket(space)), *issued]
+    scaled = [*(s.name for s in wire.all_streams(space)), wire.kv_stream(wire.channels_bucket(space)),
+              wire.kv_stream(wire.admission_bucket(space)), *issued]  # fmt: skip
     return _own([
         *(s for bucket in (wire.auth_bucket(space), wire.records_bucket(space), wire.sessions_bucket(space))
           for s in _kv_rw(bucket)),

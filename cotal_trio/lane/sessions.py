@@ -130,18 +130,16 @@ async def _open_callout(spec: LaneSpec, material: SpaceMaterial, creds: str, nam
         Unavailable: any other refusal or failure of the connect (as ``open_connection``).
     """
     connected = False
+    url = spec.common.callout_url or spec.common.server_url  # a leaf node's replica answers there
     try:
-        server_url, reconnect = spec.common.server_url, spec.common.reconnect
-        opener = open_native_connection if speaks_native(server_url) else open_connection
-        async with opener(server_url, creds=creds, name=name, reconnect=reconnect) as conn:
+        opener = open_native_connection if speaks_native(url) else open_connection
+        async with opener(url, creds=creds, name=name, reconnect=spec.common.reconnect) as conn:
             connected = True
             yield conn
     except Unavailable as refused:
         if connected:  # the lane's own failure later on, not the connect's
             raise
-        raise await name_callout_refusal(
-            refused, space_paths=spec.paths, material=material, server_url=spec.common.server_url,
-        ) from None
+        raise await name_callout_refusal(refused, space_paths=spec.paths, material=material, server_url=url) from None
 
 
 @contextlib.asynccontextmanager

@@ -59,6 +59,11 @@ class LaneCommon:
             tests); None: the read as it is.
         probe_every_s: seconds between the lane's self-probes while it is healthy
             (:data:`~cotal_trio.lane.health.PROBE_EVERY_S`, 5 s; tests shorten it).
+        callout_url: the seed URLs of the server whose connects the lane answers, when that is
+            not ``server_url``: a leaf node's (issue 17 item 5, docs/deploy.md "Leaf nodes").
+            Only the callout connection opens there; the store, issuer and plane sessions stay
+            on ``server_url``, since JetStream's API does not cross a leaf-node link. None:
+            ``server_url``.
     """
 
     server_url: str
@@ -70,6 +75,7 @@ class LaneCommon:
     store_lifetime_s: int = STORE_LIFETIME_S
     wrap_ledger: Callable[[ReadRows], ReadRows] | None = None
     probe_every_s: float = PROBE_EVERY_S
+    callout_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import ExitStack, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from cotal_trio.broker.spaces import MODE_STATIC, resolve_server_url, space_mode
 from cotal_trio.core import callers
 from cotal_trio.core import credentials as rules
 from cotal_trio.core.credentials import Credential, LabelRecord
-from cotal_trio.core.errors import ConfigError, Unavailable, leaves
+from cotal_trio.core.errors import ConfigError, Unavailable
 from cotal_trio.core.identity import mint_lifecycle_uid
 from cotal_trio.lane.service_users import new_inbox_nonce, recreate_permissions
 from cotal_trio.ops.callers import (
@@ -38,7 +38,7 @@ from cotal_trio.ops.callers import (
     open_minter,
     provision_caller,
 )
-from cotal_trio.ops.errors import as_config_error
+from cotal_trio.ops.errors import as_config_error, one_sentence
 from cotal_trio.ops.static_credentials import (
     INBOX_NONCE_BYTES,
     LIFECYCLE_UID_RANDOM_BYTES,
@@ -61,6 +61,7 @@ __all__ = [
     "MINT_DEADLINE_S",
     "CallerSteps",
     "check_handout",
+    "held_credentials",
     "mint_caller",
     "recreate_static_issued_stores",
 ]
@@ -165,7 +166,7 @@ async def mint_caller(
         uid = mint_lifecycle_uid(os.urandom(LIFECYCLE_UID_RANDOM_BYTES))
         stage = _Stage()
         try:
-            with trio.fail_after(deadline_s), _one_sentence():
+            with trio.fail_after(deadline_s), one_sentence():
                 async with natsio.open_loop(), open_minter(
                     plan.material, url, owner=plan.owner, actor=plan.actor, uid=uid, endpoint=endpoint,
                     inbox_nonce=secrets.token_urlsafe(INBOX_NONCE_BYTES), now=int(time.time()),
@@ -176,16 +177,6 @@ async def mint_caller(
                     return await _issue(conn, plan, cred, surface, record, stage, steps)
         except trio.TooSlowError:
             raise ConfigError(stage.sentence(f"the mint did not finish within {deadline_s:g} s")) from None
-
-
-@contextmanager
-def _one_sentence() -> Iterator[None]:
-    """The loop's nursery wraps an error in a group: the first ConfigError or Unavailable goes out
-    alone (the command prints one sentence)."""
-    try:
-        yield
-    except* (ConfigError, Unavailable) as group:
-        raise leaves(group)[0] from None
 
 
 def check_handout(exp: int, *, now: float) -> None:
@@ -347,7 +338,7 @@ async def recreate_static_issued_stores(
     creds = mint_service_user(material, name=f"cotal:recreate-issued:{sp.space}", permissions=permissions, iat=now,
                               exp=now + RECREATE_USER_LIFETIME_S)  # fmt: skip
     try:
-        with trio.fail_after(RECREATE_DEADLINE_S), _one_sentence():
+        with trio.fail_after(RECREATE_DEADLINE_S), one_sentence():
             async with natsio.open_loop(), natsio.open_connection(url, creds=creds, name=f"cotal-recreate-issued-{sp.space}",
                                                                   inbox_prefix=f"_INBOX_{nonce}", reconnect=False) as conn:  # fmt: skip
                 return await recreate_stores(conn, sp.space, backup_dir)

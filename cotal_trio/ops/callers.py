@@ -59,7 +59,7 @@ from cotal_trio.natsio import (
 )
 from cotal_trio.state import RootPaths, SpaceMaterial, load_broker
 from cotal_trio.stores.issued import issued_shapes
-from cotal_trio.stores.streams import ensure_dm_inbox, ensure_space_streams
+from cotal_trio.stores.streams import ensure_dm_inbox, ensure_space_streams, ensure_watches
 
 __all__ = [
     "MINTER_LIFETIME_S",
@@ -73,6 +73,7 @@ __all__ = [
     "fetch_surface",
     "load_data_account",
     "open_minter",
+    "open_temporary_user",
     "provision_caller",
     "read_intent",
     "refusal_answer",
@@ -117,23 +118,40 @@ async def open_minter(
 ) -> AsyncIterator[Connection]:
     """Trio-flavoured async context manager: the mint's temporary connection.
 
-    A fresh data-account user (signed by the space's service signing key, never written to disk,
-    expiring ``MINTER_LIFETIME_S`` after ``now``) with :func:`~cotal_trio.core.callers.minter_permissions`
-    for ``<owner>.<actor>`` and lifecycle ``uid``, connected with name ``inbox_nonce`` and inbox
-    prefix ``_INBOX_<inbox_nonce>``. Must be entered inside an ``open_loop()``.
+    A fresh data-account user (:func:`open_temporary_user`) with
+    :func:`~cotal_trio.core.callers.minter_permissions` for ``<owner>.<actor>`` and lifecycle
+    ``uid``. Must be entered inside an ``open_loop()``.
 
     Raises:
-        Unavailable: nothing reachable at ``server_url`` (the sentence names the fix), or the
-            broker refused the connect or did not answer.
+        Unavailable: as :func:`open_temporary_user`.
         Refused: BAD_REQUEST, a malformed name (a caller bug: the CLI checked them).
 
     Spec "Standalone callers".
     """
-    space = material.space
-    permissions = minter_permissions(space=space, owner=owner, actor=actor, uid=uid, endpoint=endpoint,
+    permissions = minter_permissions(space=material.space, owner=owner, actor=actor, uid=uid, endpoint=endpoint,
                                      inbox_nonce=inbox_nonce).to_nats()  # fmt: skip
-    creds = mint_service_user(material, name=f"cotal:caller-mint:{space}", permissions=permissions, iat=now,
-                              exp=now + MINTER_LIFETIME_S)  # fmt: skip
+    async with open_temporary_user(material, server_url, name=f"cotal:caller-mint:{material.space}",
+                                   permissions=permissions, inbox_nonce=inbox_nonce, now=now) as conn:  # fmt: skip
+        yield conn
+
+
+@asynccontextmanager
+async def open_temporary_user(
+    material: SpaceMaterial, server_url: str, *, name: str, permissions: dict, inbox_nonce: str, now: int,
+) -> AsyncIterator[Connection]:
+    """Trio-flavoured async context manager: a connection as a fresh data-account user of the
+    space, signed by its service signing key, never written to disk, holding ``permissions``
+    (NATS ``{pub, sub}``) and expiring ``MINTER_LIFETIME_S`` after ``now``; connected with name
+    ``inbox_nonce`` and inbox prefix ``_INBOX_<inbox_nonce>``. Must be entered inside an
+    ``open_loop()``.
+
+    Raises:
+        Unavailable: nothing reachable at ``server_url`` (the sentence names the fix), or the
+            broker refused the connect or did not answer.
+
+    Spec "Provisioning" / "Standalone callers".
+    """
+    creds = mint_service_user(material, name=name, permissions=permissions, iat=now, exp=now + MINTER_LIFETIME_S)
     connect = open_connection(server_url, creds=creds, name=inbox_nonce, inbox_prefix=f"_INBOX_{inbox_nonce}",
                               reconnect=False)  # fmt: skip
     try:
@@ -236,8 +254,9 @@ async def read_intent(conn: Connection, *, space: str, owner: str, actor: str, u
 
 
 async def provision_caller(conn: Connection, space: str, owner: str, actor: str) -> None:
-    """Trio: the native footprint: the space's message streams, presence and admission stores,
-    and the principal's bind-only DM inbox durable ``dm-<o>-<a>`` (no role, so no task queue).
+    """Trio: the native footprint: the space's message streams, presence, channel-registry and
+    admission stores, the principal's bind-only DM inbox durable ``dm-<o>-<a>`` (no role, so no
+    task queue) and its two watch readers (``stores/streams.ensure_watches``).
 
     Raises:
         ConfigError: a stream or durable exists with another shape (never changed).
@@ -247,6 +266,7 @@ async def provision_caller(conn: Connection, space: str, owner: str, actor: str)
     """
     await ensure_space_streams(conn, space)
     await ensure_dm_inbox(conn, space, owner, actor)
+    await ensure_watches(conn, space, owner, actor)
 
 
 def _caller_jwt(msg: Message) -> str:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from cotal_trio.core.errors import CodecError, ConfigError, Refused
+from cotal_trio.core.errors import CodecError, ConfigError, Refused, Unavailable, leaves
 
-__all__ = ["as_config_error"]
+__all__ = ["as_config_error", "one_sentence"]
 
 
 @contextlib.contextmanager
@@ -29,3 +29,17 @@ def as_config_error() -> Iterator[None]:
         raise ConfigError(exc.detail) from None
     except CodecError as exc:
         raise ConfigError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def one_sentence() -> Iterator[None]:
+    """The loop's nursery wraps an error in a group: the first ConfigError or Unavailable goes out
+    alone (the command prints one sentence).
+
+    Raises:
+        ConfigError, Unavailable: the first leaf of such a group raised in the block.
+    """
+    try:
+        yield
+    except* (ConfigError, Unavailable) as group:
+        raise leaves(group)[0] from None

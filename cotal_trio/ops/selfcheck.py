@@ -209,9 +209,14 @@ async def run_check(
     space_paths = paths.space(space)
     pin = load_idp_pin(space_paths.idp_json)
     if idp_token is None and pin.kind != "dev":
-        raise ConfigError(f"space {space} pins the IdP {pin.issuer} - pass --idp-token and --actor")
+        raise ConfigError(
+            f"space {space} pins the IdP {pin.issuer} - run `cotal login --space {space}` and pass --actor"
+            " (or pass --idp-token and --actor)"
+        )
     if (idp_token is None) != (actor is None):
-        raise ConfigError("pass --idp-token and --actor together (or neither, with the development IdP)")
+        raise ConfigError(
+            "pass --actor with --idp-token or after `cotal login` (or neither, with the development IdP)"
+        )
     read_service(space_paths)
     report("✓ the auth service is running")
     row = None if idp_token else _grant_check_actor(paths, space, pin.issuer)

@@ -29,14 +29,15 @@ from cotal_trio import natsio
 from cotal_trio.broker import provision
 from cotal_trio.broker.accounts import open_system_connection, push_accounts
 from cotal_trio.broker.spaces import MODE_STATIC, resolve_server_url, space_mode
-from cotal_trio.core import callers, natsjwt, profiles
+from cotal_trio.core import callers, natsjwt, profiles, static_issuance
 from cotal_trio.core import credentials as rules
 from cotal_trio.core.credentials import Credential, LabelRecord
 from cotal_trio.core.creds import format_creds, parse_creds
-from cotal_trio.core.errors import CodecError, ConfigError
+from cotal_trio.core.errors import CodecError, ConfigError, Unavailable
 from cotal_trio.core.identity import mint_lifecycle_uid
 from cotal_trio.core.nkeys import KeyPair, Prefix
-from cotal_trio.ops.errors import as_config_error
+from cotal_trio.ops.callers import open_temporary_user
+from cotal_trio.ops.errors import as_config_error, one_sentence
 from cotal_trio.state import (
     RootPaths,
     SpaceMaterial,
@@ -47,6 +48,7 @@ from cotal_trio.state import (
     read_json,
     save_accounts,
 )
+from cotal_trio.stores.issued import IssuedStores, IssuedStoresMissing
 from cotal_trio.state.credentials import (
     default_creds_path,
     hold_credentials,
@@ -72,7 +74,10 @@ __all__ = [
     "plan_mint",
     "read_identity",
     "revoke_credential",
+    "retire_issuances",
+    "read_own_key",
     "revoke_in_root",
+    "signed_creds",
     "static_space",
     "trust_conflict",
     "undo_record",
@@ -170,13 +175,18 @@ def read_identity(path: str, material: SpaceMaterial) -> tuple[KeyPair, str, str
 
 def permissions_of(cred: Credential) -> dict:
     """The NATS ``{pub, sub}`` of ``cred``'s profile (:func:`cotal_trio.core.profiles.profile_permissions`),
-    or of a standalone caller (:func:`cotal_trio.core.callers.standalone_caller_permissions`).
+    of an issued static agent (:func:`cotal_trio.core.static_issuance.issued_agent_permissions`:
+    its ``ep.v1`` rows and UID-keyed inbox), or of a standalone caller
+    (:func:`cotal_trio.core.callers.standalone_caller_permissions`).
 
     Raises:
         ConfigError: an input breaks its grammar.
 
-    Spec "Provisioning" / "Standalone callers".
+    Spec "Provisioning" / "Issued authority" / "Standalone callers".
     """
+    if cred.generation is not None:
+        with as_config_error():
+            return static_issuance.issued_agent_permissions(cred).to_nats()
     if cred.endpoint is not None:
         with as_config_error():
             return callers.standalone_caller_permissions(
@@ -323,9 +333,41 @@ def creds_text(cred: Credential, plan: MintPlan) -> tuple[str, dict]:
 
     Spec "Provisioning" / "Standalone callers".
     """
+    return signed_creds(cred, plan.material, plan.key)
+
+
+def signed_creds(cred: Credential, material: SpaceMaterial, key: KeyPair) -> tuple[str, dict]:
+    """``(the .creds text, its NATS permissions)`` of ``cred`` with user ``key``, signed by
+    ``material``'s data-account service key.
+
+    Raises:
+        ConfigError: an input breaks its grammar.
+
+    Spec "Provisioning".
+    """
     permissions = permissions_of(cred)
-    claims = rules.credential_claims(cred, data_account=plan.material.data_account, permissions=permissions)
-    return format_creds(natsjwt.encode(claims, plan.material.data_service_signing, iat=cred.issued_at), plan.key.seed), permissions
+    claims = rules.credential_claims(cred, data_account=material.data_account, permissions=permissions)
+    return format_creds(natsjwt.encode(claims, material.data_service_signing, iat=cred.issued_at), key.seed), permissions
+
+
+def read_own_key(cred: Credential) -> KeyPair:
+    """The user key in ``cred``'s own file (a renewal keeps it). Blocking read.
+
+    Raises:
+        ConfigError: the file is missing, unreadable, or holds another key.
+
+    Spec "Issued authority" (renewal).
+    """
+    try:
+        _, seed = parse_creds(Path(cred.path).read_text())
+        key = KeyPair.from_seed(seed)
+    except (OSError, CodecError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"credential {cred.label}'s file {cred.path} cannot be read ({exc}) - a renewal keeps the "
+                          "key in it; mint again with --replace") from None  # fmt: skip
+    if key.public_key != cred.user_key:
+        raise ConfigError(f"{cred.path} does not hold credential {cred.label}'s key {cred.user_key} - put its own file back, "
+                          "or mint again with --replace")  # fmt: skip
+    return key
 
 
 def undo_record(sp: SpacePaths, label: str, record: LabelRecord | None) -> None:
@@ -365,7 +407,9 @@ def mint_native(flags: MintRequest, grant: dict) -> tuple[Credential, LabelRecor
 # -- revoke-credential -----------------------------------------------------------------------------
 
 
-def revoke_in_root(paths: RootPaths, sp: SpacePaths, label: str, key: str | None, now: int) -> tuple[Credential, str, int]:
+def revoke_in_root(
+    paths: RootPaths, sp: SpacePaths, label: str, key: str | None, now: int
+) -> tuple[Credential, str, int, tuple[Credential, ...]]:
     """Mark the key revoked in the record, and sign the data account with every revocation
     (blocking; under the space's credential lock).
 
@@ -374,7 +418,8 @@ def revoke_in_root(paths: RootPaths, sp: SpacePaths, label: str, key: str | None
             was written.
 
     Returns:
-        ``(the revoked credential, the new data account JWT, how many keys it revokes)``.
+        ``(the revoked credential, the new data account JWT, how many keys it revokes, every
+        credential revoked now that carries an issued generation)``.
     """
     broker = load_broker(paths.broker_json)
     with hold_credentials(sp):
@@ -400,7 +445,8 @@ def revoke_in_root(paths: RootPaths, sp: SpacePaths, label: str, key: str | None
         data_jwt = natsjwt.encode(claims, broker.operator_signing, iat=max(now, int(previous.get("iat", 0)) + 1))
         save_record(sp, record)
         save_accounts(sp.accounts_json, replace(accounts, data_jwt=data_jwt))
-    return revoked[matches[0].lifecycle_uid], data_jwt, len(keys)
+    issued = tuple(c for c in revoked.values() if c.generation is not None)
+    return revoked[matches[0].lifecycle_uid], data_jwt, len(keys), issued
 
 
 def _check_identity_label(sp: SpacePaths, label: str, user_key: str, identity: str) -> None:
@@ -427,26 +473,32 @@ class Revoked:
         cred: the credential, ``revoked_at`` set.
         pushed_to: the broker URL the account was pushed to, or None (no broker running).
         revocations: how many keys the space's data account now revokes.
+        retired: how many issuances of the revoked credentials' ledger families were retired now
+            (spec "Issued authority"), or None when none could be (no broker running).
     """
 
     cred: Credential
     pushed_to: str | None
     revocations: int
+    retired: int | None = 0
 
 
 async def revoke_credential(paths: RootPaths, sp: SpacePaths, label: str, key: str | None, server: str | None) -> Revoked:
     """Trio: revoke ``label``'s key (its current one, or ``key``): record it, sign it into the
     space's account (:func:`revoke_in_root`), push that to the broker at ``server`` (default: the
-    root's, if it runs). Running it again re-pushes the account.
+    root's, if it runs), then retire the issuances of every revoked static agent's credential
+    ledger family (:func:`~cotal_trio.core.static_issuance.ledger_family`: the lifecycle terminal,
+    spec "Issued authority"). Running it again re-pushes the account and retires again.
 
     Raises:
-        ConfigError: as :func:`revoke_in_root`; or the push did not finish within
-            :data:`PUSH_DEADLINE_S` (the record and account are written: the sentence says to
-            run it again).
+        ConfigError: as :func:`revoke_in_root`; the issued stores are drifted; or the push and
+            retirement did not finish within :data:`PUSH_DEADLINE_S` (the record and account are
+            written: the sentence says to run it again).
 
-    Spec "Provisioning".
+    Spec "Provisioning" / "Issued authority".
     """
-    cred, data_jwt, count = await trio.to_thread.run_sync(revoke_in_root, paths, sp, label, key, int(time.time()))
+    cred, data_jwt, count, issued = await trio.to_thread.run_sync(revoke_in_root, paths, sp, label, key, int(time.time()))
+    retired: int | None = None
     try:
         with trio.fail_after(PUSH_DEADLINE_S):
             url = await resolve_server_url(paths, server)
@@ -454,7 +506,39 @@ async def revoke_credential(paths: RootPaths, sp: SpacePaths, label: str, key: s
                 broker = await trio.to_thread.run_sync(load_broker, paths.broker_json)
                 async with natsio.open_loop(), open_system_connection(url, broker) as conn:
                     await push_accounts(conn, [data_jwt])
+                retired = await retire_issuances(paths, sp, url, issued) if issued else 0
     except trio.TooSlowError:
         raise ConfigError(f"pushing space {sp.space}'s account did not finish within {PUSH_DEADLINE_S} s - "
                           f"run `cotal auth revoke-credential {label} --space {sp.space}` again") from None  # fmt: skip
-    return Revoked(cred, url, count)
+    return Revoked(cred, url, count, retired)
+
+
+async def retire_issuances(paths: RootPaths, sp: SpacePaths, url: str, creds: tuple[Credential, ...]) -> int:
+    """Trio: retire every live issuance naming the ledger family of each of ``creds`` (a temporary
+    ``issuer`` user of the space); how many were active.
+
+    Raises:
+        ConfigError: the broker cannot be reached or the issued stores do not answer (the
+            sentence names the rerun), or a store is drifted.
+
+    Spec "Issued authority".
+    """
+    material = await trio.to_thread.run_sync(load_space, sp.callout_json, sp.space)
+    nonce = secrets.token_urlsafe(INBOX_NONCE_BYTES)
+    permissions = profiles.issuer_permissions(space=sp.space, inbox_nonce=nonce).to_nats()
+    retired = 0
+    rerun = f"run `cotal auth revoke-credential {creds[0].label} --space {sp.space}` again to retire its issuances"
+    try:
+        with one_sentence():
+            async with natsio.open_loop(), open_temporary_user(material, url, name=f"cotal:retire:{sp.space}",
+                                                               permissions=permissions, inbox_nonce=nonce,
+                                                               now=int(time.time())) as conn:  # fmt: skip
+                stores = IssuedStores(conn, sp.space)
+                for cred in creds:
+                    source = static_issuance.ledger_family(sp.space, cred.lifecycle_uid)
+                    retired += await stores.retire_source(source, now=time.time())
+    except IssuedStoresMissing:
+        return retired  # no store: nothing was ever issued there
+    except Unavailable as exc:
+        raise ConfigError(f"the key is revoked, but its issuances were not retired ({exc}) - {rerun}") from None
+    return retired

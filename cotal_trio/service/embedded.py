@@ -7,6 +7,9 @@ It hosts every user-auth space listed in the root's own manifest, ``<root>/space
 ``cotal space add`` and ``cotal space remove`` take effect live (issue 3 item 1). Its own
 ``--space`` is added to that manifest at start.
 
+``--service-endpoints`` sets ``serviceEndpoints`` on that entry the same way (recorded: a later
+``cotal up`` without it keeps it; the space's admission stays open whatever the entry says).
+
 The public face (``--exchange-public-port`` and friends) lives in that same manifest: the flags
 are written into the own space's entry (``exchangePublicPort``, ``exchangePublicUrl``,
 ``exchangeTrustedProxy``, ``advertisedServer``) before the host starts, and the host's lane
@@ -55,7 +58,7 @@ from cotal_trio.broker.spaces import MODE_STATIC, hosted_entries, space_mode
 from cotal_trio.core.admission import CalloutLimits
 from cotal_trio.core.errors import ConfigError, Unavailable, leaves
 from cotal_trio.core.manifest import SpaceEntry, render_manifest
-from cotal_trio.devidp import DevIdpMaterial, build_dev_idp_app
+from cotal_trio.devidp import DevicePolicy, DevIdpMaterial, build_dev_idp_app
 from cotal_trio.http.serve import serve_app
 from cotal_trio.natsio import open_loop
 from cotal_trio.state import (
@@ -112,8 +115,13 @@ class UpConfig:
             them (module docstring).
         recreate_issued_stores: back the space's issued stores up into this folder (missing or
             empty), delete and recreate them before the lanes start; None: leave them.
+        service_endpoints: ``--service-endpoints``: set ``serviceEndpoints`` on the space's entry
+            in ``spaces.json`` (its lane then hosts service endpoints, docs/http-api.md "Service
+            endpoints"); False keeps the entry's setting (recorded like the public face).
         events: the event bus the host and its lanes publish on and the faces' ``/events``
             stream (issue 7 item 1); None: a fresh :class:`~cotal_trio.lane.events.EventBus`.
+        dev_idp_device: the development IdP's device-code interval and lifetime (``cotal
+            login``; a test shortens the interval); None: its defaults, 5 s and 30 minutes.
             No flag sets it (an embedding program or a test passes its own).
 
     Raises:
@@ -132,7 +140,9 @@ class UpConfig:
     exchange_trusted_proxy: bool = False
     advertised_server: str | None = None
     recreate_issued_stores: Path | None = None
+    service_endpoints: bool = False
     events: EventBus | None = None
+    dev_idp_device: DevicePolicy | None = None
 
     def __post_init__(self) -> None:
         check_public_flags(public_fields(self))
@@ -270,8 +280,8 @@ def prepare_root(config: UpConfig, *, now: float) -> Prepared:
 
 def _host_space(config: UpConfig) -> tuple[SpaceEntry, SpaceEntry | None]:
     """List the space in ``<root>/spaces.json`` (the manifest ``cotal up`` hosts), its entry
-    carrying the public-face flags when any is given (module docstring); an existing entry is
-    otherwise kept as it is.
+    carrying the public-face flags when any is given (module docstring) and ``serviceEndpoints``
+    with ``--service-endpoints``; an existing entry is otherwise kept as it is.
 
     Returns:
         The space's entry now, and the entry to put back (:func:`_restore_entry`) if the lane
@@ -293,6 +303,8 @@ def _host_space(config: UpConfig) -> tuple[SpaceEntry, SpaceEntry | None]:
     plain = old or SpaceEntry(space=space)
     fields = public_fields(config)
     new = dataclasses.replace(plain, **fields) if given_public_flags(fields) else plain
+    if config.service_endpoints:  # recorded like the face; nothing closes the admission anyway
+        new = dataclasses.replace(new, service_endpoints=True)
     _refuse_shared_port(paths, entries, new)
     if new != old:
         _write_entry(paths, entries, new)
@@ -425,7 +437,8 @@ async def _start_idp(nursery: trio.Nursery, config: UpConfig, prepared: Prepared
             await fetch_jwks(prepared.pin.jwks_uri)
         url = None
     else:
-        port = await nursery.start(functools.partial(serve_app, build_dev_idp_app(prepared.dev_idp)))
+        app = build_dev_idp_app(prepared.dev_idp, device=config.dev_idp_device)
+        port = await nursery.start(functools.partial(serve_app, app))
         url = f"http://127.0.0.1:{port}"
     if prepared.pin_is_new:
         save_idp_pin(config.paths.space(config.space).idp_json, prepared.pin, exclusive=True)

@@ -261,6 +261,9 @@ class ServiceConfig:
         space: serve this one space alone (exclusive with ``manifest``).
         manifest: serve the spaces this manifest lists, live (exclusive with ``space``).
         callout_only: replica lanes: no HTTP face, no ``auth-service.json``.
+        callout_server: with ``callout_only``, the seed URLs of the server whose connects the
+            replica answers (a leaf node: docs/deploy.md "Leaf nodes", issue 17 item 5); its
+            store and issuer sessions stay on ``server_url``. None: ``server_url``.
         service_endpoints: with ``space``, open its service-endpoint admission (nothing closes
             it); a manifest sets ``serviceEndpoints`` per entry instead.
         exchange_public_port, exchange_public_url, exchange_trusted_proxy, advertised_server:
@@ -273,7 +276,8 @@ class ServiceConfig:
         clock: wall time, unix seconds.
 
     Raises:
-        ConfigError: neither or both of ``space`` and ``manifest``; ``service_endpoints`` or a
+        ConfigError: neither or both of ``space`` and ``manifest``; ``callout_server`` without
+            ``callout_only``; ``service_endpoints`` or a
             public-face setting with ``callout_only`` or with ``manifest``; connect limits other
             than the defaults with ``callout_only``; a public-face setting the manifest would
             refuse (:func:`check_public_flags`).
@@ -284,6 +288,7 @@ class ServiceConfig:
     space: str | None = None
     manifest: Path | None = None
     callout_only: bool = False
+    callout_server: str | None = None
     service_endpoints: bool = False
     exchange_public_port: int | None = None
     exchange_public_url: str | None = None
@@ -296,6 +301,11 @@ class ServiceConfig:
     def __post_init__(self) -> None:
         if (self.space is None) == (self.manifest is None):
             raise ConfigError("pass exactly one of --space (one space) and --spaces (a manifest of spaces)")
+        if self.callout_server is not None and not self.callout_only:
+            raise ConfigError(
+                "--callout-server is for a callout replica on a leaf node (the full service's"
+                " stores and faces stay on --server) - add --callout-only"
+            )
         if self.service_endpoints and self.callout_only:
             raise ConfigError(
                 "--service-endpoints needs the full auth service, and a callout-only replica cannot"
@@ -348,6 +358,7 @@ async def run_service(
     common = LaneCommon(
         server_url=config.server_url, limits=config.limits, clock=config.clock, events=events,
         reconnect=config.manifest is not None,  # one space: a lost broker ends the process
+        callout_url=config.callout_server,
     )
     lanes = ReplicaLanes() if config.callout_only else FullLanes(connect_limits=config.connect_limits)
     start_lane = lane_factory(root=config.root, common=common, lanes=lanes)

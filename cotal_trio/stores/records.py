@@ -5,7 +5,8 @@ Two KV buckets per space, both history 1 with per-message TTLs allowed, created 
 by the full lane at start with :func:`ensure_records_stores`; replicas and the CLI create none:
 
 * ``cotal_records_<space>`` (:func:`records_bucket`): manager instances ``mgr.<owner>.<instanceId>``
-  (:mod:`cotal_trio.core.managers`), lifecycle records ``lifecycle.<lifecycleUid>`` and consents
+  (:mod:`cotal_trio.core.managers`), service endpoint registrations ``svcep.<endpoint>``
+  (:mod:`cotal_trio.core.service_endpoints`), lifecycle records ``lifecycle.<lifecycleUid>`` and consents
   ``consent.<jti>`` (generic bytes through :meth:`RecordsStore.put_record` /
   :meth:`RecordsStore.create_record` / :meth:`RecordsStore.get_record`).
 * ``cotal_sessions_<space>`` (:func:`sessions_bucket`): chat sessions ``s.<sessionId>``
@@ -41,6 +42,12 @@ from cotal_trio.core.managers import (
     parse_manager_row,
     render_manager_row,
 )
+from cotal_trio.core.service_endpoints import (
+    ServiceEndpointRecord,
+    parse_service_row,
+    record_key,
+    render_service_row,
+)
 from cotal_trio.core.sessions import (
     ChatSession,
     parse_session_row,
@@ -59,6 +66,7 @@ from cotal_trio.natsio import (
     kv_get,
     kv_keys,
     kv_put,
+    kv_update,
 )
 
 __all__ = [
@@ -226,6 +234,63 @@ class RecordsStore:
             Unavailable: the broker did not answer, or the row kept changing.
         """
         return await self._retire(self.records, manager_key(owner, instance_id))
+
+    # -- service endpoints -----------------------------------------------------------------------
+
+    async def get_service_endpoint(self, endpoint: str) -> tuple[ServiceEndpointRecord, int] | None:
+        """Trio: the live registration ``svcep.<endpoint>`` and its revision, or None (never
+        registered, retired, or an unreadable row, which is logged).
+
+        Raises:
+            Refused: BAD_REQUEST for a name :func:`~cotal_trio.core.service_endpoints.record_key` refuses.
+            StoresMissing: the records store does not exist.
+            Unavailable: the broker did not answer.
+        """
+        key = record_key(endpoint)
+        with self._errors(self.records):
+            entry = await kv_get(self._conn, self.records, key)
+        if entry is None or (record := self._parsed(key, entry.value, parse_service_row)) is None:
+            return None
+        return record, entry.revision
+
+    async def register_service_endpoint(self, record: ServiceEndpointRecord, *, last_revision: int | None) -> int:
+        """Trio: store ``record`` under ``svcep.<endpoint>``: create-only when ``last_revision`` is
+        None, else a compare-and-set on it; the new revision.
+
+        Raises:
+            Refused: CONFLICT, the name was registered or changed since it was read (read again).
+            StoresMissing: the records store does not exist.
+            Unavailable: the broker did not answer.
+        """
+        value = render_service_row(record)
+        with self._errors(self.records):
+            try:
+                if last_revision is None:
+                    return await kv_create(self._conn, self.records, record.key, value)
+                return await kv_update(self._conn, self.records, record.key, value, last_revision=last_revision)
+            except (KeyExists, WrongRevision):
+                raise Refused(
+                    RefusalCode.CONFLICT,
+                    f"service endpoint {record.endpoint} was registered or changed meanwhile - send the request again",
+                ) from None
+
+    async def retire_service_endpoint(self, endpoint: str, *, last_revision: int) -> None:
+        """Trio: delete the registration ``svcep.<endpoint>`` still at ``last_revision`` (the one
+        the retirement decided on), with a marker that expires after ``MARKER_TTL_S``.
+
+        Raises:
+            Refused: BAD_REQUEST for a malformed name; CONFLICT, the row changed since it was read.
+            StoresMissing: the records store does not exist.
+            Unavailable: the broker did not answer.
+        """
+        key = record_key(endpoint)
+        with self._errors(self.records):
+            try:
+                await kv_delete_expiring(self._conn, self.records, key, last_revision=last_revision, ttl_s=MARKER_TTL_S)
+            except WrongRevision:
+                raise Refused(
+                    RefusalCode.CONFLICT, f"service endpoint {endpoint} changed meanwhile - send the request again"
+                ) from None
 
     # -- chat sessions -------------------------------------------------------------------------
 

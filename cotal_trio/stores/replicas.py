@@ -6,7 +6,7 @@ claim's bucket, each through :func:`~cotal_trio.natsio.ensure_stream` /
 :func:`~cotal_trio.natsio.ensure_bucket`). This module is what is shared around that:
 
 * :func:`space_stream_names`: every JetStream stream of a space (docs/wire-layout.md), the
-  eleven the lane creates.
+  twelve the lane creates.
 * :func:`placing`: the broker's refusal of a count it cannot place
   (:class:`~cotal_trio.natsio.NoPlacement`: a single node and ``replicas`` above 1, err_code
   10074; a cluster with fewer nodes, err_code 10005) as one sentence naming the fix.
@@ -69,7 +69,7 @@ class StoreReplicas:
 
 def space_stream_names(space: str) -> tuple[str, ...]:
     """Sync: every stream of ``space``'s data account the full lane creates, sorted: the auth,
-    records, sessions, issued, accepted, presence and admission buckets' ``KV_`` streams and the
+    records, sessions, issued, accepted, presence, channel-registry and admission buckets' ``KV_`` streams and the
     four message streams (docs/wire-layout.md).
 
     Raises:
@@ -77,7 +77,8 @@ def space_stream_names(space: str) -> tuple[str, ...]:
     """
     buckets = (
         wire.auth_bucket(space), wire.records_bucket(space), wire.sessions_bucket(space), wire.issued_bucket(space),
-        wire.accepted_bucket(space), wire.presence_bucket(space), wire.admission_bucket(space),
+        wire.accepted_bucket(space), wire.presence_bucket(space), wire.channels_bucket(space),
+        wire.admission_bucket(space),
     )  # fmt: skip
     return tuple(sorted([*(wire.kv_stream(b) for b in buckets), *(s.name for s in wire.all_streams(space))]))
 

@@ -13,16 +13,16 @@ import pytest
 
 from cotal_trio.broker import provision
 from cotal_trio.core import credentials as rules
-from cotal_trio.core import natsjwt, profiles
+from cotal_trio.core import natsjwt, profiles, static_issuance
 from cotal_trio.core.creds import parse_creds
 from cotal_trio.core.identity import is_inbox_nonce, is_lifecycle_uid
 from cotal_trio.core.nkeys import KeyPair
-from cotal_trio.state import load_broker, load_owner_secret, load_space
+from cotal_trio.state import load_broker, load_owner_secret, load_policy, load_space
 from cotal_trio.state.credentials import default_creds_path, load_record, record_path, save_record
 
 from tests.support.cli_root import Root
 from tests.support.static_mint import STATIC, add_static, mint, one_sentence
-from tests.support.static_mint import static  # noqa: F401 - the fixture
+from tests.support.static_mint import static, static_offline  # noqa: F401 - the fixtures
 
 
 def decoded(path) -> tuple[dict, KeyPair]:
@@ -31,7 +31,12 @@ def decoded(path) -> tuple[dict, KeyPair]:
     return natsjwt.verify(jwt), KeyPair.from_seed(seed)
 
 
-def expected_permissions(receipt: dict, **agent) -> dict:
+def expected_permissions(root: Root, receipt: dict, **agent) -> dict:
+    if "generation" in receipt:  # an issued static agent (issue 19 item 2): its record says how it was built
+        record = load_record(root.paths.space(STATIC), receipt["label"]).current
+        grant = {"allow_publish": agent.get("allow_publish", ()), "allow_subscribe": agent.get("allow_subscribe", ()),
+                 "role": agent.get("role")}  # fmt: skip
+        return static_issuance.issued_agent_permissions(dataclasses.replace(record, **grant)).to_nats()
     owner, actor = receipt["principal"].split(".")
     context = {"space": STATIC, "inbox_nonce": receipt["inboxPrefix"].removeprefix("_INBOX_")}
     if receipt["profile"] == "agent":
@@ -61,7 +66,7 @@ def test_mint_each_profile_writes_a_creds_file_signed_by_the_data_account(static
     assert claims["nats"]["issuer_account"] == material.data_account
     assert before <= claims["iat"] == receipt["issuedAt"] <= int(time.time())
     assert claims["exp"] == receipt["expiresAt"] == claims["iat"] + 24 * 3600
-    assert {"pub": claims["nats"]["pub"], "sub": claims["nats"]["sub"]} == expected_permissions(receipt)
+    assert {"pub": claims["nats"]["pub"], "sub": claims["nats"]["sub"]} == expected_permissions(static, receipt)
     assert f"lifecycle:{receipt['lifecycleUid']}" in claims["nats"]["tags"]
     record = load_record(static.paths.space(STATIC), profile)
     assert record.current.user_key == key.public_key and record.replaced == ()
@@ -74,8 +79,8 @@ def test_agent_flags_shape_the_grant(static, capsys):
     assert code == 0, err
     claims, _ = decoded(receipt["path"])
     assert claims["exp"] == claims["iat"] + 600
-    perms = expected_permissions(receipt, allow_publish=("team.news",), allow_subscribe=("team.>", "ops.*"), role="ops")
-    assert perms != expected_permissions(receipt, allow_publish=("team.news",), allow_subscribe=("team.>", "ops.*"))
+    perms = expected_permissions(static, receipt, allow_publish=("team.news",), allow_subscribe=("team.>", "ops.*"), role="ops")
+    assert perms != expected_permissions(static, receipt, allow_publish=("team.news",), allow_subscribe=("team.>", "ops.*"))
     assert load_record(static.paths.space(STATIC), "bot").current.role == "ops"
     assert {"pub": claims["nats"]["pub"], "sub": claims["nats"]["sub"]} == perms
     assert f"cotal.{STATIC}.ch.team.news" in perms["pub"]["allow"]
@@ -94,7 +99,13 @@ def test_text_receipt_and_no_expiry(static, capsys):
         "  expires   never (--no-expiry: `cotal doctor auth` warns about it)",
         f"  file      {record.path}",
         f"  inbox     _INBOX_{record.inbox_nonce} (the client's inbox prefix)",
-        "  server    nats://127.0.0.1:4333",
+        f"  generation{record.generation} (horizon {record.issued_at + 30 * 24 * 3600}, "
+        f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(record.issued_at + 30 * 24 * 3600))})",
+        f"  accepted  {record.accepted_token} (the token of its accepted row: its generation)",
+        f"  binds     dm-{record.owner}-{record.actor}-{record.lifecycle_uid} (COTAL_DM_{STATIC}), "
+        f"watch-presence-{record.owner}-{record.actor} (KV_cotal_presence_{STATIC}), "
+        f"watch-channels-{record.owner}-{record.actor} (KV_cotal_channels_{STATIC})",
+        f"  server    nats://127.0.0.1:{load_policy(static.paths.policy_json).port}",
     ]
     claims, _ = decoded(record.path)
     assert "exp" not in claims and record.expires_at is None
@@ -190,7 +201,9 @@ def test_revoke_then_replace_with_the_same_identity(static, capsys):
     code, out, err = static.run(capsys, "auth", "revoke-credential", "bot", "--space", STATIC, "--json")
     assert code == 0, err
     revoked = json.loads(out)
-    assert (revoked["label"], revoked["userKey"], revoked["pushedTo"], revoked["revocations"]) == ("bot", first["userKey"], None, 1)
+    server = f"nats://127.0.0.1:{load_policy(static.paths.policy_json).port}"
+    assert (revoked["label"], revoked["userKey"], revoked["pushedTo"], revoked["revocations"]) == ("bot", first["userKey"], server, 1)
+    assert revoked["retiredIssuances"] == 1  # the lifecycle terminal retires its issuance (issue 19 item 2)
     record = load_record(static.paths.space(STATIC), "bot").current
     assert record.revoked_at == revoked["revokedAt"] >= first["issuedAt"]
     broker = load_broker(static.paths.broker_json)
@@ -210,13 +223,58 @@ def test_revoke_then_replace_with_the_same_identity(static, capsys):
     assert [c.revoked_at for c in kept.replaced] == [record.revoked_at]  # the revocation stays in the records
 
 
-def test_revoke_text_without_a_broker(static, capsys):
-    assert mint(static, capsys, "--label", "bot")[0] == 0
+@pytest.mark.parametrize(("profile", "streams"), [("observer", ["CHAT"]), ("admin", ["CHAT", "DM"])])
+def test_an_observer_or_admin_receipt_names_its_history_readers_and_the_provision_that_creates_them(
+    static_offline, capsys, profile, streams
+):
+    """Issue 19 item 4 for static credentials (spec "Profiles": the observer's and admin's own
+    ``hist__`` readers): the mint is offline, so its receipt lists the readers and the exact
+    ``cotal auth provision`` that creates them."""
+    static = static_offline
+    code, receipt, err = mint(static, capsys, "--profile", profile, "--label", "eye")
+    assert code == 0, err
+    nonce, uid = receipt["inboxPrefix"].removeprefix("_INBOX_"), receipt["lifecycleUid"]
+    command = f"cotal auth provision {uid} --space {STATIC}"
+    assert receipt["durables"] == [{"stream": f"COTAL_{s}_{STATIC}", "name": f"hist__{nonce}"} for s in streams]
+    assert receipt["provision"] == command
+    code, out, err = static.run(capsys, "auth", "mint", "--space", STATIC, "--profile", profile, "--label", "eye2")
+    assert code == 0, err
+    cred = load_record(static.paths.space(STATIC), "eye2").current
+    lines = out.splitlines()
+    assert lines[-3:-1] == [
+        "  binds     " + ", ".join(f"hist__{cred.inbox_nonce} (COTAL_{s}_{STATIC})" for s in streams),
+        f"  provision not yet: `cotal auth provision {cred.lifecycle_uid} --space {STATIC}` creates them (with the broker running)",
+    ]
+
+
+def test_an_agent_receipt_lists_its_durables_and_watch_readers(static, capsys):
+    """Issue 19 item 4 for static agents: the receipt lists the bind-only durables and the two
+    watch readers the mint created; ``--no-provision`` names the provision that creates them."""
+    code, receipt, err = mint(static, capsys, "--label", "bot", "--role", "ops")
+    assert code == 0, err
+    owner, actor = receipt["principal"].split(".")
+    assert receipt["durables"] == [
+        {"stream": f"COTAL_DM_{STATIC}", "name": f"dm-{owner}-{actor}-{receipt['lifecycleUid']}"},
+        {"stream": f"COTAL_TASK_{STATIC}", "name": "task-ops"},
+        {"stream": f"KV_cotal_presence_{STATIC}", "name": f"watch-presence-{owner}-{actor}"},
+        {"stream": f"KV_cotal_channels_{STATIC}", "name": f"watch-channels-{owner}-{actor}"},
+    ]
+    assert receipt["provision"] is None
+    code, later, err = mint(static, capsys, "--label", "later", "--no-provision")
+    assert code == 0, err
+    assert later["provision"] == f"cotal auth provision {later['lifecycleUid']} --space {STATIC}"
+    assert [d["name"].split("-")[0] for d in later["durables"]] == ["dm", "watch", "watch"]
+
+
+def test_revoke_text_without_a_broker(static_offline, capsys):
+    static = static_offline
+    assert mint(static, capsys, "--label", "bot", "--profile", "observer")[0] == 0
     code, out, _ = static.run(capsys, "auth", "revoke-credential", "bot", "--space", STATIC)
     key = load_record(static.paths.space(STATIC), "bot").current.user_key
     assert code == 0 and out == (
         f"revoked credential bot key {key} in space {STATIC} (no broker running: the revocation takes effect when the "
-        f"account is pushed - run `cotal auth revoke-credential bot --space {STATIC}` again while the broker runs)\n"
+        f"account is pushed, and its issuances are retired then - run `cotal auth revoke-credential bot --space {STATIC}` "
+        "again while the broker runs)\n"
     )
     code, _, err = static.run(capsys, "auth", "revoke-credential", "nobody", "--space", STATIC)
     assert code == 1 and one_sentence(err) == f"space {STATIC} has no credential labelled nobody - see `cotal doctor auth`"
@@ -241,7 +299,7 @@ def test_replacing_a_no_expiry_credential_keeps_it_until_its_key_is_revoked(stat
 
 def test_identity_from_another_account_is_refused(static, capsys, tmp_path):
     add_static(static, "other")
-    code, out, err = static.run(capsys, "auth", "mint", "--space", "other", "--label", "x", "--json")
+    code, out, err = static.run(capsys, "auth", "mint", "--space", "other", "--label", "x", "--profile", "observer", "--json")
     assert code == 0, err
     foreign = json.loads(out)["path"]
     code, _, err = mint(static, capsys, "--identity", foreign)
@@ -300,3 +358,18 @@ def test_a_revoke_that_cannot_sign_the_account_records_nothing(static, capsys, b
     code, _, err = static.run(capsys, "auth", "revoke-credential", "bot", "--space", STATIC)
     assert code == 1 and err.startswith("cotal: "), err
     assert load_record(sp, "bot").current.revoked_at is None
+
+
+def test_an_agent_mint_and_a_renewal_need_the_broker_and_write_nothing_without_it(static_offline, capsys):
+    """Issue 19 item 2: a static agent credential is an issuance (its evidence is written before its
+    file), and a renewal reads that evidence; with no broker both are refused, nothing written."""
+    root = static_offline.paths.root
+    code, _, err = mint(static_offline, capsys, "--label", "bot")
+    assert code == 1 and one_sentence(err) == (
+        f"no broker answers for the root {root} - start it (`cotal up`), or pass --server nats://host:port: a static "
+        "agent credential is an issuance, recorded in the space's issued stores before its file is written; nothing was written"
+    )
+    assert load_record(static_offline.paths.space(STATIC), "bot") is None
+    assert not default_creds_path(static_offline.paths, STATIC, "bot").exists()
+    code, _, err = static_offline.run(capsys, "auth", "renew", "bot", "--space", STATIC)
+    assert code == 1 and one_sentence(err).endswith("a renewal reads its issuance's evidence; nothing was written")

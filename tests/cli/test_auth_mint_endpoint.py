@@ -1,5 +1,5 @@
 """``cotal auth mint --endpoint``'s flag refusals (cotal_trio/cli/auth.py; spec "Standalone callers";
-docs/static-credentials.md). No broker: each refusal comes before any connection, exits 1 with one
+docs/static_offline-credentials.md). No broker: each refusal comes before any connection, exits 1 with one
 sentence, and writes nothing (no file, no record; no intent, as nothing connected)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from cotal_trio.state.credentials import load_record
 
-from tests.support.static_mint import STATIC, mint, one_sentence, static  # noqa: F401  (the static fixture)
+from tests.support.static_mint import STATIC, mint, one_sentence, static_offline  # noqa: F401  (the fixture)
 
 OUT = "caller.creds"
 
@@ -25,27 +25,34 @@ OUT = "caller.creds"
     (["--endpoint", "v1"], "--endpoint v1 is not an endpoint name - pass 1 to 64 letters, digits, _ and - (not v1)"),
     (["--endpoint", "a.b"], "--endpoint a.b is not an endpoint name"),
     (["--channels", "a..b"], "a channel pattern is dot-separated segments"),
+    (["--no-provision"], "--no-provision does not combine with --endpoint: a standalone caller's footprint is part of its mint"),
 ])  # fmt: skip
-def test_flags_that_do_not_combine_with_endpoint_are_refused_before_anything(static, capsys, tmp_path, argv, sentence):  # noqa: F811
+def test_flags_that_do_not_combine_with_endpoint_are_refused_before_anything(static_offline, capsys, tmp_path, argv, sentence):  # noqa: F811
     out = tmp_path / OUT
     first = [] if "--endpoint" in argv else ["--endpoint", "weather"]
-    code, _, err = mint(static, capsys, "--label", "caller", *first, "--out", str(out), *argv)
+    code, _, err = mint(static_offline, capsys, "--label", "caller", *first, "--out", str(out), *argv)
     assert code == 1 and one_sentence(err).startswith(sentence), err
-    assert not out.exists() and load_record(static.paths.space(STATIC), "caller") is None
+    assert not out.exists() and load_record(static_offline.paths.space(STATIC), "caller") is None
 
 
-def test_endpoint_needs_out(static, capsys):  # noqa: F811
-    code, _, err = mint(static, capsys, "--endpoint", "weather")
+def test_endpoint_needs_out(static_offline, capsys):  # noqa: F811
+    code, _, err = mint(static_offline, capsys, "--endpoint", "weather")
     assert code == 1 and one_sentence(err) == (
         "--endpoint needs --out PATH: a standalone caller file is private and handed out by you - pass --out"
     )
-    assert not (static.paths.root / "auth").exists()
+    assert not (static_offline.paths.root / "auth").exists()
 
 
-@pytest.mark.parametrize("flag", [["--channels", "a"], ["--server", "nats://127.0.0.1:1"]])
-def test_caller_flags_need_endpoint(static, capsys, flag):  # noqa: F811
-    code, _, err = mint(static, capsys, *flag)
-    assert code == 1 and one_sentence(err).startswith(f"{flag[0]} goes with --endpoint (a standalone caller)")
+def test_channels_need_endpoint(static_offline, capsys):  # noqa: F811
+    code, _, err = mint(static_offline, capsys, "--channels", "a")
+    assert code == 1 and one_sentence(err).startswith("--channels goes with --endpoint (a standalone caller)")
+
+
+@pytest.mark.parametrize("flag", [["--server", "nats://127.0.0.1:1"], ["--no-provision"]])
+def test_broker_flags_need_an_agent_or_endpoint(static_offline, capsys, flag):  # noqa: F811
+    code, _, err = mint(static_offline, capsys, "--profile", "observer", *flag)
+    assert code == 1 and one_sentence(err) == (
+        f"{flag[0]} goes with an agent or --endpoint; profile observer is minted without the broker - drop {flag[0]}")
 
 
 def test_a_user_auth_space_refuses_a_standalone_caller(root, capsys, tmp_path, monkeypatch):
@@ -56,14 +63,14 @@ def test_a_user_auth_space_refuses_a_standalone_caller(root, capsys, tmp_path, m
     assert not (tmp_path / OUT).exists() and not (root.paths.root / "auth").exists()
 
 
-def test_no_broker_is_refused_naming_the_fix(static, capsys, tmp_path):  # noqa: F811
+def test_no_broker_is_refused_naming_the_fix(static_offline, capsys, tmp_path):  # noqa: F811
     # The root's policy port (4333) has nothing listening: nothing to ask the surface of.
-    code, _, err = mint(static, capsys, "--label", "caller", "--endpoint", "weather", "--out", str(tmp_path / OUT))
+    code, _, err = mint(static_offline, capsys, "--label", "caller", "--endpoint", "weather", "--out", str(tmp_path / OUT))
     assert code == 1 and one_sentence(err) == (
-        f"no broker answers for the root {static.paths.root} - start it (`cotal up`), or pass --server nats://host:port: "
+        f"no broker answers for the root {static_offline.paths.root} - start it (`cotal up`), or pass --server nats://host:port: "
         "--endpoint asks the endpoint itself"
     )
-    assert load_record(static.paths.space(STATIC), "caller") is None
+    assert load_record(static_offline.paths.space(STATIC), "caller") is None
 
 
 def test_the_caller_path_is_its_own_module_and_mint_stays_one_command():
@@ -90,14 +97,14 @@ def test_recreate_on_a_user_auth_space_names_cotal_up(root, capsys, tmp_path, mo
     assert not (tmp_path / "backup").exists()
 
 
-def test_an_unreachable_server_is_refused_naming_the_fix(static, capsys, tmp_path):  # noqa: F811
+def test_an_unreachable_server_is_refused_naming_the_fix(static_offline, capsys, tmp_path):  # noqa: F811
     """Found by the fresh-user check: `--server nats://127.0.0.1:1` printed the socket error alone."""
     out = tmp_path / OUT
-    code, _, err = mint(static, capsys, "--label", "caller", "--endpoint", "weather", "--out", str(out),
+    code, _, err = mint(static_offline, capsys, "--label", "caller", "--endpoint", "weather", "--out", str(out),
                         "--server", "nats://127.0.0.1:1")  # fmt: skip
     assert code == 1
     sentence = one_sentence(err)
     assert sentence.startswith("cannot reach the broker at nats://127.0.0.1:1 (") and sentence.endswith(
         ") - start the root's broker (`cotal up`), or pass --server nats://host:port of a running one that trusts the "
         "space's account"), sentence
-    assert not out.exists() and load_record(static.paths.space(STATIC), "caller") is None
+    assert not out.exists() and load_record(static_offline.paths.space(STATIC), "caller") is None

@@ -269,6 +269,13 @@ async def test_a_minted_caller_calls_its_rows_only_and_its_intent_is_private_and
             # Its native footprint: its DM inbox durable exists and it may bind it.
             info = await consumer_info(conn, f"COTAL_DM_{STATIC}", f"dm-{owner}-{actor}")
             assert info["config"]["filter_subject"] == f"cotal.{STATIC}.dm.{owner}.{actor}.>"
+            # and its two watch readers (issue 19 item 4), which it may inspect
+            errors = conn.error_count
+            watches = [await consumer_info(conn, f"KV_cotal_{kind}_{STATIC}", f"watch-{kind}-{owner}-{actor}")
+                       for kind in ("presence", "channels")]  # fmt: skip
+            assert [w["config"]["filter_subject"] for w in watches] == [
+                f"$KV.cotal_presence_{STATIC}.>", f"$KV.cotal_channels_{STATIC}.>"]
+            assert conn.error_count == errors, conn.last_error
         assert [s.split(".")[4] for s in host.seen] == ["describe", "describe", "invoke", "invoke", "invoke", "invoke"]
 
         code, text, err = await cotal(capsys, "doctor", "auth", "--root", str(paths.root), "--space", STATIC, "--json")

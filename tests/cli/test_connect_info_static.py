@@ -3,25 +3,29 @@
 
 A static space has no exchange, no sentinel and no IdP pin: its clients connect with a minted
 ``.creds`` file. connect-info names the server(s) and, per label, the file and inbox prefix from
-the records ``cotal auth mint`` writes. No broker runs: the server is ``policy.json``'s port or
-``--server``.
+the records ``cotal auth mint`` writes. The server is ``policy.json``'s port (its broker runs: a
+static agent mint is an issuance) or ``--server``.
 """
 
 from __future__ import annotations
 
 import json
 
-from cotal_trio.state import remove_quietly
+from cotal_trio.state import load_policy, remove_quietly
 
-from tests.support.cli_root import BROKER_PORT, Root
+from tests.support.cli_root import Root
 from tests.support.static_mint import STATIC, mint, static  # noqa: F401 - the fixture
 
-SERVER = f"nats://127.0.0.1:{BROKER_PORT}"
+
+def server_of(root: Root) -> str:
+    """The root's broker, as ``policy.json`` names it (the fixture's running one)."""
+    return f"nats://127.0.0.1:{load_policy(root.paths.policy_json).port}"
 
 
 def test_connect_info_of_a_static_space_lists_each_credential(static: Root, capsys):
     _, bot, _ = mint(static, capsys, "--label", "bot", "--allow-publish", "team.>")
     _, obs, _ = mint(static, capsys, "--profile", "observer", "--label", "watcher", "--no-expiry")
+    SERVER = server_of(static)  # noqa: N806
     code, out, err = static.run(capsys, "connect-info", "--space", STATIC, "--json")
     assert (code, err) == (0, "")
     assert json.loads(out) == {
@@ -70,6 +74,7 @@ def test_a_static_space_without_policy_or_server_names_both(static: Root, capsys
 def test_the_mint_receipt_names_the_server(static: Root, capsys):
     code, receipt, err = mint(static, capsys, "--label", "bot")
     assert code == 0, err
+    SERVER = server_of(static)  # noqa: N806
     assert receipt["server"] == SERVER
     code, out, err = static.run(capsys, "auth", "mint", "--space", STATIC, "--label", "bot2")
     assert code == 0, err
@@ -77,8 +82,8 @@ def test_the_mint_receipt_names_the_server(static: Root, capsys):
 
 
 def test_the_mint_receipt_without_a_known_server_says_to_pass_it(static: Root, capsys):
-    remove_quietly(static.paths.policy_json)
-    code, receipt, err = mint(static, capsys, "--label", "bot")
+    remove_quietly(static.paths.policy_json)  # an observer: minted without the broker (an agent needs one)
+    code, receipt, err = mint(static, capsys, "--label", "bot", "--profile", "observer")
     assert (code, receipt["server"]) == (0, None), err
-    code, out, _ = static.run(capsys, "auth", "mint", "--space", STATIC, "--label", "bot2")
+    code, out, _ = static.run(capsys, "auth", "mint", "--space", STATIC, "--label", "bot2", "--profile", "observer")
     assert code == 0 and "  server    your broker's URL (this root has no policy.json; `cotal connect-info --server` takes it)" in out.splitlines()

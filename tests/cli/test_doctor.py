@@ -11,7 +11,6 @@ import os
 import shlex
 import time
 
-import pytest
 
 from cotal_trio.broker.process import free_port
 from cotal_trio.cli import main
@@ -19,16 +18,9 @@ from cotal_trio.state import IdpPinRecord, save_idp_pin
 from cotal_trio.state.credentials import creds_dir, load_record, save_record
 
 from tests.support.cli_root import Root
-from tests.support.static_mint import STATIC, add_static, mint
+from tests.support.static_mint import STATIC, add_static, mint, static  # noqa: F401 - the fixture (its broker runs)
 
 NO_BROKER = "note: no broker running: its accounts were not compared with the root"
-
-
-@pytest.fixture
-def static(root, tmp_path, monkeypatch) -> Root:
-    monkeypatch.chdir(tmp_path)
-    add_static(root)
-    return root
 
 
 def flags(root: Root) -> str:
@@ -54,10 +46,10 @@ def test_a_fresh_root_with_a_live_credential_is_healthy(static, capsys):
     code, lines = doctor(static, capsys)
     assert code == 0
     assert lines[0] == "space default (user-auth): 0 managed credentials"
-    assert lines[1] == f"space {STATIC} (static): 1 managed credentials"
-    assert lines[2].split()[:4] == ["bot", "agent", "healthy", "expires"]
-    assert lines[2].endswith(receipt["principal"])
-    assert lines[3:] == [NO_BROKER, "healthy"]
+    at = lines.index(f"space {STATIC} (static): 1 managed credentials")  # after the broker's store lines of default
+    assert lines[at + 1].split()[:4] == ["bot", "agent", "healthy", "expires"]
+    assert lines[at + 1].endswith(receipt["principal"])
+    assert lines[-1] == "healthy" and NO_BROKER not in lines  # its broker runs: the accounts were compared
     code, report = doctor_json(static, capsys, "--space", STATIC)
     assert (code, report["healthy"], report["next"], report["findings"]) == (0, True, None, [])
     [row] = report["spaces"][0]["credentials"]
@@ -94,14 +86,25 @@ def test_expired_and_near_expiry_name_the_next_command(static, capsys):
     assert main(shlex.split(mint_again)[1:]) == 0
     assert doctor(static, capsys, "--space", STATIC)[1][-1] == "healthy"  # a fresh short credential is healthy
     _age(static, "old", issued_at=now - 900, expires_at=now + 95)  # under 10 % of its lifetime left
+    renew = f"cotal auth renew old {flags(static)} --expires-in 995"  # an issued agent: renewed, its generation kept
+    assert doctor(static, capsys, "--space", STATIC)[1][-1] == f"next: {renew}"
+    generation = load_record(static.paths.space(STATIC), "old").current.generation
+    assert main(shlex.split(renew)[1:]) == 0
+    renewed = load_record(static.paths.space(STATIC), "old").current
+    assert renewed.generation == generation and renewed.expires_at - renewed.issued_at == 995
+    assert doctor(static, capsys, "--space", STATIC)[1][-1] == "healthy"
+    # One minted before static issuance (no generation) is revoked and minted again with its identity.
+    record = load_record(static.paths.space(STATIC), "old")
+    legacy = dataclasses.replace(record.current, generation=None, accepted_token=None, issued_at=now - 900, expires_at=now + 95)
+    save_record(static.paths.space(STATIC), dataclasses.replace(record, current=legacy))
     assert doctor(static, capsys, "--space", STATIC)[1][-1] == "next: " + (
         f"cotal auth revoke-credential old {flags(static)} && {mint_again.removesuffix(' --replace')} "
-        f"--identity {load_record(static.paths.space(STATIC), 'old').current.path} --replace"
+        f"--identity {legacy.path} --replace"
     )
     assert mint(static, capsys, "--label", "fresh")[0] == 0
     _age(static, "old", issued_at=now, expires_at=now + 30 * 86400)
     code, lines = doctor(static, capsys, "--space", STATIC)
-    assert (code, lines[0], lines[-2:]) == (0, f"space {STATIC} (static): 2 managed credentials", [NO_BROKER, "healthy"])
+    assert (code, lines[0], lines[-1]) == (0, f"space {STATIC} (static): 2 managed credentials", "healthy")
     assert [line.split()[:3] for line in lines[1:3]] == [["fresh", "agent", "healthy"], ["old", "agent", "healthy"]]
 
 

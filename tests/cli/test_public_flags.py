@@ -188,3 +188,35 @@ def test_the_public_face_flags_are_declared_once():
     helps = {command: _public_face_help(command) for command in PUBLIC_FACE_COMMANDS}
     assert [len(lines) for lines in helps.values()] == [4, 4, 4, 4], helps
     assert len({tuple(lines) for lines in helps.values()}) == 1, helps
+
+
+# --- cotal up --service-endpoints: recorded in the same entry (issue 19 item 1) --------------
+
+
+def test_up_records_service_endpoints_in_its_entry_and_keeps_it_without_the_flag(tmp_path: Path):
+    paths = RootPaths(tmp_path / "root")
+    assert _prepare(paths) == SpaceEntry(space="alpha")
+    assert _prepare(paths, service_endpoints=True) == SpaceEntry(space="alpha", service_endpoints=True)
+    assert _prepare(paths) == SpaceEntry(space="alpha", service_endpoints=True)  # recorded, like the face
+    # the public-face flags replace the face alone, never the service-endpoint setting
+    face = SpaceEntry(space="alpha", exchange_public_port=7451, service_endpoints=True)
+    assert _prepare(paths, exchange_public_port=7451) == face
+
+
+def test_up_passes_service_endpoints_to_its_space(tmp_path: Path, monkeypatch, capsys):
+    """`cotal up --service-endpoints` reaches the space's UpConfig, as the public-face flags do."""
+    import cotal_trio.cli.up as up_command
+
+    seen: list[UpConfig] = []
+
+    async def run_up(config, *, task_status=None):
+        seen.append(config)
+        raise ConfigError("stopped by the test before serving")
+
+    monkeypatch.setattr(up_command, "run_up", run_up)
+    monkeypatch.setattr(up_command, "nats_server_version", lambda exe: "v2.15.1")
+    argv = ["up", "--root", str(tmp_path / "root"), "--nats-server", "/bin/true", "--exchange-public-port", "7451"]
+    assert main([*argv, "--service-endpoints"]) == 1
+    assert main(argv) == 1
+    assert [(c.service_endpoints, c.exchange_public_port) for c in seen] == [(True, 7451), (False, 7451)]
+    assert "Traceback" not in capsys.readouterr().err

@@ -68,7 +68,7 @@ def test_the_auth_service_unit_has_the_exact_lines(capsys, tmp_path):
         "[Service]",
         "Type=notify",
         "NotifyAccess=main",
-        f"ExecStart={cotal_script()} auth-service --server {SERVER} --root {tmp_path / 'root'}"
+        f"ExecStart={cotal_script()} service run auth-service --server {SERVER} --root {tmp_path / 'root'}"
         f" --spaces {manifest} --auth-timeout 1.5",
         "ExecReload=kill -HUP $MAINPID",
         "Restart=on-failure",
@@ -86,7 +86,7 @@ def test_relative_paths_become_absolute(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COTAL_ROOT", "state")
     _, out, _ = cotal(capsys, "render", "callout-replica", "--spaces", "spaces.json", "--server", SERVER)
-    assert f"--root {tmp_path / 'state'} --spaces {tmp_path / 'spaces.json'} --callout-only\n" in out
+    assert f"service run callout-replica --server {SERVER} --root {tmp_path / 'state'} --spaces {tmp_path / 'spaces.json'}\n" in out
 
 
 def test_a_single_space_replica_unit(capsys, tmp_path):
@@ -98,7 +98,7 @@ def test_a_single_space_replica_unit(capsys, tmp_path):
     unit = tmp_path / "cotal-callout-replica-a.service"
     assert code == 0 and f"✓ wrote {unit}" in out
     text = unit.read_text()
-    assert f"ExecStart={cotal_script()} auth-service --server {SERVER} --root {tmp_path / 'r'} --space a --callout-only\n" in text
+    assert f"ExecStart={cotal_script()} service run callout-replica --server {SERVER} --root {tmp_path / 'r'} --space a\n" in text
     assert "Description=Cotal callout replica (space a)\n" in text
     assert "ExecReload" not in text  # SIGHUP rereads a manifest; a single-space process has none
     assert "WatchdogSec" not in text
@@ -131,7 +131,7 @@ def test_systemd_analyze_verify_accepts_the_full_unit(capsys, tmp_path):
     exec_start = next(line for line in out_file.read_text().splitlines() if line.startswith("ExecStart="))
     escaped = str(root).replace("%", "%%").replace("$", "$$")
     assert exec_start == (
-        f'ExecStart={cotal_script()} auth-service --server {SERVER} --root "{escaped}" --space a'
+        f'ExecStart={cotal_script()} service run auth-service --server {SERVER} --root "{escaped}" --space a'
         " --service-endpoints --exchange-public-port 7451 --exchange-public-url https://auth.example.com"
         " --exchange-trusted-proxy --advertised-server tls://nats.example.com:4222"
     )
@@ -314,3 +314,14 @@ def test_render_does_not_check_the_paths(capsys, tmp_path):
         "--root", str(tmp_path / "elsewhere"),
     )
     assert code == 0 and f"--spaces {tmp_path / 'elsewhere.json'}" in out
+
+
+def test_a_leaf_replica_unit_carries_its_callout_server(capsys, tmp_path):
+    """A leaf node's replica (docs/deploy.md "Leaf nodes"): its callout on the leaf, its stores on --server."""
+    leaf = "nats://127.0.0.1:4225"
+    code, out, _ = cotal(capsys, "render", "callout-replica", "--space", "a", "--server", SERVER,
+                         "--callout-server", f" {leaf} ,{leaf}", "--name", "callout-replica-leaf1")
+    assert code == 0
+    assert f"service run callout-replica --server {SERVER} --root {tmp_path / '.cotal'} --space a --callout-server {leaf}\n" in out
+    code, _, err = cotal(capsys, "render", "callout-replica", "--space", "a", "--server", SERVER, "--callout-server", "a,,b")
+    assert code != 0 and "--callout-server" in err

@@ -27,7 +27,7 @@ from cotal_trio.core.bearer import (
 )
 from cotal_trio.core.errors import ConfigError, RefusalCode, Refused
 from cotal_trio.core.jose import BearerKeySet, IssuerKey
-from cotal_trio.core.views import VIEWS, SessionBinding, TransferTarget
+from cotal_trio.core.views import VIEWS, ServiceEndpointBinding, SessionBinding, TransferTarget
 
 SEED = bytes(range(32))
 KEY = IssuerKey.generate(SEED)
@@ -490,13 +490,17 @@ VIEW_BINDINGS = {
         {"session": {"endpoint": "web", "sessionId": "S" * 43, "epoch": 2, "exp": NOW + 3600}},
     ),
     "transfer-writer": ({"transfer_writer": TARGET}, {"transferWriter": {"instanceId": "t" * 28, "hex": HEX}}),
+    "service-host": (
+        {"service_endpoint": ServiceEndpointBinding(endpoint="search", instance_id="e" * 26)},
+        {"serviceEndpoint": {"endpoint": "search", "instanceId": "e" * 26}},
+    ),
     "admin": ({}, {}),
 }
 
 
 def test_known_views_come_from_the_view_table():
     assert KNOWN_VIEWS == frozenset(VIEWS)
-    assert len(KNOWN_VIEWS) == 9
+    assert len(KNOWN_VIEWS) == 10
 
 
 @pytest.mark.parametrize("view", sorted(VIEW_BINDINGS))
@@ -510,6 +514,7 @@ def test_a_view_bearer_round_trips_with_its_binding(view):
         owner=OWNER, actor="cli", scope=("spawn", "role:default"), lifecycle_uid=UID, parent=None, view=view,
         credential_id=None, iat=NOW, exp=exp, manager_instance_id=fields.get("manager_instance_id"),
         session=fields.get("session"), transfer_writer=fields.get("transfer_writer"),
+        service_endpoint=fields.get("service_endpoint"),
     )  # fmt: skip
 
 

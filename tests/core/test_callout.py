@@ -155,6 +155,8 @@ AGENT_PUB = [
     f"cotal.alpha.ctl.turn.{OWNER}.cli", "cotal.alpha.ctl.spawn", f"cotal.alpha.ctl.stop.{OWNER}.cli.*",
     "cotal.alpha.ctl.persona", f"$JS.API.CONSUMER.INFO.COTAL_DM_alpha.dm-{OWNER}-cli",
     f"$JS.API.CONSUMER.MSG.NEXT.COTAL_DM_alpha.dm-{OWNER}-cli", f"$JS.ACK.COTAL_DM_alpha.dm-{OWNER}-cli.>",
+    *(f"$JS.API.CONSUMER.{verb}.KV_cotal_{kind}_alpha.watch-{kind}-{OWNER}-cli"
+      for kind in ("presence", "channels") for verb in ("INFO", "MSG.NEXT")),
     "$JS.API.DIRECT.GET.KV_cotal_presence_alpha", "$JS.API.DIRECT.GET.KV_cotal_presence_alpha.>",
     f"$KV.cotal_presence_alpha.{OWNER}.cli", "$SYS.REQ.USER.INFO",
 ]  # fmt: skip

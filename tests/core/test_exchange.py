@@ -101,7 +101,7 @@ REFUSED = [
     ({"idpToken": "jwt", "actor": "cli", "view": None}, "view must be a string"),
     ({"idpToken": "jwt", "actor": "cli", "view": "god"},
      'view "god" is not a known view - name one of admin, purger, channel-purger, channel-writer, deployer, '
-     "manager-service, manager-caller, session-caller, transfer-writer, or exchange without a view"),
+     "manager-service, manager-caller, session-caller, transfer-writer, service-host, or exchange without a view"),
     ({"owner": OWNER, "actor": "a", "actorToken": "s", "view": ""}, 'view "" is not a known view'),
     ({"idpToken": "jwt", "actor": "cli", "owner": OWNER},
      "a human exchange does not take owner - allowed keys: actor, idpToken, managerInstanceId, transferWriter, "

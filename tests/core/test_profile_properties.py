@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cotal_trio.core.profiles import PROFILES, WHOLESALE, Permissions, profile_permissions
-from cotal_trio.core.views import VIEWS, TransferTarget
+from cotal_trio.core.views import VIEWS, ServiceEndpointBinding, TransferTarget
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "wire-layout.md"
 FRESH = "zq9fresh"  # a token no grant names: it stands for "any" in probe subjects
@@ -93,6 +93,9 @@ def view_context(draw: st.DrawFn) -> dict:
     elif view == "transfer-writer":
         sha256_hex = draw(st.from_regex(r"[0-9a-f]{64}", fullmatch=True))
         context["transfer_writer"] = TransferTarget(instance_id=draw(uids), sha256_hex=sha256_hex)
+    elif view == "service-host":
+        endpoint = draw(st.from_regex(r"[A-Za-z0-9_-]{1,20}", fullmatch=True).filter(lambda e: e != "v1"))
+        context["service_endpoint"] = ServiceEndpointBinding(endpoint=endpoint, instance_id=draw(uids))
     return context
 
 
@@ -178,8 +181,24 @@ def test_an_observer_sees_no_dm_and_writes_nothing(space, nonce, owner, actor):
     permissions = profile_permissions("observer", space=space, inbox_nonce=nonce)
     for grant in permissions.sub_allow:
         assert not matches(grant, f"cotal.{space}.dm.{owner}.{actor}.x"), grant
+    reader = f"COTAL_CHAT_{space}.hist__{nonce}"
+    own_reader = {f"$JS.API.CONSUMER.{verb}.{reader}" for verb in ("INFO", "MSG.NEXT", "DELETE")}
     for grant in permissions.pub_allow:
-        assert grant.startswith("$JS.API.DIRECT.GET.") or grant == "$SYS.REQ.USER.INFO", grant
+        assert grant.startswith("$JS.API.DIRECT.GET.") or grant in own_reader or grant == "$SYS.REQ.USER.INFO", grant
+
+
+@settings(max_examples=100)
+@given(spaces, nonces, agent_context())
+def test_agent_observer_and_admin_create_no_consumer_and_delete_none_but_their_history_readers(space, nonce, context):
+    """Spec "Profiles": a create grant cannot bound a push consumer's deliver subject
+    (docs/wire-layout.md "Watches and history readers"), so these profiles create no consumer in
+    any form, the agent deletes none, and the observer and admin only their own ``hist__<nonce>``."""
+    for name, extra in (("agent", context), ("observer", {}), ("admin", {})):
+        permissions = profile_permissions(name, space=space, inbox_nonce=nonce, **extra)
+        for grant in permissions.pub_allow:
+            assert not grant.startswith(("$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.DURABLE.")), (name, grant)
+            if ".CONSUMER.DELETE." in grant:
+                assert name != "agent" and grant.endswith(f".hist__{nonce}"), (name, grant)
 
 
 def test_the_doc_prints_the_wholesale_constant():

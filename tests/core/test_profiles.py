@@ -19,7 +19,7 @@ from cotal_trio.core.profiles import (
     space_prefix,
     view_permissions,
 )
-from cotal_trio.core.views import VIEWS, TransferTarget
+from cotal_trio.core.views import VIEWS, ServiceEndpointBinding, TransferTarget
 
 OWNER = "u_rbxbyevw4etgpbzfupdhu2zxwe"
 NONCE = "ibx0123456789abcdef"
@@ -50,7 +50,13 @@ PRESENCE_READ = ["$JS.API.DIRECT.GET.KV_cotal_presence_demo", "$JS.API.DIRECT.GE
 SELF_CONTROL = [f"cotal.demo.ctl.despawn.{OWNER}.cli", f"cotal.demo.ctl.turn.{OWNER}.cli"]
 SPAWN = ["cotal.demo.ctl.spawn", f"cotal.demo.ctl.stop.{OWNER}.cli.*", "cotal.demo.ctl.persona"]
 RUN_VERBS = [f"cotal.demo.ctl.run.{verb}" for verb in ("start", "resume", "answer", "status", "list")]
-AGENT_TAIL = [*DM_BIND, *PRESENCE_READ, f"$KV.cotal_presence_demo.{OWNER}.cli", "$SYS.REQ.USER.INFO"]
+# Its two watch readers (spec "Profiles", agent row): info and pull of the pre-created pull
+# readers, never a create or a delete (docs/wire-layout.md "Watches and history readers").
+WATCHES = [
+    f"$JS.API.CONSUMER.{verb}.KV_cotal_{bucket}_demo.watch-{bucket}-{OWNER}-cli"
+    for bucket in ("presence", "channels") for verb in ("INFO", "MSG.NEXT")
+]
+AGENT_TAIL = [*DM_BIND, *WATCHES, *PRESENCE_READ, f"$KV.cotal_presence_demo.{OWNER}.cli", "$SYS.REQ.USER.INFO"]
 
 
 def test_agent_profile():
@@ -71,7 +77,7 @@ def test_agent_role_binds_its_task_queue():
     task = ["$JS.API.CONSUMER.INFO.COTAL_TASK_demo.task-coder", "$JS.API.CONSUMER.MSG.NEXT.COTAL_TASK_demo.task-coder",
             "$JS.ACK.COTAL_TASK_demo.task-coder.>"]  # fmt: skip
     assert agent(role="coder").pub_allow == ("cotal.demo.ch.team.*", *DM_SEND, *SELF_CONTROL, *DM_BIND,
-                                             *task, *AGENT_TAIL[3:])  # fmt: skip
+                                             *task, *AGENT_TAIL[len(DM_BIND):])  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -181,6 +187,7 @@ INSTANCE = "m" * 26
 SESSION_ID = "S" * 43
 HEX = "9f" * 32
 TARGET = TransferTarget(instance_id="t" * 28, sha256_hex=HEX)
+SERVICE = ServiceEndpointBinding(endpoint="search", instance_id=INSTANCE)
 INBOX = f"_INBOX_{NONCE}.>"
 INFO = "$SYS.REQ.USER.INFO"
 
@@ -209,12 +216,25 @@ VIEW_PROFILES = [
      [f"cotal.demo.session.{SESSION_ID}.in", INFO], [f"cotal.demo.session.{SESSION_ID}.out", INBOX]),
     ("transfer-writer", {"transfer_writer": TARGET, "scope": ("admin",)},
      [f"cotal.demo.transfer.{'t' * 28}.{HEX}", INFO], [INBOX]),
+    ("service-host", {"service_endpoint": SERVICE, "scope": ("service-endpoint",)},
+     [INFO], ["cotal.demo.ep.search.*.*.*", "cotal.demo.ep.v1.*.*.*.search.*", INBOX]),
 ]  # fmt: skip
+# Only a service host answers the calls it receives (docs/http-api.md "Service endpoints").
+RESP = {"service-host": {"max": 1, "ttl": 0}}
 
 
 @pytest.mark.parametrize(("name", "extra", "pub", "sub"), VIEW_PROFILES)
 def test_view_profile(name, extra, pub, sub):
-    assert view(name, **extra).to_nats() == {"pub": {"allow": pub}, "sub": {"allow": sub}}
+    expected = {"pub": {"allow": pub}, "sub": {"allow": sub}}
+    if name in RESP:
+        expected["resp"] = RESP[name]
+    assert view(name, **extra).to_nats() == expected
+
+
+def test_a_service_host_of_an_endpoint_named_v1_is_refused():
+    with pytest.raises(Refused) as info:
+        view("service-host", service_endpoint=ServiceEndpointBinding(endpoint="v1", instance_id=INSTANCE))
+    assert "may not be named v1" in info.value.detail
 
 
 def test_every_view_has_a_profile():
@@ -263,23 +283,36 @@ RUN = "r" * 26
 TOKEN = "chk_" + "a" * 20
 INBOX_ONLY = [INBOX]
 STREAMS = ["COTAL_CHAT_demo", "COTAL_DM_demo", "COTAL_TASK_demo", "COTAL_RUN_demo"]
-KV_STREAMS = [f"KV_cotal_{b}_demo" for b in ("auth", "records", "sessions", "issued", "accepted", "presence", "admission")]
+KV_STREAMS = [
+    f"KV_cotal_{b}_demo" for b in ("auth", "records", "sessions", "issued", "accepted", "presence", "channels", "admission")
+]
+
+
+def hist(stream: str) -> list[str]:
+    """Info, pull and delete of the credential's own history reader on ``stream`` (spec "Profiles")."""
+    return [f"$JS.API.CONSUMER.{verb}.{stream}.hist__{NONCE}" for verb in ("INFO", "MSG.NEXT", "DELETE")]
+
+
 ADMISSION = "cotal_admission_demo"
 OP = f"op-{NONCE}"
 
 PROFILE_TABLE = [
     # (profile, context beyond space and inbox_nonce, pub allow, sub allow)
-    ("observer", {}, [*PRESENCE_READ, INFO], ["cotal.demo.ch.>", INBOX]),
-    ("admin", {}, [*PRESENCE_READ, INFO], ["cotal.demo.>", INBOX]),
+    ("observer", {}, [*PRESENCE_READ, *hist("COTAL_CHAT_demo"), INFO], ["cotal.demo.ch.>", INBOX]),
+    ("admin", {}, [*PRESENCE_READ, *hist("COTAL_CHAT_demo"), *hist("COTAL_DM_demo"), INFO], ["cotal.demo.>", INBOX]),
     ("provisioner", {}, [
-        *(f"$JS.API.STREAM.{verb}.{stream}" for stream in [*STREAMS, "KV_cotal_presence_demo", "KV_cotal_admission_demo"]
-          for verb in ("CREATE", "INFO")),
+        *(f"$JS.API.STREAM.{verb}.{stream}" for stream in [
+            *STREAMS, "KV_cotal_presence_demo", "KV_cotal_channels_demo", "KV_cotal_admission_demo",
+        ] for verb in ("CREATE", "INFO")),
         "$JS.API.CONSUMER.CREATE.COTAL_DM_demo.*.cotal.demo.dm.*.*.>",
         "$JS.API.CONSUMER.CREATE.COTAL_TASK_demo.*.cotal.demo.task.*.>",
         "$JS.API.CONSUMER.CREATE.COTAL_RUN_demo.*.cotal.demo.run.*.journal",
         "$JS.API.CONSUMER.CREATE.COTAL_CHAT_demo.delivery-chat.cotal.demo.ch.>",
         "$JS.API.CONSUMER.CREATE.COTAL_DM_demo.delivery-dm.cotal.demo.dm.>",
-        *(f"$JS.API.CONSUMER.INFO.{stream}.*" for stream in STREAMS),
+        "$JS.API.CONSUMER.CREATE.KV_cotal_presence_demo.*.$KV.cotal_presence_demo.>",
+        "$JS.API.CONSUMER.CREATE.KV_cotal_channels_demo.*.$KV.cotal_channels_demo.>",
+        "$JS.API.CONSUMER.CREATE.COTAL_CHAT_demo.*.cotal.demo.ch.>",
+        *(f"$JS.API.CONSUMER.INFO.{stream}.*" for stream in [*STREAMS, "KV_cotal_presence_demo", "KV_cotal_channels_demo"]),
         INFO,
     ], INBOX_ONLY),
     ("teardown", {}, [

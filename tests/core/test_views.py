@@ -12,6 +12,7 @@ from cotal_trio.core.views import (
     TRANSFER_WRITER_TTL_S,
     VIEW_REQUIRED_SCOPE,
     VIEWS,
+    ServiceEndpointBinding,
     SessionBinding,
     TransferTarget,
     binding_mismatch,
@@ -32,15 +33,17 @@ SESSION_ID = "s" * 43
 def test_the_table_in_order():
     assert VIEWS == (
         "admin", "purger", "channel-purger", "channel-writer", "deployer", "manager-service",
-        "manager-caller", "session-caller", "transfer-writer",
+        "manager-caller", "session-caller", "transfer-writer", "service-host",
     )  # fmt: skip
     assert dict(VIEW_REQUIRED_SCOPE) == {
         "admin": "admin", "purger": "admin", "channel-purger": "admin", "channel-writer": "admin",
         "deployer": "spawn", "manager-service": "supervise", "manager-caller": None, "session-caller": None,
-        "transfer-writer": "admin",
+        "transfer-writer": "admin", "service-host": "service-endpoint",
     }  # fmt: skip
-    assert PUBLIC_VIEWS == {"channel-purger", "channel-writer", "manager-caller", "session-caller", "transfer-writer"}
-    assert AGENT_VIEWS == {"manager-caller"}
+    assert PUBLIC_VIEWS == {
+        "channel-purger", "channel-writer", "manager-caller", "session-caller", "transfer-writer", "service-host",
+    }  # fmt: skip
+    assert AGENT_VIEWS == {"manager-caller", "service-host"}
 
 
 def test_the_table_cannot_be_changed():
@@ -95,6 +98,10 @@ def _loopback_only(view: str) -> str:
     )
 
 
+SERVICE_HOST_ONLY = (
+    "view service-host is not minted by POST /exchange - register the endpoint with POST "
+    "/service-endpoint-authority, then take its bearer from POST /service-endpoint-host"
+)
 # (view, face, arm) -> None (allowed) or the refusal sentence
 EXCHANGE_VIEW_TABLE = {
     (None, "public", "human"): None,
@@ -137,6 +144,10 @@ EXCHANGE_VIEW_TABLE = {
     ("transfer-writer", "public", "agent"): _agent_only("transfer-writer"),
     ("transfer-writer", "loopback", "human"): None,
     ("transfer-writer", "loopback", "agent"): _agent_only("transfer-writer"),
+    ("service-host", "public", "human"): SERVICE_HOST_ONLY,
+    ("service-host", "public", "agent"): SERVICE_HOST_ONLY,
+    ("service-host", "loopback", "human"): SERVICE_HOST_ONLY,
+    ("service-host", "loopback", "agent"): SERVICE_HOST_ONLY,
 }
 
 
@@ -303,9 +314,16 @@ BINDING = {
     "manager_instance_id": INSTANCE,
     "session": SessionBinding(endpoint="web", session_id=SESSION_ID, epoch=1, exp=5),
     "transfer_writer": TransferTarget(instance_id=INSTANCE, sha256_hex=HEX),
+    "service_endpoint": ServiceEndpointBinding(endpoint="search", instance_id=INSTANCE),
 }
-OWN = {"manager-caller": "manager_instance_id", "session-caller": "session", "transfer-writer": "transfer_writer"}
-CLAIM = {"manager_instance_id": "managerInstanceId", "session": "session", "transfer_writer": "transferWriter"}
+OWN = {
+    "manager-caller": "manager_instance_id", "session-caller": "session", "transfer-writer": "transfer_writer",
+    "service-host": "service_endpoint",
+}  # fmt: skip
+CLAIM = {
+    "manager_instance_id": "managerInstanceId", "session": "session", "transfer_writer": "transferWriter",
+    "service_endpoint": "serviceEndpoint",
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("view", [None, *VIEWS])

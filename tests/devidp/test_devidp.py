@@ -126,18 +126,20 @@ async def test_the_app_serves_jwks_and_health():
 @pytest.mark.parametrize(
     ("method", "path", "status"),
     [
-        ("POST", "/token", 404),
+        ("POST", "/token", 405),
+        ("GET", "/token", 401),  # a JWT only for a live session (issue 19 item 5)
         ("POST", "/mint", 404),
         ("GET", "/authorize", 404),
-        ("POST", "/device/token", 404),
+        ("POST", "/device/token", 400),  # only for an approved device code
+        ("POST", "/device/approve", 401),  # only for a person signed in with the key's JWT
         ("POST", "/jwks", 405),
         ("POST", "/health", 405),
     ],
 )
-async def test_the_app_has_no_minting_route(method, path, status):
+async def test_the_app_mints_nothing_unasked(method, path, status):
     client = build_dev_idp_app(MATERIAL).test_client()
     with trio.fail_after(CEILING_S):
-        response = await client.open(path, method=method, json={"sub": "alice"})
+        response = await client.open(path, method=method, json={"sub": "alice", "userCode": "BCDF-GHJK"})
     assert response.status_code == status
     body = await response.get_json()
-    assert set(body) == {"error"} and "token" not in body
+    assert "error" in body and "token" not in body and "access_token" not in body

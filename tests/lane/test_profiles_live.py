@@ -183,9 +183,10 @@ async def test_an_observer_reads_chat_and_presence_but_cannot_publish_nor_read_d
             await refused(conn, f"$JS.API.CONSUMER.CREATE.{DM}")
             await refused(conn, f"$JS.API.STREAM.MSG.GET.{DM}")
             # No consumer create on chat either, not even a history reader of its own name: a
-            # created consumer may push to any deliver subject, so a create would let it write.
+            # created consumer may push to any deliver subject, so a create would let it write
+            # (its reader is the provisioner's: tests/lane/test_watches_live.py). It deletes only that.
             await refused(conn, f"$JS.API.CONSUMER.CREATE.COTAL_CHAT_{SPACE}.hist__{nonce_of(conn)}.cotal.{SPACE}.ch.>")
-            await refused(conn, f"$JS.API.CONSUMER.DELETE.COTAL_CHAT_{SPACE}.hist__{nonce_of(conn)}")
+            await refused(conn, f"$JS.API.CONSUMER.DELETE.COTAL_CHAT_{SPACE}.delivery-chat")
             await root.flush()
     assert [m.data for m in chat] == [b"hello"]
     assert roster.data == b"online"

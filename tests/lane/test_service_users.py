@@ -36,7 +36,7 @@ def test_a_full_lane_store_user_holds_exactly_its_lists() -> None:
     # issue 17 item 1: the lane scales every stream it creates up to the space's replicas
     scaled = [
         f"$JS.API.STREAM.UPDATE.{stream}" for stream in (
-            "COTAL_CHAT_demo", "COTAL_DM_demo", "COTAL_TASK_demo", "COTAL_RUN_demo", "KV_cotal_admission_demo",
+            "COTAL_CHAT_demo", "COTAL_DM_demo", "COTAL_TASK_demo", "COTAL_RUN_demo", "KV_cotal_channels_demo", "KV_cotal_admission_demo",
             "KV_cotal_issued_demo", "KV_cotal_accepted_demo",
         )
     ]  # fmt: skip

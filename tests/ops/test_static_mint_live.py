@@ -60,7 +60,7 @@ async def test_minted_static_creds_connect_publish_where_allowed_and_stop_once_r
     with trio.fail_after(CEILING_S):
         await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
         code, out, err = await cotal(capsys, "auth", "mint", *root, "--label", "bot", "--allow-publish", "team.news",
-                                     "--allow-subscribe", "team.>", "--json")  # fmt: skip
+                                     "--allow-subscribe", "team.>", "--server", url, "--json")  # fmt: skip
         assert code == 0, err
         receipt = json.loads(out)
         received, inbox = trio.open_memory_channel(4)
@@ -87,7 +87,7 @@ async def test_minted_static_creds_connect_publish_where_allowed_and_stop_once_r
 
         # The same identity, a new JWT issued after the revocation: connects again.
         code, out, err = await cotal(capsys, "auth", "mint", *root, "--label", "bot", "--replace", "--identity",
-                                     receipt["path"], "--allow-publish", "team.news", "--json")  # fmt: skip
+                                     receipt["path"], "--allow-publish", "team.news", "--server", url, "--json")  # fmt: skip
         assert code == 0, err
         again = json.loads(out)
         assert again["userKey"] == receipt["userKey"] and again["lifecycleUid"] != receipt["lifecycleUid"]

@@ -31,10 +31,10 @@ def test_none_yet_and_unread():
     assert summary(SpaceStores(space="a", wanted=1, error="no answer")) == "stores: unread (no answer)"
 
 
-def test_a_space_has_eleven_streams_in_name_order():
+def test_a_space_has_twelve_streams_in_name_order():
     names = space_stream_names("alpha")
     assert names == (
         "COTAL_CHAT_alpha", "COTAL_DM_alpha", "COTAL_RUN_alpha", "COTAL_TASK_alpha", "KV_cotal_accepted_alpha",
-        "KV_cotal_admission_alpha", "KV_cotal_auth_alpha", "KV_cotal_issued_alpha", "KV_cotal_presence_alpha",
-        "KV_cotal_records_alpha", "KV_cotal_sessions_alpha",
+        "KV_cotal_admission_alpha", "KV_cotal_auth_alpha", "KV_cotal_channels_alpha", "KV_cotal_issued_alpha",
+        "KV_cotal_presence_alpha", "KV_cotal_records_alpha", "KV_cotal_sessions_alpha",
     )  # fmt: skip

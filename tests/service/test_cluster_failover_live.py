@@ -18,7 +18,6 @@ No timing is asserted. Only the nats-servers the test starts are stopped, by pid
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import shutil
 import signal
@@ -27,7 +26,6 @@ import time
 import pytest
 import trio
 
-from cotal_trio.broker.process import free_port
 from cotal_trio.core import wire
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.devidp import DevIdpMaterial
@@ -36,7 +34,7 @@ from cotal_trio.service.hosting import ServiceConfig, run_service
 from cotal_trio.state import RootPaths
 from cotal_trio.stores.replicas import read_store_replicas, space_stream_names
 from tests.support.cli_root import cotal
-from tests.support.cluster import js_admin, node
+from tests.support.cluster import js_admin, start_root_cluster
 from tests.support.service import Mesh
 
 pytestmark = pytest.mark.broker
@@ -104,24 +102,10 @@ async def issuance_rows(paths: RootPaths, url: str) -> dict[str, bytes]:
 async def test_a_sigkilled_leader_node_loses_no_row_and_connects_are_admitted_after_the_window(
     nursery, tmp_path, capsys
 ):
-    paths = RootPaths(tmp_path / "root")
-    ports = {name: (free_port(), free_port()) for name in NODES}
-    routes = ",".join(f"nats-route://127.0.0.1:{cluster}" for _, cluster in ports.values())
-    urls = {name: f"nats://127.0.0.1:{port}" for name, (port, _) in ports.items()}
-    logs = {name: tmp_path / f"{name}.log" for name in NODES}
     attempts: list[Attempt] = []
     with trio.fail_after(CEILING_S):
-        code, _, err = await cotal(capsys, "space", "add", SPACE, "--root", str(paths.root), "--new-root")
-        assert (code, err) == (0, ""), err
-        pids = {}
-        for name, (port, cluster_port) in ports.items():
-            code, text, err = await cotal(
-                capsys, "broker", "config", "--root", str(paths.root), "--node", name, "--port", str(port),
-                "--cluster-port", str(cluster_port), "--cluster-routes", routes,
-            )
-            assert (code, err) == (0, ""), err
-            (tmp_path / f"{name}.conf").write_text(text)
-            pids[name] = await nursery.start(functools.partial(node, tmp_path / f"{name}.conf", port))
+        cluster = await start_root_cluster(nursery, tmp_path, capsys, SPACE, NODES)
+        paths, urls, logs, pids = cluster.paths, cluster.urls, cluster.logs, cluster.pids
         for log in logs.values():
             await until_logged(log, "metadata leader")
         code, out, err = await cotal(
@@ -172,7 +156,7 @@ async def test_a_sigkilled_leader_node_loses_no_row_and_connects_are_admitted_af
             os.kill(pids["n1"], signal.SIGKILL)
             await trio.sleep(DOWN_S)
             size = logs["n1"].stat().st_size
-            pids["n1"] = await nursery.start(functools.partial(node, tmp_path / "n1.conf", ports["n1"][0]))
+            await cluster.start(nursery, "n1")
             await until_logged(logs["n1"], "metadata leader", after=size)
             await trio.sleep(SETTLE_S)
             stop.set()

@@ -13,7 +13,6 @@ on, is SIGTERMed: the lane's reconnect lines name n1 or n3, not the seed list no
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -28,8 +27,8 @@ from cotal_trio.cli.auth_service import _check_server
 from cotal_trio.lane.service_users import IssuerSession
 from cotal_trio.natsio import open_loop
 from cotal_trio.service.hosting import ServiceConfig, run_service
-from cotal_trio.state import RootPaths, load_space
-from tests.support.cluster import node
+from cotal_trio.state import load_space
+from tests.support.cluster import start_root_cluster
 from tests.support.service import start_mesh
 from tests.support.cli_root import cotal
 
@@ -41,26 +40,12 @@ NODES = ("n1", "n2", "n3")
 
 
 async def test_a_lane_starts_through_the_second_seed_when_the_first_is_down(nursery, tmp_path, capsys, caplog):
-    paths = RootPaths(tmp_path / "root")
-    ports = {name: (free_port(), free_port()) for name in NODES}
-    routes = ",".join(f"nats-route://127.0.0.1:{cluster}" for _, cluster in ports.values())
-    urls = {name: f"nats://127.0.0.1:{port}" for name, (port, _) in ports.items()}
     with trio.fail_after(CEILING_S):
-        code, _, err = await cotal(capsys, "space", "add", SPACE, "--root", str(paths.root), "--new-root")
-        assert (code, err) == (0, ""), err
-        pids = {}
-        for name, (port, cluster_port) in ports.items():
-            code, text, err = await cotal(
-                capsys, "broker", "config", "--root", str(paths.root), "--node", name, "--port", str(port),
-                "--cluster-port", str(cluster_port), "--cluster-routes", routes,
-            )
-            assert (code, err) == (0, ""), err
-            config = tmp_path / f"{name}.conf"
-            config.write_text(text)
-            pids[name] = await nursery.start(functools.partial(node, config, port))
+        cluster = await start_root_cluster(nursery, tmp_path, capsys, SPACE, NODES)
+        paths, urls, pids = cluster.paths, cluster.urls, cluster.pids
         code, out, err = await cotal(capsys, "space", "add", SPACE, "--root", str(paths.root), "--server", urls["n1"])
         assert code == 0 and "accounts pushed" in out, err
-        logs = [tmp_path / f"{name}.log" for name in NODES]
+        logs = [cluster.logs[name] for name in NODES]
         while not all("metadata leader" in log.read_text() for log in logs):
             await trio.sleep(0.2)  # the three have met (bounded by CEILING_S)
         os.kill(pids["n1"], signal.SIGTERM)
@@ -89,7 +74,7 @@ async def test_a_lane_starts_through_the_second_seed_when_the_first_is_down(nurs
         # n1 back, then n2 (where the lane is) SIGTERMed: the lane's reconnect lines name the node
         # each connection reached (n1 or n3), not the seed list it started with nor n2
         before = logs[0].stat().st_size
-        pids["n1"] = await nursery.start(functools.partial(node, tmp_path / "n1.conf", ports["n1"][0]))
+        await cluster.start(nursery, "n1")
         while "new metadata leader" not in logs[0].read_text()[before:]:
             await trio.sleep(0.1)  # n1 rejoined (bounded by CEILING_S)
         caplog.set_level(logging.INFO, logger="cotal.natsio")  # an in-process `cotal` raised it to ERROR

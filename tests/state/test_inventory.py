@@ -27,7 +27,7 @@ from cotal_trio.state import (
     read_json,
     write_json,
 )
-from cotal_trio.state.inventory import shared_secret_locations, space_secret_locations
+from cotal_trio.state.inventory import delete_secret_keys, shared_secret_locations, space_secret_locations
 
 IAT = 1_800_000_000
 SPACE = "alpha"
@@ -204,10 +204,40 @@ def test_an_inventory_never_holds_a_key_outside_its_segment(tmp_path):
 
 def test_json_shape(paths, material):
     shape = deprovision_secret_keys(paths, SPACE).to_json()
-    assert set(shape) == {"space", "segment", "keys", "shared"}
+    assert set(shape) == {"space", "segment", "keys", "shared", "aside"}
+    assert shape["aside"] == []
     assert shape["keys"][0] == {
         "kind": "auth-account-signing-key", "path": str(paths.root / SEGMENT / "callout.json"),
         "field": "auth.signingSeed", "exists": True, "mode": "0600",
         "publicKey": material.auth_signing.public_key,
     }
     assert shape["keys"][-1]["mode"] is None
+
+
+def test_a_reset_deletes_only_its_space_files(paths):
+    """delete_secret_keys (issue 19 item 6): the space's three secret files go, beta's stay."""
+    before = _snapshot(paths.root)
+    done = delete_secret_keys(deprovision_secret_keys(paths, SPACE))
+    assert [p.name for p in done.files] == ["owner-secret.json", "issuer.json", "callout.json"]
+    assert len(done.keys) == 7 and done.aside == ()
+    gone = {f"{SEGMENT}/{name}" for name in ("callout.json", "issuer.json", "owner-secret.json")}
+    assert _snapshot(paths.root) == {k: v for k, v in before.items() if k not in gone}
+
+
+def test_a_reset_refuses_a_symlinked_secret_file(paths, tmp_path):
+    """Renaming a link would move the link and leave the secret where it points: nothing moves."""
+    issuer = paths.space(SPACE).issuer_json
+    target = tmp_path / "kept-issuer.json"
+    os.rename(issuer, target)
+    issuer.symlink_to(target)
+    before = _snapshot(paths.root)
+    with pytest.raises(ConfigError, match=f"^{issuer} is not a regular file - "):
+        delete_secret_keys(deprovision_secret_keys(paths, SPACE))
+    assert _snapshot(paths.root) == before
+    assert issuer.is_symlink()
+
+
+def test_an_inventory_never_lists_an_aside_folder_elsewhere(tmp_path):
+    with pytest.raises(ValueError, match="secret keys outside"):
+        SecretInventory(space=SPACE, segment=tmp_path / SEGMENT, keys=(), shared=(),
+                        aside=(tmp_path / ".deprovision-x",))

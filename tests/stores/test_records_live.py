@@ -16,6 +16,7 @@ import trio
 from cotal_trio.core.errors import RefusalCode, Refused, Unavailable
 from cotal_trio.core.identity import mint_lifecycle_uid
 from cotal_trio.core.managers import ManagerInstance
+from cotal_trio.core.service_endpoints import ServiceEndpointRecord
 from cotal_trio.core.sessions import ChatSession, new_chat_session, new_session_id
 from cotal_trio.stores.records import (
     RecordsStore,
@@ -259,3 +260,36 @@ def test_merge_permissions_is_an_ordered_union() -> None:
     )
     assert merged == {"pub": {"allow": ["a", "b", "c"], "deny": ["d"]}, "sub": {"allow": ["_INBOX.>"]}}
 
+
+
+# --- service endpoint registrations (issue 19 item 1; docs/http-api.md "Service endpoints") ----
+
+
+def registration(owner: str = ALICE, *, epoch: int = 1) -> ServiceEndpointRecord:
+    return ServiceEndpointRecord(
+        endpoint="search", instance_id=mint_lifecycle_uid(os.urandom(20)), owner=owner, actor="svc",
+        serve_epoch=epoch, registered_at=NOW, label=None,
+    )  # fmt: skip
+
+
+async def test_a_registration_is_create_only_then_compare_and_set_then_retired_at_its_revision(store: RecordsStore):
+    with trio.fail_after(CEILING_S):
+        assert await store.get_service_endpoint("search") is None
+        first = registration()
+        revision = await store.register_service_endpoint(first, last_revision=None)
+        assert await store.get_service_endpoint("search") == (first, revision)
+        with pytest.raises(Refused) as taken:  # a second create of the name: someone registered it meanwhile
+            await store.register_service_endpoint(registration(BOB), last_revision=None)
+        assert taken.value.code is RefusalCode.CONFLICT
+        second = registration(epoch=2)
+        newer = await store.register_service_endpoint(second, last_revision=revision)
+        with pytest.raises(Refused) as stale:  # a write decided on the first revision
+            await store.register_service_endpoint(registration(epoch=2), last_revision=revision)
+        assert stale.value.code is RefusalCode.CONFLICT
+        with pytest.raises(Refused) as stale:
+            await store.retire_service_endpoint("search", last_revision=revision)
+        assert stale.value.code is RefusalCode.CONFLICT
+        assert await store.get_service_endpoint("search") == (second, newer)
+        await store.retire_service_endpoint("search", last_revision=newer)
+        assert await store.get_service_endpoint("search") is None
+        assert await store.register_service_endpoint(first, last_revision=None) > newer  # the name is free again

@@ -115,12 +115,16 @@ async def client(stack: Stack, bearer: str | None, *, nonce: str | None = None) 
         yield conn
 
 
-async def start_stack(nursery: trio.Nursery, tmp_path, nats_server_bin: str, *, auth_timeout_s: int = 2) -> Stack:
+async def start_stack(
+    nursery: trio.Nursery, tmp_path, nats_server_bin: str, *, auth_timeout_s: int = 2, **config_fields
+) -> Stack:
     """``run_up`` in ``nursery`` on ``tmp_path/root``, a random broker port and the broker's
-    ``authorization { timeout }`` of ``auth_timeout_s`` seconds; started within 20 s."""
+    ``authorization { timeout }`` of ``auth_timeout_s`` seconds; started within 20 s.
+    ``config_fields`` are further :class:`UpConfig` fields (``idp_url``, ``dev_idp_device``)."""
     paths = RootPaths(tmp_path / "root")
     config = UpConfig(
-        paths=paths, space=SPACE, port=free_port(), auth_timeout_s=auth_timeout_s, nats_server=nats_server_bin
+        paths=paths, space=SPACE, port=free_port(), auth_timeout_s=auth_timeout_s, nats_server=nats_server_bin,
+        **config_fields,
     )
     with trio.fail_after(20):
         info = await nursery.start(functools.partial(run_up, config))

@@ -1,15 +1,24 @@
-"""Static credentials for the CLI tests: a minted static service user and the fixture that adds it."""
+"""Static credentials for the CLI tests: the static space, with or without its broker running, and the mint."""
 
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
+import trio
 
 from cotal_trio.broker import provision
-from cotal_trio.state import atomic_write, load_broker, render_json
-from tests.support.cli_root import Root
+from cotal_trio.broker.accounts import open_system_connection, push_accounts
+from cotal_trio.broker.config import write_config
+from cotal_trio.broker.process import free_port
+from cotal_trio.broker.spaces import add_space
+from cotal_trio.state import BrokerPolicy, atomic_write, load_broker, render_json, save_policy
+from cotal_trio.natsio import open_loop
+from tests.support.cli_root import SPACE, Root
 
 STATIC = "st"
 
@@ -22,10 +31,56 @@ def add_static(root: Root, space: str = STATIC) -> None:
 
 
 @pytest.fixture
-def static(root, tmp_path, monkeypatch) -> Root:
+def static_offline(root, tmp_path, monkeypatch) -> Root:
+    """A static space whose root's broker does not run (nothing listens on its policy port)."""
     monkeypatch.chdir(tmp_path)
     add_static(root)
     return root
+
+
+# How long the static_live broker may take to listen, and to stop (seconds).
+LISTEN_CEILING_S = 15
+
+
+def _listening(port: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + LISTEN_CEILING_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    pytest.fail(f"the test broker did not listen on 127.0.0.1:{port} (exit {proc.poll()})", pytrace=False)
+
+
+async def _push_root(root: Root, url: str) -> None:
+    """The static space added on the running broker, and the root's other spaces' accounts pushed
+    (what `cotal up` and `cotal space add` leave), so the broker holds what ``accounts.json`` holds."""
+    await add_space(root.paths, STATIC, static=True, server_url=url, now=time.time())
+    broker = load_broker(root.paths.broker_json)
+    record = provision.load_space_accounts(root.paths, broker, SPACE)
+    async with open_loop(), open_system_connection(url, broker) as conn:
+        await push_accounts(conn, [record.data_jwt, record.auth_jwt])
+
+
+@pytest.fixture
+def static(root, tmp_path, monkeypatch, nats_server_bin) -> Iterator[Root]:
+    """A static space with its root's broker running (a real nats-server on a free port, the root's
+    ``policy.json`` naming it, the static space's accounts pushed): a static agent mint is an
+    issuance and needs it (issue 19 item 2). Stopped by its pid afterwards."""
+    monkeypatch.chdir(tmp_path)
+    port = free_port()
+    save_policy(root.paths.policy_json, BrokerPolicy(port=port))
+    config = write_config(root.paths, load_broker(root.paths.broker_json), port=port, auth_timeout_s=None)
+    proc = subprocess.Popen([nats_server_bin, "-c", str(config), "-l", str(root.paths.broker_log)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        _listening(port, proc)
+        trio.run(_push_root, root, f"nats://127.0.0.1:{port}")
+        yield root
+    finally:
+        proc.terminate()
+        proc.wait(LISTEN_CEILING_S)
 
 
 def mint(root: Root, capsys, *argv: str) -> tuple[int, dict, str]:

@@ -69,7 +69,8 @@ def build_responder(spec: LaneSpec, start: LaneStart, sessions: Sessions) -> tup
             connect_limits=start.limiter,
             recall_ledger=ledger.recall,
             row_expiries=start.row_expiries,
-            confirm_view=view_confirmer(sessions.records),
+            # a replica serves no service endpoints (spec "Callout replicas"): only a full lane's flag
+            confirm_view=view_confirmer(sessions.records, service_endpoints=getattr(spec, "service_endpoints", False)),
             # issue 6 item 6, over the lane's own issuer session (issue 15 item 4)
             issue_authority=ConnectAuthority(sessions.issued, read_ledger=read_ledger),
         ),

@@ -52,7 +52,7 @@ AUTHORITY_MARGIN_S = 0.2
 
 INTERNAL_ERROR_REASON = "internal error in the auth callout - see the auth service log"
 # Views whose bearer names a record the callout confirms at connect (spec "Listener policy").
-RECORD_BOUND_VIEWS = frozenset({"manager-caller", "session-caller"})
+RECORD_BOUND_VIEWS = frozenset({"manager-caller", "session-caller", "service-host"})
 NO_CONFIRM = "connect to a member of the space's callout queue that reads its records store"
 
 

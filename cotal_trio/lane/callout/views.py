@@ -5,7 +5,11 @@ bearer to one chat session (docs/managers-and-sessions.md). The bearer outlives 
 authority: at each connect the callout reads the record again (``mgr.<owner>.<instanceId>`` in
 ``cotal_records_<space>``, ``s.<sessionId>`` in ``cotal_sessions_<space>``) and denies the connect
 once the instance is retired or the session is retired, expired, or belongs to someone else.
-Replicas read the same records over their store user
+A ``service-host`` bearer is bound to one service endpoint registration (``svcep.<endpoint>`` in
+``cotal_records_<space>``): its connect is admitted only while the lane serves service endpoints
+and the registration still names the bearer's principal and instance
+(:func:`~cotal_trio.core.service_endpoints.decide_service_connect`; docs/http-api.md "Service
+endpoints"). Replicas read the same records over their store user
 (:func:`~cotal_trio.lane.service_users.replica_store_permissions`: ``STREAM.MSG.GET`` of both stores).
 """
 
@@ -14,6 +18,8 @@ from __future__ import annotations
 from cotal_trio.core.bearer import ValidatedBearer
 from cotal_trio.core.errors import RefusalCode, Refused, Unavailable
 from cotal_trio.core.managers import ManagerInstance
+from cotal_trio.core.service_endpoints import decide_service_connect
+from cotal_trio.core.views import SERVICE_HOST
 from cotal_trio.core.sessions import ChatSession
 from cotal_trio.lane.callout.ports import ConfirmView
 from cotal_trio.stores.records import RecordsStore
@@ -41,10 +47,15 @@ def _session_live(row: ChatSession | None, bearer: ValidatedBearer, now: float) 
     )  # fmt: skip
 
 
-def view_confirmer(records: RecordsStore) -> ConfirmView:
+def view_confirmer(records: RecordsStore, *, service_endpoints: bool = False) -> ConfirmView:
     """The callout's :data:`~cotal_trio.lane.callout.ports.ConfirmView` over the space's stores.
 
     The returned trio function reads one record per connect of a record-bound view.
+
+    Args:
+        service_endpoints: the lane serves service endpoints (a full lane with
+            ``--service-endpoints`` or ``serviceEndpoints``); without it every ``service-host``
+            connect is denied, before any read. A replica never serves them.
 
     Raises (from the returned function):
         Refused: NOT_GRANTED when the record is gone or no longer the bearer's
@@ -59,6 +70,14 @@ def view_confirmer(records: RecordsStore) -> ConfirmView:
                 if _instance_live(instance, bearer):
                     return
                 raise Refused(RefusalCode.NOT_GRANTED, INSTANCE_GONE.format(id=bearer.manager_instance_id))
+            if bearer.view == SERVICE_HOST:
+                binding = bearer.service_endpoint
+                found = None
+                if service_endpoints and binding is not None:
+                    found = await records.get_service_endpoint(binding.endpoint)
+                record = None if found is None else found[0]
+                decide_service_connect(bearer.owner, bearer.actor, binding, record, serving=service_endpoints)
+                return
             if bearer.view == "session-caller" and bearer.session is not None:
                 row = await records.get_session(bearer.session.session_id)
                 if _session_live(row, bearer, now):

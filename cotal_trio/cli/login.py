@@ -1,0 +1,138 @@
+"""``cotal login`` and ``cotal logout``: a person's session at the space's pinned IdP (issue 19
+item 5; spec "IdP compatibility").
+
+``cotal login --space S`` runs the device-code flow (RFC 8628) against S's IdP: the pin's base URL
+for a real IdP, or the development IdP the running ``cotal up`` serves. It prints the user code and
+the verification address, polls as :func:`cotal_trio.core.device_flow.next_poll` decides, and keeps
+the opaque session 0600 in the user's config folder (:mod:`cotal_trio.state.login_sessions`).
+``cotal exchange`` and ``cotal check --actor A`` then take a fresh IdP JWT from ``GET <base>/token``
+with that session whenever no ``--idp-token`` is given (:func:`cotal_trio.cli._idp_session.session_idp_token`).
+``cotal logout --space S`` signs the session out at the IdP and deletes the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+import trio
+from cyclopts import Parameter
+
+from ..core.device_flow import DeviceAuthorization, Failed, Signed, Wait, next_poll, start_polling
+from ..core.errors import ConfigError, Unavailable
+from ..http.idp_client import poll_device_token, request_device_code, sign_out
+from ..state import load_idp_pin
+from ..state.login_sessions import LoginSession, remove_session, save_session
+from ._idp_session import idp_base_url, kept_session
+from .common import Where
+from .exits import ExitCode
+
+__all__ = ["DEFAULT_CLIENT_ID", "login", "logout", "run_device_login"]
+
+# The client_id the device flow presents (a Better Auth IdP may restrict it with validateClient).
+DEFAULT_CLIENT_ID = "cotal-cli"
+
+
+async def run_device_login(
+    base: str, *, space: str, client_id: str, show: Callable[[DeviceAuthorization], Awaitable[None]],
+    clock: Callable[[], float] = time.time, sleep: Callable[[float], Awaitable[None]] = trio.sleep,
+) -> Signed:
+    """Run the device-code flow against the IdP at ``base`` until it ends (trio).
+
+    Args:
+        base: the IdP base URL (https, or loopback http).
+        space: the space (named in every remedy).
+        client_id: the device flow's ``client_id``.
+        show: awaited once with the device code, before the first poll (the CLI prints it).
+        clock: unix seconds now; sleep: waits that many seconds (a test passes its own pair).
+
+    Returns:
+        The session the IdP answered once the person approved.
+
+    Raises:
+        ConfigError: the IdP refused to start, or the flow ended without a session
+            (``expired_token``, ``access_denied``, another error): the sentence names
+            ``cotal login --space S`` again. Unavailable: the IdP could not be reached.
+
+    Bounded: it never polls past the code's ``expires_in`` (:func:`next_poll`).
+    """
+    answer = await trio.to_thread.run_sync(functools.partial(request_device_code, base, client_id=client_id))
+    authorization = DeviceAuthorization.from_answer(answer, idp=base)
+    await show(authorization)
+    action = start_polling(authorization, space=space, now=clock())
+    poll = functools.partial(poll_device_token, base, device_code=authorization.device_code, client_id=client_id)
+    while isinstance(action, Wait):
+        await sleep(max(0.0, action.until - clock()))
+        polled = await trio.to_thread.run_sync(poll)
+        action = next_poll(action.state, polled, clock())
+    if isinstance(action, Failed):
+        raise ConfigError(action.reason)
+    return action
+
+
+async def _print_code(authorization: DeviceAuthorization) -> None:
+    print(f"To sign in, open {authorization.verification_uri} and enter the code: {authorization.user_code}")
+    if authorization.verification_uri_complete:
+        print(f"  (or open {authorization.verification_uri_complete})")
+    print(f"Waiting for the approval (the code expires in {authorization.expires_in_s} s) ...", flush=True)
+
+
+async def login(
+    *,
+    client_id: Annotated[str, Parameter(help="The client_id the device flow presents to the IdP.")] = DEFAULT_CLIENT_ID,
+    where: Where = Where(),
+) -> int:
+    """Log in as a person at the space's pinned IdP (the device-code flow) and keep the session.
+
+    Prints a user code and the address to approve it at, waits for the approval, then keeps the
+    IdP session 0600 in $XDG_CONFIG_HOME/cotal/sessions/ (default ~/.config/cotal/sessions/),
+    signing out the session it replaces.
+    `cotal exchange` and `cotal check --actor A` use it when no --idp-token is given; `cotal
+    logout` revokes it. With the development IdP (`cotal up` without --idp), approve the code with
+    `cotal dev-idp approve --user-code <code> --sub <you>`.
+    """
+    space_paths = where.provisioned()
+    pin, base = idp_base_url(space_paths)
+    signed = await run_device_login(base, space=space_paths.space, client_id=client_id, show=_print_code)
+    now = int(time.time())
+    expires = now + signed.expires_in_s if signed.expires_in_s is not None else None
+    path, earlier = kept_session(space_paths, pin)
+    if earlier is not None:  # replaced: sign the old session out too, or it stays live with no handle
+        with contextlib.suppress(ConfigError, Unavailable):
+            await trio.to_thread.run_sync(sign_out, base, earlier.session)
+    record = LoginSession(space=space_paths.space, issuer=pin.issuer, idp_url=base, session=signed.session,
+                          created_at=now, expires_at=expires)  # fmt: skip
+    await trio.to_thread.run_sync(save_session, path, record)
+    print(f"logged in to space {space_paths.space} at {pin.issuer}; the session is kept in {path}")
+    return ExitCode.OK
+
+
+async def logout(*, where: Where = Where()) -> int:
+    """Revoke your login session for the space at its IdP and delete it.
+
+    A later `cotal exchange` without --idp-token then asks for `cotal login` again. With the
+    development IdP and no `cotal up` running, the file is deleted (that IdP's sessions end with
+    its process).
+    """
+    space_paths = where.provisioned()
+    pin = load_idp_pin(space_paths.idp_json)
+    path, kept = kept_session(space_paths, pin)
+    if kept is None:
+        print(f"not logged in to space {space_paths.space} - nothing to revoke")
+        return ExitCode.OK
+    try:
+        _, base = idp_base_url(space_paths)
+        await trio.to_thread.run_sync(sign_out, base, kept.session)
+    except ConfigError:  # the dev IdP is not served: its in-memory sessions are gone with it
+        print(f"cotal: the development IdP of space {space_paths.space} is not running; its sessions ended"
+              " with it", file=sys.stderr)  # fmt: skip
+    except Unavailable as exc:
+        raise Unavailable(f"{exc} - the session is kept; run `cotal logout --space {space_paths.space}` again") from None
+    await trio.to_thread.run_sync(remove_session, path)
+    print(f"logged out of space {space_paths.space}; the session is revoked and {path} deleted")
+    return ExitCode.OK
+

@@ -1,0 +1,99 @@
+"""Issue 19 item 5: ``cotal login`` as a person, end to end against ``cotal up``'s development IdP
+and a real nats-server (spec "IdP compatibility": the device-code endpoints and an opaque
+revocable session).
+
+The person runs ``cotal login --space alpha`` (a real process), approves the printed code with
+``cotal dev-idp approve``, and the session lands 0600 in their config folder; ``cotal exchange``
+without ``--idp-token`` then mints a bearer that connects, and ``cotal check --actor`` passes on
+it; a second login signs the session it replaces out. ``cotal logout`` revokes it at the IdP: a later exchange asks for ``cotal login``, and the old
+session, put back, is refused by the IdP with the same remedy. A denied code ends the login with
+``access_denied``'s sentence.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import stat
+
+import pytest
+import trio
+
+from cotal_trio.devidp import DevicePolicy
+from cotal_trio.http.idp_client import SessionRejected, fetch_session_token
+from tests.support.cli_root import cotal
+from tests.support.login import round_trip, finish, person_env, session_files, start_login
+from tests.support.stack import SPACE, client, start_stack
+
+CEILING_S = 60
+# A 1 s interval keeps the test short; the polling rules are the same (tests/core/test_device_flow.py).
+POLICY = DevicePolicy(interval_s=1, expires_in_s=120)
+
+
+@pytest.mark.broker
+async def test_login_exchange_check_and_logout(nursery, tmp_path, nats_server_bin, capsys, monkeypatch):
+    stack = await start_stack(nursery, tmp_path, nats_server_bin, dev_idp_device=POLICY)
+    stack.grant("alice", "cli")
+    env = person_env(tmp_path)
+    for name in ("XDG_CONFIG_HOME", "HOME"):  # the in-process commands are the same person
+        monkeypatch.setenv(name, env[name])
+    where = ("--space", SPACE, "--root", str(stack.paths.root))
+    with trio.fail_after(CEILING_S):
+        code, out, err = await cotal(capsys, "exchange", "--actor", "cli", *where)
+        assert (code, out) == (1, "")
+        assert f"you are not logged in to space {SPACE} - run `cotal login --space {SPACE}`" in err
+
+        process, user_code = await start_login(nursery, stack.paths.root, SPACE, env)
+        approved = await cotal(capsys, "dev-idp", "approve", "--user-code", user_code, "--sub", "alice", *where)
+        assert approved == (0, f"approved {user_code} for alice\n", "")
+        code, out, err = await finish(process)
+        assert code == 0, err
+        (kept,) = session_files(tmp_path)
+        assert f"logged in to space {SPACE} at {stack.info.pin.issuer}; the session is kept in {kept}" in out
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+
+        code, bearer, err = await cotal(capsys, "exchange", "--actor", "cli", *where)
+        assert code == 0, err
+        async with client(stack, bearer.strip()) as conn:
+            await round_trip(conn, SPACE)
+        code, out, err = await cotal(capsys, "check", "--actor", "cli", *where)
+        assert code == 0, err
+        assert out.endswith("check passed\n")
+
+        first = json.loads(kept.read_text())["session"]
+        process, user_code = await start_login(nursery, stack.paths.root, SPACE, env)  # log in again
+        await cotal(capsys, "dev-idp", "approve", "--user-code", user_code, "--sub", "alice", *where)
+        assert (await finish(process))[0] == 0
+        assert json.loads(kept.read_text())["session"] != first
+        with pytest.raises(SessionRejected):  # the replaced session was signed out
+            await trio.to_thread.run_sync(functools.partial(fetch_session_token, stack.info.dev_idp_url, first, relogin="x"))
+
+        shutil.copy(kept, tmp_path / "kept-session.json")
+        code, out, err = await cotal(capsys, "logout", *where)
+        assert (code, err) == (0, "")
+        assert out == f"logged out of space {SPACE}; the session is revoked and {kept} deleted\n"
+        assert session_files(tmp_path) == []
+        code, out, err = await cotal(capsys, "exchange", "--actor", "cli", *where)
+        assert code == 1 and f"run `cotal login --space {SPACE}`" in err
+
+        shutil.copy(tmp_path / "kept-session.json", kept)  # the revoked session, as a copy would hold it
+        code, out, err = await cotal(capsys, "exchange", "--actor", "cli", *where)
+    assert (code, out) == (1, "")
+    assert "no longer accepts your login session (revoked, signed out or expired)" in err
+    assert f"run `cotal login --space {SPACE}`" in err
+
+
+@pytest.mark.broker
+async def test_a_denied_code_ends_the_login(nursery, tmp_path, nats_server_bin, capsys):
+    stack = await start_stack(nursery, tmp_path, nats_server_bin, dev_idp_device=POLICY)
+    env = person_env(tmp_path)
+    where = ("--space", SPACE, "--root", str(stack.paths.root))
+    with trio.fail_after(CEILING_S):
+        process, user_code = await start_login(nursery, stack.paths.root, SPACE, env)
+        denied = await cotal(capsys, "dev-idp", "deny", "--user-code", user_code, "--sub", "alice", *where)
+        assert denied == (0, f"denied {user_code}\n", "")
+        code, _, err = await finish(process)
+    assert code == 1
+    assert f"the sign-in was denied at the IdP - run `cotal login --space {SPACE}` again and approve the code" in err
+    assert session_files(tmp_path) == []

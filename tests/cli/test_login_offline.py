@@ -1,0 +1,41 @@
+"""Issue 19 item 5: ``cotal login``/``logout``/``exchange`` on a root nothing serves - each says
+what to run, and ``cotal logout`` still deletes the session of a development IdP that is gone."""
+
+from __future__ import annotations
+
+import os
+
+from cotal_trio.state.login_sessions import LoginSession, save_session, session_path
+from tests.support.cli_root import SPACE
+
+
+def _keep(root, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    path = session_path(os.environ, space=SPACE, issuer=root.idp.issuer)
+    save_session(path, LoginSession(space=SPACE, issuer=root.idp.issuer, idp_url="http://127.0.0.1:9",
+                                    session="gone", created_at=1, expires_at=None))  # fmt: skip
+    return path
+
+
+def test_login_without_cotal_up_names_it(root, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    code, out, err = root.run(capsys, "login", "--space", SPACE)
+    assert (code, out) == (1, "")
+    assert err == (f"cotal: space {SPACE} uses the development IdP, which only a running `cotal up` serves - start"
+                   f" `cotal up --space {SPACE}` and retry\n")  # fmt: skip
+
+
+def test_logout_deletes_the_session_of_a_dev_idp_that_is_gone(root, capsys, tmp_path, monkeypatch):
+    path = _keep(root, tmp_path, monkeypatch)
+    code, out, err = root.run(capsys, "logout", "--space", SPACE)
+    assert code == 0 and not path.exists()
+    assert "its sessions ended with it" in err
+    assert root.run(capsys, "logout", "--space", SPACE)[1] == f"not logged in to space {SPACE} - nothing to revoke\n"
+
+
+def test_an_unreadable_session_file_is_named(root, capsys, tmp_path, monkeypatch):
+    path = _keep(root, tmp_path, monkeypatch)
+    path.write_text("{")
+    code, out, err = root.run(capsys, "logout", "--space", SPACE)
+    assert code == 1
+    assert err == f"cotal: the login session file {path} is unreadable - remove it and run `cotal login --space {SPACE}`\n"

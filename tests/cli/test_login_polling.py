@@ -1,0 +1,108 @@
+"""Issue 19 item 5: ``cotal login``'s polling against the development IdP over real HTTP, with one
+clock the test owns for both sides (RFC 8628 section 3.5), so ``slow_down`` and ``expired_token``
+happen without waiting.
+
+:func:`run_device_login` takes its clock and sleep as ports; the dev IdP app takes the same clock.
+The test's sleep moves the shared clock: by exactly what was asked, or less (a poll that comes
+too early, which the IdP answers with ``slow_down``), or more (the laptop slept past the code's
+lifetime, which the IdP answers with ``expired_token``). The sleeps the login asked for are the
+assertion: 5 s, then 10 s after ``slow_down``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import trio
+
+from cotal_trio.cli.login import run_device_login
+from cotal_trio.core.device_flow import DeviceAuthorization
+from cotal_trio.core.errors import ConfigError
+from cotal_trio.devidp import DevicePolicy, build_dev_idp_app, create_dev_idp, mint_dev_token
+from cotal_trio.http.idp_client import answer_user_code, fetch_session_token
+from cotal_trio.http.serve import serve_app
+
+CEILING_S = 20
+T0 = 1_800_000_000.0
+MATERIAL = create_dev_idp(lambda n: bytes(range(n)))
+
+
+class SharedClock:
+    """Unix seconds for the IdP and the login; ``sleep`` moves it by ``steps`` in turn (the
+    asked-for seconds when the steps run out) and records what was asked."""
+
+    def __init__(self, *steps: float) -> None:
+        self.now, self.steps, self.asked = T0, list(steps), []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        self.now += self.steps.pop(0) if self.steps else seconds
+        await trio.lowlevel.checkpoint()
+
+
+async def _idp(nursery: trio.Nursery, clock: SharedClock, policy: DevicePolicy) -> str:
+    app = build_dev_idp_app(MATERIAL, device=policy, clock=clock)
+    port = await nursery.start(functools.partial(serve_app, app))
+    return f"http://127.0.0.1:{port}"
+
+
+def _person(base: str, clock: SharedClock, *, approve: bool):
+    """The ``show`` port: the person reads the code and approves (or denies) it at once."""
+
+    async def show(authorization: DeviceAuthorization) -> None:
+        bearer = mint_dev_token(MATERIAL, sub="alice", now=int(clock()))
+        decide = functools.partial(answer_user_code, base, user_code=authorization.user_code, bearer=bearer, approve=approve)
+        await trio.to_thread.run_sync(decide)
+
+    return show
+
+
+async def nobody(authorization: DeviceAuthorization) -> None:
+    """The ``show`` port of a person who never answers the code."""
+    await trio.lowlevel.checkpoint()
+
+
+async def test_slow_down_adds_five_seconds_then_the_login_succeeds(nursery):
+    clock = SharedClock(1)  # the first wait ends after 1 s of the 5 asked: too early
+    base = await _idp(nursery, clock, DevicePolicy(interval_s=5, expires_in_s=600))
+    with trio.fail_after(CEILING_S):
+        signed = await run_device_login(base, space="alpha", client_id="cotal-cli", show=_person(base, clock, approve=True),
+                                        clock=clock, sleep=clock.sleep)  # fmt: skip
+        jwt = await trio.to_thread.run_sync(functools.partial(fetch_session_token, base, signed.session, relogin="x"))
+    assert clock.asked == [5, 10]  # slow_down: the interval grew from 5 s to 10 s
+    assert clock.now == T0 + 11
+    assert jwt.count(".") == 2
+
+
+async def test_expired_token_names_cotal_login_again(nursery):
+    clock = SharedClock(700)  # the machine slept past the code's 600 s
+    base = await _idp(nursery, clock, DevicePolicy(interval_s=5, expires_in_s=600))
+    with trio.fail_after(CEILING_S), pytest.raises(ConfigError) as caught:
+        await run_device_login(base, space="alpha", client_id="cotal-cli", show=nobody, clock=clock, sleep=clock.sleep)
+    assert str(caught.value) == (
+        "the user code expired before it was approved - run `cotal login --space alpha` again and approve the new"
+        " code in time"
+    )
+    assert clock.asked == [5]  # one poll: the IdP said expired_token
+
+
+async def test_an_unapproved_code_stops_polling_at_its_expiry(nursery):
+    """The person never approves: polls every 5 s, and none after the code's 12 s lifetime."""
+    clock = SharedClock()
+    base = await _idp(nursery, clock, DevicePolicy(interval_s=5, expires_in_s=12))
+    with trio.fail_after(CEILING_S), pytest.raises(ConfigError, match="the user code expired before it was approved"):
+        await run_device_login(base, space="alpha", client_id="cotal-cli", show=nobody, clock=clock, sleep=clock.sleep)
+    assert clock.asked == [5, 5]
+    assert clock.now == T0 + 10
+
+
+async def test_access_denied_names_cotal_login_again(nursery):
+    clock = SharedClock()
+    base = await _idp(nursery, clock, DevicePolicy(interval_s=5, expires_in_s=600))
+    with trio.fail_after(CEILING_S), pytest.raises(ConfigError, match="denied at the IdP - run `cotal login --space alpha` again"):
+        await run_device_login(base, space="alpha", client_id="cotal-cli", show=_person(base, clock, approve=False),
+                               clock=clock, sleep=clock.sleep)  # fmt: skip

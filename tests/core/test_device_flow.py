@@ -1,0 +1,100 @@
+"""The device-code login's polling decision (core/device_flow.py; spec "IdP compatibility",
+RFC 8628 sections 3.2 and 3.5): one row per answer the IdP can give."""
+
+from __future__ import annotations
+
+import pytest
+
+from cotal_trio.core.device_flow import (
+    DEFAULT_INTERVAL_S,
+    DeviceAuthorization,
+    Failed,
+    PollState,
+    Signed,
+    Wait,
+    next_poll,
+    start_polling,
+)
+from cotal_trio.core.errors import ConfigError
+
+NOW = 1_800_000_000.0
+STATE = PollState(space="alpha", interval_s=5, expires_at=NOW + 600)
+CODE = {
+    "device_code": "d" * 64, "user_code": "BCDF-GHJK", "verification_uri": "http://127.0.0.1:9/device",
+    "verification_uri_complete": "http://127.0.0.1:9/device?user_code=BCDF-GHJK", "expires_in": 600, "interval": 5,
+}  # fmt: skip
+AGAIN = "run `cotal login --space alpha` again"
+
+
+def _error(code: str, description: str = "") -> tuple[int, dict]:
+    return 400, {"error": code, **({"error_description": description} if description else {})}
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ((200, {"access_token": "s3cr3t", "token_type": "Bearer", "expires_in": 604800}),
+         Signed(session="s3cr3t", expires_in_s=604800)),
+        ((200, {"access_token": "s3cr3t"}), Signed(session="s3cr3t", expires_in_s=None)),
+        (_error("authorization_pending"), Wait(until=NOW + 5, state=STATE)),
+        # RFC 8628 3.5: slow_down adds 5 s to the interval, for this and every later poll.
+        (_error("slow_down"), Wait(until=NOW + 10, state=PollState(space="alpha", interval_s=10, expires_at=NOW + 600))),
+        (_error("expired_token"), Failed(error="expired_token", reason=(
+            f"the user code expired before it was approved - {AGAIN} and approve the new code in time"))),
+        (_error("access_denied"), Failed(error="access_denied", reason=(
+            f"the sign-in was denied at the IdP - {AGAIN} and approve the code"))),
+        (_error("invalid_grant", "unknown device code"), Failed(error="invalid_grant", reason=(
+            f"the IdP refused the login (invalid_grant: unknown device code) - {AGAIN}"))),
+        ((200, {"token_type": "Bearer"}), Failed(error="invalid_response", reason=(
+            f"the IdP refused the login (HTTP 200) - {AGAIN}"))),
+        ((500, {"message": "boom"}), Failed(error="invalid_response", reason=(
+            f"the IdP refused the login (None: boom) - {AGAIN}"))),
+    ],
+    ids=["signed", "signed-no-lifetime", "pending", "slow-down", "expired", "denied", "other-error", "no-token", "5xx"],
+)
+def test_next_poll_decides_each_answer(answer, expected):
+    assert next_poll(STATE, answer, NOW) == expected
+
+
+def test_slow_down_accumulates():
+    wait = next_poll(STATE, _error("slow_down"), NOW)
+    again = next_poll(wait.state, _error("slow_down"), NOW + 10)
+    assert again == Wait(until=NOW + 25, state=PollState(space="alpha", interval_s=15, expires_at=NOW + 600))
+    # a later authorization_pending keeps the grown interval
+    assert next_poll(again.state, _error("authorization_pending"), NOW + 25).until == NOW + 40
+
+
+def test_polling_is_bounded_by_the_codes_lifetime():
+    """A pending answer whose next poll would fall at or after the expiry ends the flow, even
+    against an IdP that never says expired_token."""
+    late = next_poll(STATE, _error("authorization_pending"), NOW + 595)
+    assert isinstance(late, Failed) and late.error == "expired_token"
+    slowed = next_poll(STATE, _error("slow_down"), NOW + 591)
+    assert isinstance(slowed, Failed) and slowed.error == "expired_token"
+
+
+def test_start_polling_waits_one_interval():
+    authorization = DeviceAuthorization.from_answer(CODE, idp="http://idp")
+    assert start_polling(authorization, space="alpha", now=NOW) == Wait(until=NOW + 5, state=STATE)
+
+
+def test_a_missing_interval_means_five_seconds():
+    authorization = DeviceAuthorization.from_answer({k: v for k, v in CODE.items() if k != "interval"}, idp="http://idp")
+    assert authorization.interval_s == DEFAULT_INTERVAL_S == 5
+    assert authorization.verification_uri_complete == CODE["verification_uri_complete"]
+
+
+@pytest.mark.parametrize(
+    ("change", "member"),
+    [({"device_code": ""}, "device_code"), ({"user_code": 7}, "user_code"), ({"verification_uri": None}, "verification_uri"),
+     ({"expires_in": 0}, "expires_in"), ({"expires_in": "600"}, "expires_in"), ({"interval": -1}, "interval"),
+     ({"interval": True}, "interval")],
+)
+def test_a_device_code_answer_of_another_shape_is_named(change, member):
+    with pytest.raises(ConfigError, match=f"without a valid {member} - it does not speak the device-code flow"):
+        DeviceAuthorization.from_answer({**CODE, **change}, idp="http://idp")
+
+
+def test_an_interval_of_zero_still_waits_a_second():
+    authorization = DeviceAuthorization.from_answer({**CODE, "interval": 0}, idp="http://idp")
+    assert start_polling(authorization, space="alpha", now=NOW).until == NOW + 1
