@@ -57,7 +57,7 @@ from typing import NoReturn
 import trio
 
 from cotal_trio.core.errors import Unavailable
-from cotal_trio.natsio import Connection, Subscription, open_loop
+from cotal_trio.natsio import CalloutConnection, Connection, NativeSubscription, Subscription, open_loop
 from cotal_trio.stores.issuance import RowExpiries, issuance_store
 from cotal_trio.lane.sweep import run_issuance_sweep
 from cotal_trio.stores.issued import IssuedStores, IssuedStoresMissing
@@ -157,7 +157,8 @@ async def _take_space(nursery: trio.Nursery, spec: LaneSpec, sessions: Sessions,
 
 
 async def _drain(
-    space: str, subscription: Subscription, responder: CalloutResponder, conn: Connection, faces: Faces
+    space: str, subscription: Subscription | NativeSubscription, responder: CalloutResponder, conn: CalloutConnection,
+    faces: Faces,
 ) -> None:
     """A stopping lane: take no new request, let the in-flight ones answer (issue 15 item 8).
 
@@ -247,7 +248,7 @@ def _warn_above(space: str, copies: Mapping[str, int], replicas: int) -> None:
         )
 
 
-async def _until_lost(space: str, stopping: trio.Event, **conns: Connection) -> None:
+async def _until_lost(space: str, stopping: trio.Event, **conns: CalloutConnection) -> None:
     """Trio: wait until ``stopping`` is set (return) or one of the lane's connections closes
     for good (raise naming it).
 
@@ -275,6 +276,6 @@ async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-async def _cancel_when_closed(conn: Connection, scope: trio.CancelScope) -> None:
+async def _cancel_when_closed(conn: CalloutConnection, scope: trio.CancelScope) -> None:
     await conn.closed.wait()
     scope.cancel()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import secrets
@@ -45,7 +46,7 @@ from cotal_trio.core import wire
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.issuance import ISSUANCE_KEY_PREFIX
 from cotal_trio.core.profiles import issuer_permissions, provisioner_permissions
-from cotal_trio.natsio import Connection, open_connection
+from cotal_trio.natsio import Connection, open_connection, open_native_connection, speaks_native
 from cotal_trio.state import SpaceMaterial
 from cotal_trio.stores.issued import IssuedStores
 
@@ -177,6 +178,7 @@ def new_inbox_nonce() -> str:
 async def open_service_user(
     material: SpaceMaterial, server_url: str, *, name: str,
     permissions: Callable[[str], Mapping[str, Any]] | Mapping[str, Any], iat: int, exp: int | None, reconnect: bool,
+    native: bool = False,
 ) -> AsyncIterator[Connection]:
     """Trio-flavoured async context manager: a connection as a fresh data-account service user.
 
@@ -193,6 +195,10 @@ async def open_service_user(
             a function of the inbox nonce returning them.
         iat, exp: unix seconds; ``exp`` None for a user that never expires.
         reconnect: as :func:`~cotal_trio.natsio.open_connection`.
+        native: over :func:`~cotal_trio.natsio.open_native_connection` (trio sockets, no
+            asyncio bridge; ``nats://`` seeds only), duck-typed as a ``Connection`` for the
+            JetStream calls of natsio (request, request_many, requests_sent, publish), not for
+            ``pull_next``. The issuer session's writes at connect ride it (issue 14).
 
     Raises:
         Unavailable: the broker refused the connect or did not answer.
@@ -203,8 +209,9 @@ async def open_service_user(
     else:
         allowed, prefix = permissions, None
     creds = mint_service_user(material, name=name, permissions=allowed, iat=iat, exp=exp)
-    async with open_connection(server_url, creds=creds, name=name, inbox_prefix=prefix, reconnect=reconnect) as conn:
-        yield conn
+    opener = open_native_connection if native else open_connection
+    async with opener(server_url, creds=creds, name=name, inbox_prefix=prefix, reconnect=reconnect) as conn:
+        yield typing.cast(Connection, conn)
 
 
 def renewal_times(lifetime_s: int, remaining_s: float) -> tuple[float, float]:
@@ -389,7 +396,8 @@ class IssuerSession(RenewedUser):
 
     Args:
         lifetime_s: :data:`ISSUER_LIFETIME_S`; tests shorten it (at least 3).
-        others: as :class:`RenewedUser`.
+        others: as :class:`RenewedUser`; without ``open_user`` each session is native
+            (:func:`open_service_user` with ``native``) on ``nats://`` seeds (issue 14).
 
     Raises:
         ValueError: ``lifetime_s`` under 3.
@@ -404,7 +412,9 @@ class IssuerSession(RenewedUser):
         super().__init__(
             material, server_url, what="issuer session", name=f"cotal:issuer:{space}",
             permissions=lambda nonce: issuer_permissions(space=space, inbox_nonce=nonce).to_nats(),
-            lifetime_s=lifetime_s, clock=clock, reconnect=reconnect, open_user=open_user,
+            lifetime_s=lifetime_s, clock=clock, reconnect=reconnect,
+            # the connect's issued-authority writes on trio sockets, without the bridge (issue 14)
+            open_user=open_user or functools.partial(open_service_user, native=speaks_native(server_url)),
         )  # fmt: skip
 
     async def run(self, *, task_status: trio.TaskStatus[IssuedStores] = trio.TASK_STATUS_IGNORED) -> None:  # type: ignore[override]

@@ -22,14 +22,20 @@ import trio
 
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.core.limits import ConnectLimiter
-from cotal_trio.natsio import Connection, open_connection
+from cotal_trio.natsio import CalloutConnection, Connection, open_connection, open_native_connection, speaks_native
 from cotal_trio.state import IssuerKeys, LedgerReader, SpaceMaterial, load_issuer_keys, load_space
 from cotal_trio.stores.issuance import RowExpiries
 from cotal_trio.stores.issued import IssuedStores
 from cotal_trio.stores.records import RecordsStore
 from cotal_trio.lane.metrics import LaneMetrics
 from cotal_trio.lane.refusals import name_callout_refusal
-from cotal_trio.lane.service_users import IssuerSession, RenewedUser, replica_store_permissions, store_permissions
+from cotal_trio.lane.service_users import (
+    IssuerSession,
+    RenewedUser,
+    open_service_user,
+    replica_store_permissions,
+    store_permissions,
+)
 from cotal_trio.lane.spec import FullLane, LaneSpec, ReplicaLane
 
 __all__ = ["LaneStart", "Sessions", "open_sessions"]
@@ -79,14 +85,15 @@ class Sessions:
     """A lane's connections (each allow-list is what the lane does with it).
 
     Attributes:
-        callout: the callout user's connection (the subscription, the replies).
+        callout: the callout user's connection (the subscription, the replies): trio-native on
+            ``nats://`` seeds, without the asyncio bridge (issue 14), nats-py's on ``tls://``.
         store: the data-account store session, renewed; what it is repoints itself to each
             renewal.
         issued: the issued stores over the lane's issuer session, renewed likewise.
         records: the records and sessions stores over ``store``.
     """
 
-    callout: Connection
+    callout: CalloutConnection
     store: Connection
     issued: IssuedStores
     records: RecordsStore
@@ -111,8 +118,10 @@ async def open_sessions(spec: LaneSpec, material: SpaceMaterial) -> AsyncIterato
 
 
 @contextlib.asynccontextmanager
-async def _open_callout(spec: LaneSpec, material: SpaceMaterial, creds: str, name: str) -> AsyncIterator[Connection]:
-    """The lane's callout connection; a refused connect is named where it is refused (issue 15
+async def _open_callout(spec: LaneSpec, material: SpaceMaterial, creds: str, name: str) -> AsyncIterator[CalloutConnection]:
+    """The lane's callout connection: :func:`~cotal_trio.natsio.open_native_connection` when
+    every seed is ``nats://`` (the callout's hot path on trio sockets, issue 14), else
+    :func:`~cotal_trio.natsio.open_connection`; both reconnect alike. A refused connect is named where it is refused (issue 15
     item 10: :func:`~cotal_trio.lane.refusals.name_callout_refusal`), so every host shows the
     missing ``auth_users`` entry and its remedy, not the bare ``Authorization Violation``.
 
@@ -123,7 +132,8 @@ async def _open_callout(spec: LaneSpec, material: SpaceMaterial, creds: str, nam
     connected = False
     url = spec.common.callout_url or spec.common.server_url  # a leaf node's replica answers there
     try:
-        async with open_connection(url, creds=creds, name=name, reconnect=spec.common.reconnect) as conn:
+        opener = open_native_connection if speaks_native(url) else open_connection
+        async with opener(url, creds=creds, name=name, reconnect=spec.common.reconnect) as conn:
             connected = True
             yield conn
     except Unavailable as refused:
@@ -144,7 +154,9 @@ async def _open_store(spec: LaneSpec, material: SpaceMaterial) -> AsyncIterator[
     see a gap. Raises ``Unavailable`` when the first session is refused, or when one expires with
     no renewal let in (which ends the lane).
 
-    Its allow-list is exactly what the lane does with it (issue 15 item 4; docs/wire-layout.md
+    Over trio sockets (:func:`~cotal_trio.natsio.open_native_connection`) on ``nats://`` seeds:
+    every call the lane makes on it is a JetStream request, and the issuance row at connect
+    rides it (issue 14). Its allow-list is exactly what the lane does with it (issue 15 item 4; docs/wire-layout.md
     "The service's own users"): :func:`~cotal_trio.lane.service_users.store_permissions` for a
     full lane, :func:`~cotal_trio.lane.service_users.replica_store_permissions` for a replica
     (it creates no store). Must be entered inside the lane's ``open_loop()``.
@@ -159,6 +171,8 @@ async def _open_store(spec: LaneSpec, material: SpaceMaterial) -> AsyncIterator[
         material, spec.common.server_url, what="store session", name=f"cotal:auth-store:{space}",
         permissions=functools.partial(permissions, space), lifetime_s=spec.common.store_lifetime_s, clock=spec.common.clock,
         reconnect=spec.common.reconnect, watched=True,  # `_until_lost` names a dropped store connection
+        # the issuance row at connect (and the lane's other store calls) on trio sockets (issue 14)
+        open_user=functools.partial(open_service_user, native=speaks_native(spec.common.server_url)),
     )  # fmt: skip
     async with _session_task(user.run) as conn:
         yield typing.cast(Connection, conn)

@@ -1,5 +1,11 @@
 """natsio: nats-py under trio-asyncio, the only asyncio-flavoured package (DESIGN.md section 3).
 
+Beside it, :func:`open_native_connection` (``_native.py``) speaks the NATS client protocol on
+trio sockets, with no asyncio and no ``open_loop``: the callout lane's hot path (its callout,
+store and issuer connections on ``nats://`` seeds, issue 14). It offers the calls of
+:class:`Connection` that the lane and the JetStream client use (``subscribe``, ``publish``,
+``publish_nowait``, ``request``, ``request_many``, ``requests_sent``, ``flush``, ``closed``).
+
 Everything exported here is trio-flavoured: callers never see asyncio, nats-py or trio-asyncio
 types, and each function's docstring states its flavour ("sync" for the few plain calls).
 
@@ -39,6 +45,14 @@ How a call crosses the bridge (every async method of :class:`Connection`):
 """
 
 from ._conn import Connection, Message, NoResponders, Subscription, open_connection
+from ._native import (
+    CalloutConnection,
+    NativeConnection,
+    NativeStatistics,
+    NativeSubscription,
+    open_native_connection,
+    speaks_native,
+)
 from ._js import (
     ERRORS,
     Publish,
@@ -111,7 +125,13 @@ __all__ = [
     "js_publish",
     "js_publish_many",
     "js_publishes_sent",
+    "CalloutConnection",
     "Connection",
+    "NativeConnection",
+    "NativeStatistics",
+    "NativeSubscription",
+    "open_native_connection",
+    "speaks_native",
     "KeyExists",
     "KvEntry",
     "Message",

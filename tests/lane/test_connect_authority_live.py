@@ -25,6 +25,7 @@ from cotal_trio.lane.callout.authority import ConnectAuthority
 from cotal_trio.stores.issued import IssuedStores
 from cotal_trio.lane.service_endpoints import open_store_user
 from cotal_trio.natsio import Connection, first_message, open_loop
+from cotal_trio.natsio._native import NATIVE_VERSION
 from cotal_trio.broker.accounts import open_system_connection
 from cotal_trio.state import load_broker, load_space, write_row
 from tests.support.stack import SPACE, Stack, client
@@ -273,13 +274,18 @@ def ref_token(nonce: str, bearer: str) -> str:
     return accepted_token(nonce, _exp(bearer))
 
 
-async def _store_messages(stack: Stack) -> tuple[int, int]:
-    """How many messages the lane's store connection and its issuer session have published
-    (the broker's CONNZ): ``(store, issuer)``."""
+async def _connz(stack: Stack) -> list[dict]:
+    """The broker's CONNZ connections."""
     broker = load_broker(stack.paths.broker_json)
     async with open_loop(), open_system_connection(stack.info.server_url, broker) as system:
         reply = await system.request("$SYS.REQ.SERVER.PING.CONNZ", json.dumps({"limit": 4096}).encode())
-    connections = json.loads(reply.data)["data"]["connections"]
+    return json.loads(reply.data)["data"]["connections"]
+
+
+async def _store_messages(stack: Stack) -> tuple[int, int]:
+    """How many messages the lane's store connection and its issuer session have published
+    (the broker's CONNZ): ``(store, issuer)``."""
+    connections = await _connz(stack)
     [store] = [c for c in connections if c.get("name") == f"cotal:auth-store:{SPACE}"]
     issuer = sum(c["in_msgs"] for c in connections if c.get("name") == f"cotal:issuer:{SPACE}")
     return store["in_msgs"], issuer
@@ -311,6 +317,21 @@ async def test_an_agent_mint_costs_the_store_four_messages(stack, monkeypatch):
     assert min(counts) == (1, 3), counts
     assert len(paths["prepared"]) == 4 and None not in paths["prepared"], paths
     assert paths["after the re-check"] == []
+
+
+async def test_the_lanes_connections_at_connect_are_trio_native(stack):
+    """Issue 14: the callout connection (subscription, replies), the store session (issuance
+    row) and the issuer session (issued-authority writes) speak NATS on trio sockets, without
+    the asyncio bridge: the broker's CONNZ shows each with the native connection's CONNECT
+    version, and an agent connect over them is minted with its rows."""
+    stack.grant("alice", "cli", scope=())
+    bearer = await stack.bearer("alice", "cli")
+    with trio.fail_after(30):
+        async with client(stack, bearer) as conn:
+            assert any(".ep.v1." in s for s in (await _permissions(conn))["pub"]["allow"])
+        versions = {c.get("name"): c.get("version") for c in await _connz(stack)}
+    for name in (f"cotal:auth-service:{SPACE}", f"cotal:auth-store:{SPACE}", f"cotal:issuer:{SPACE}"):
+        assert versions[name] == NATIVE_VERSION, (name, versions)
 
 
 async def test_a_regrant_between_two_connects_gets_the_second_its_rows(stack):

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-from pathlib import Path
 
 import pytest
 import trio
 
-from cotal_trio.broker.process import free_port, run_nats_server
+from cotal_trio.broker.process import free_port
 from cotal_trio.natsio import open_connection, open_loop
 from cotal_trio.natsio._conn import KEEPALIVE_S, MAX_OUTAGE_S, PONG_TIMEOUT_S
+from tests.support.plain_brokers import silent_listener, start_stoppable
 
 pytestmark = pytest.mark.broker
 
@@ -26,21 +25,10 @@ pytestmark = pytest.mark.broker
 CEILING_S = 30.0
 
 
-async def _start(nursery: trio.Nursery, tmp_path: Path, port: int, scope: trio.CancelScope) -> int:
-    config = tmp_path / "plain.conf"
-    config.write_text(f'listen: "127.0.0.1:{port}"\n')
-
-    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
-        with scope:
-            await run_nats_server(config, log_path=tmp_path / "plain.log", port=port, task_status=task_status)
-
-    return await nursery.start(run)
-
-
 @pytest.mark.parametrize("reconnect", [False, True])
 async def test_a_paused_broker_closes_the_connection_within_seconds(nursery, tmp_path, reconnect):
     port, scope = free_port(), trio.CancelScope()
-    pid = await _start(nursery, tmp_path, port, scope)
+    pid = await start_stoppable(nursery, tmp_path, port, scope)
     async with open_loop(), open_connection(f"nats://127.0.0.1:{port}", reconnect=reconnect) as conn:
         await conn.flush()
         os.kill(pid, signal.SIGSTOP)
@@ -61,20 +49,11 @@ async def test_a_reconnect_to_a_listener_that_never_speaks_ends_after_the_outage
     """The broker goes; something accepts on its port and says nothing (no INFO): the reconnect
     attempts hang, and the connection is lost once it has had no broker for MAX_OUTAGE_S."""
     port, scope = free_port(), trio.CancelScope()
-    await _start(nursery, tmp_path, port, scope)
+    await start_stoppable(nursery, tmp_path, port, scope)
     async with open_loop(), open_connection(f"nats://127.0.0.1:{port}", reconnect=True) as conn:
         await conn.flush()
         scope.cancel()  # SIGTERM; the run returns once it has exited
-        with socket.socket() as silent:
-            silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            with trio.fail_after(10):
-                while True:
-                    try:
-                        silent.bind(("127.0.0.1", port))
-                        break
-                    except OSError:
-                        await trio.sleep(0.05)
-            silent.listen(64)  # accepts into the backlog; never reads, never writes
+        async with silent_listener(port):  # accepts into the backlog; never reads, never writes
             gone = trio.current_time()
             with trio.move_on_after(CEILING_S):
                 await conn.closed.wait()
