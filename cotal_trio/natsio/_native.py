@@ -230,6 +230,13 @@ class NativeConnection:
         value = self._info.get("client_id")
         return value if isinstance(value, int) else None
 
+    @property
+    def connected_server_version(self) -> str | None:
+        """The ``version`` the broker we are connected to announced in INFO (``2.10.22``), or
+        None; what :attr:`Connection.connected_server_version` says for a nats-py connection."""
+        version = self._info.get("version")
+        return version if isinstance(version, str) else None
+
     def statistics(self) -> NativeStatistics:
         """Sync: the connection's counters (:class:`NativeStatistics`)."""
         return NativeStatistics(sends=self._sends, sent_bytes=self._sent_bytes, messages=self._messages,

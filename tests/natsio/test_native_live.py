@@ -23,7 +23,7 @@ import trio
 
 from cotal_trio.broker import provision
 from cotal_trio.broker.accounts import open_system_connection, push_accounts
-from cotal_trio.broker.process import free_port
+from cotal_trio.broker.process import find_nats_server, free_port, nats_server_version
 from cotal_trio.core.creds import format_creds, parse_creds
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.natsio import Message, NativeConnection, NoResponders, open_loop, open_native_connection
@@ -83,6 +83,10 @@ async def test_a_user_jwt_connect_subscribes_publishes_and_requests(operator_bro
             assert got[0].reply is None and got[1].reply is not None
             assert conn.last_error is None
             assert conn.client_id is not None
+            # the version INFO announced, as nats-py's connection reports it (the lane's board
+            # shows it: lane/run.py)
+            version = nats_server_version(find_nats_server() or "nats-server")
+            assert conn.connected_server_version == version.removeprefix("v")
 
 
 async def test_a_forged_signature_is_refused_by_name(operator_broker, provisioned):
