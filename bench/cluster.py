@@ -24,11 +24,14 @@ What it does:
      ``--settle`` s passed; connects through every node that is up, none started through the
      node for 1 s before it is stopped (as a load balancer drains one).
 
-   It also polls ``STREAM.INFO`` of the auth bucket's stream every 0.1 s and reports how long it
-   had no leader (JetStream's election: the floor of the failed-connect window, since a connect
-   writes its issuance row there).
+   It also polls ``STREAM.INFO`` of every stream of the space every 0.1 s and reports how long
+   each had no leader (JetStream's election: the floor of the failed-connect window, since a
+   connect writes its issuance row in the auth bucket's stream).
 4. Prints, per scenario, the connects, the failed ones, each window of consecutive failures
-   (seconds from the event) and the longest. It asserts nothing about timing.
+   (seconds from the event) and the longest; where the failures went (the client's error and
+   the node it connected through; the callout lines' outcomes and reasons, read from the
+   services' own log records at INFO); and our connections' disconnect/reconnect lines, which
+   name the node reached. It asserts nothing about timing.
 
 Only 127.0.0.1 is used; the nats-servers are stopped by this process (by pid) and the folder removed.
 """
@@ -36,9 +39,12 @@ Only 127.0.0.1 is used; the nats-servers are stopped by this process (by pid) an
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import functools
+import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -64,7 +70,7 @@ from cotal_trio.http.client import post_exchange, read_service  # noqa: E402
 from cotal_trio.natsio import JetStreamError, js_api, open_connection, open_loop  # noqa: E402
 from cotal_trio.service.hosting import ServiceConfig, run_service  # noqa: E402
 from cotal_trio.state import RootPaths, load_idp_pin, load_owner_secret, load_space, write_row  # noqa: E402
-from cotal_trio.stores.replicas import read_store_replicas  # noqa: E402
+from cotal_trio.stores.replicas import read_store_replicas, space_stream_names  # noqa: E402
 
 SPACE = "alpha"
 NODES = ("n1", "n2", "n3")
@@ -77,6 +83,31 @@ class Attempt:
     started: float
     ended: float
     admitted: bool
+    via: str = ""
+    error: str = ""
+
+
+class Records(logging.Handler):
+    """The services' log records, kept with their monotonic time: a scenario reads the callout
+    lines and our connections' reconnect lines of its own stretch."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((time.monotonic(), record.getMessage()))
+
+
+RECORDS = Records()
+
+
+def stem(line: str) -> str:
+    """A callout line's outcome and the first words of its reason (keys, nonces cut)."""
+    outcome = re.search(r"outcome=(\w+)", line)
+    reason = re.search(r'reason="([^"(]*)', line)
+    at = re.search(r" at=(\w+)", line)
+    return " ".join(x for x in (outcome and outcome[1], at and f"at={at[1]}", reason and reason[1][:70].strip()) if x)
 
 
 def cotal(*args: str) -> str:
@@ -143,26 +174,27 @@ async def lead_from(cluster: Cluster, url: str, leader: str) -> None:
                 await trio.sleep(1)
 
 
-async def leaderless(cluster: Cluster, pick, stop: trio.Event, gaps: list[tuple[float, float]]) -> None:
-    """Poll the auth stream's leader every 0.1 s through the node ``pick()`` names (one that is up),
-    reconnecting when that node goes; append each leaderless stretch (start, end)."""
-    since = None
+async def leaderless(cluster: Cluster, pick, stop: trio.Event, gaps: dict[str, list[tuple[float, float, str]]]) -> None:
+    """Poll every stream's leader of the space every 0.1 s through the node ``pick()`` names (one
+    that is up), reconnecting when that node goes; append each stream's leaderless stretches
+    (start, end, the leader that came back)."""
+    since: dict[str, float] = {}
     while not stop.is_set():
         try:
             async with cluster.admin(cluster.urls[pick()]) as conn:
                 while not stop.is_set():
-                    now = time.monotonic()
-                    try:
-                        with trio.fail_after(1):
-                            info = await js_api(conn, wire.js_stream_info(AUTH_STREAM))
-                        has = bool((info.get("cluster") or {}).get("leader"))
-                    except (JetStreamError, trio.TooSlowError):
-                        has = False
-                    if not has and since is None:
-                        since = now
-                    elif has and since is not None:
-                        gaps.append((since, now))
-                        since = None
+                    for stream in space_stream_names(SPACE):
+                        now = time.monotonic()
+                        try:
+                            with trio.fail_after(0.5):
+                                info = await js_api(conn, wire.js_stream_info(stream))
+                            leader = (info.get("cluster") or {}).get("leader") or ""
+                        except (JetStreamError, trio.TooSlowError):
+                            leader = ""
+                        if not leader and stream not in since:
+                            since[stream] = now
+                        elif leader and stream in since:
+                            gaps.setdefault(stream, []).append((since.pop(stream), now, leader))
                     await trio.sleep(0.1)
         except* (Unavailable, OSError):
             await trio.sleep(0.1)  # the polled node went: the next one up
@@ -179,8 +211,9 @@ def windows(attempts: list[Attempt]) -> list[tuple[float, float]]:
     return found
 
 
-async def connect(cluster: Cluster, url: str, bearer: str, out: list[Attempt]) -> None:
-    started, admitted = time.monotonic(), False
+async def connect(cluster: Cluster, via: str, bearer: str, out: list[Attempt]) -> None:
+    started, admitted, error = time.monotonic(), False, ""
+    url = cluster.urls[via]
     nonce = "ibx" + secrets.token_hex(8)
     creds = cluster.paths.space(SPACE).sentinel_creds.read_text()
     try:
@@ -188,16 +221,18 @@ async def connect(cluster: Cluster, url: str, bearer: str, out: list[Attempt]) -
             async with open_connection(url, creds=creds, token=bearer, name=nonce, inbox_prefix=f"_INBOX_{nonce}", reconnect=False) as conn:
                 await conn.flush()
         admitted = True
-    except* (Exception, trio.TooSlowError):  # noqa: BLE001 - a failed connect is what is counted
-        pass
-    out.append(Attempt(started, time.monotonic(), admitted))
+    except* (Exception, trio.TooSlowError) as group:  # noqa: BLE001 - a failed connect is what is counted
+        first = group.exceptions[0]
+        error = type(first).__name__ + ": " + str(first)[:80]
+    out.append(Attempt(started, time.monotonic(), admitted, via, error))
 
 
 async def scenario(cluster: Cluster, name: str, bearers: list[str], args) -> None:
     up = {"kill": ["n2", "n3"], "term": ["n2", "n3"], "rolling": list(NODES)}[name]
     down: set[str] = set()
     attempts: list[Attempt] = []
-    gaps: list[tuple[float, float]] = []
+    gaps: dict[str, list[tuple[float, float, str]]] = {}
+    first_line = len(RECORDS.lines)
     stop = trio.Event()
     events: list[tuple[str, float]] = []
     if name in ("kill", "term"):
@@ -208,7 +243,7 @@ async def scenario(cluster: Cluster, name: str, bearers: list[str], args) -> Non
         i, next_at = 0, time.monotonic()
         while not stop.is_set():
             via = [n for n in up if n not in down][i % 2]
-            nursery.start_soon(connect, cluster, cluster.urls[via], bearers[i % len(bearers)], attempts)
+            nursery.start_soon(connect, cluster, via, bearers[i % len(bearers)], attempts)
             i += 1
             next_at += 1 / args.rate
             await trio.sleep(max(0.0, next_at - time.monotonic()))
@@ -236,7 +271,16 @@ async def scenario(cluster: Cluster, name: str, bearers: list[str], args) -> Non
     print(f"{name}: {len(attempts)} connects, {len(failed)} failed, longest window {longest:.1f} s")
     print("  events (s from the first):", ", ".join(f"{label} {t - t0:+.1f}" for label, t in events))
     print("  failure windows:", [(round(s - t0, 1), round(e - t0, 1)) for s, e in found])
-    print(f"  {AUTH_STREAM} leaderless:", [(round(s - t0, 1), round(e - s, 1)) for s, e in gaps], "(start, length)")
+    for stream in space_stream_names(SPACE):
+        stretches = [(round(s - t0, 1), round(e - s, 1), leader) for s, e, leader in gaps.get(stream, [])]
+        print(f"  {stream} leaderless:", stretches, "(start, length, new leader)")
+    print("  failed connects (client's error, via):", dict(collections.Counter(f"{a.error} via {a.via}" for a in failed)))
+    lines = RECORDS.lines[first_line:]
+    outcomes = collections.Counter(stem(line) for _, line in lines if "outcome=" in line and "outcome=minted" not in line)
+    print("  callout lines other than minted:", dict(outcomes))
+    print("  callout lines other than minted, (s from the first):",
+          [(round(t - t0, 1), stem(line)[:30]) for t, line in lines if "outcome=" in line and "outcome=minted" not in line][:40])
+    print("  our connections:", [(round(t - t0, 1), line) for t, line in lines if re.match(r"nats \S+: (disconnected|reconnected)", line)])
 
 
 async def run(args, tmp: Path) -> None:
@@ -300,6 +344,13 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=10, help="seconds of load before and after each event (default 10)")
     parser.add_argument("--scenarios", default="kill,term,rolling", help="comma-separated: kill, term, rolling")
     args = parser.parse_args()
+    # The services' INFO lines (every callout line, every reconnect) are counted per scenario;
+    # nothing below WARNING is printed.
+    logging.basicConfig(level=logging.WARNING)
+    for name in ("cotal", "cotal_trio"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    logging.getLogger().handlers[0].setLevel(logging.WARNING)
+    logging.getLogger().addHandler(RECORDS)
     with tempfile.TemporaryDirectory(prefix="cotal-bench-cluster-") as tmp:
         trio.run(run, args, Path(tmp))
 
