@@ -3,7 +3,7 @@
 
 Usage::
 
-    python bench/cluster.py [--rate 4] [--down 8] [--settle 10] [--scenarios kill,term,rolling]
+    python bench/cluster.py [--rate 4] [--down 8] [--settle 10] [--auth-timeout S] [--scenarios kill,term,rolling]
 
 What it does:
 
@@ -11,6 +11,9 @@ What it does:
    127.0.0.1 with ``cotal broker config``, starts them, pushes the space with ``--replicas 3``
    (every store R3), and starts in this process the full auth service (seeds ``n1,n2,n3``, so it
    sits on n1) and a callout replica per node (its own node first).
+   ``--auth-timeout S`` renders the nodes with ``authorization { timeout: S }`` and gives the
+   services the same callout limit (``cotal broker config --auth-timeout``): a longer callout
+   budget, so a connect waits longer on a stream without a leader before it is denied.
 2. Grants ``2 * --rate`` actors (each under the 60-a-minute actor limit) and takes a bearer for
    each from the full service's loopback face.
 3. Per scenario, starts connects at ``--rate`` a second (open loop: a connect starts on schedule
@@ -62,6 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cotal_trio.broker import provision  # noqa: E402
 from cotal_trio.broker.process import free_port, run_nats_server  # noqa: E402
 from cotal_trio.core import wire  # noqa: E402
+from cotal_trio.core.admission import CalloutLimits  # noqa: E402
 from cotal_trio.core.errors import Unavailable  # noqa: E402
 from cotal_trio.core.identity import derive_owner, mint_lifecycle_uid  # noqa: E402
 from cotal_trio.core.ledger import LedgerKind, LedgerRow  # noqa: E402
@@ -175,27 +179,35 @@ async def lead_from(cluster: Cluster, url: str, leader: str) -> None:
 
 
 async def leaderless(cluster: Cluster, pick, stop: trio.Event, gaps: dict[str, list[tuple[float, float, str]]]) -> None:
-    """Poll every stream's leader of the space every 0.1 s through the node ``pick()`` names (one
-    that is up), reconnecting when that node goes; append each stream's leaderless stretches
-    (start, end, the leader that came back)."""
+    """Poll every stream's leader of the space every 0.1 s (a task per stream, so one stream's
+    unanswered STREAM.INFO does not delay the others') through the node ``pick()`` names (one that
+    is up), reconnecting when that node goes; append each stream's leaderless stretches (start,
+    end, the leader that came back)."""
     since: dict[str, float] = {}
+
+    async def poll(conn, stream: str) -> None:
+        while not stop.is_set():
+            now = time.monotonic()
+            try:
+                with trio.fail_after(0.5):
+                    info = await js_api(conn, wire.js_stream_info(stream))
+                leader = (info.get("cluster") or {}).get("leader") or ""
+            except (JetStreamError, trio.TooSlowError):
+                leader = ""
+            if not leader and stream not in since:
+                since[stream] = now
+            elif leader and stream in since:
+                gaps.setdefault(stream, []).append((since.pop(stream), now, leader))
+            await trio.sleep(0.1)
+
     while not stop.is_set():
         try:
-            async with cluster.admin(cluster.urls[pick()]) as conn:
-                while not stop.is_set():
-                    for stream in space_stream_names(SPACE):
-                        now = time.monotonic()
-                        try:
-                            with trio.fail_after(0.5):
-                                info = await js_api(conn, wire.js_stream_info(stream))
-                            leader = (info.get("cluster") or {}).get("leader") or ""
-                        except (JetStreamError, trio.TooSlowError):
-                            leader = ""
-                        if not leader and stream not in since:
-                            since[stream] = now
-                        elif leader and stream in since:
-                            gaps.setdefault(stream, []).append((since.pop(stream), now, leader))
+            async with cluster.admin(cluster.urls[pick()]) as conn, trio.open_nursery() as polls:
+                for stream in space_stream_names(SPACE):
+                    polls.start_soon(poll, conn, stream)
+                while not stop.is_set() and conn.is_connected:
                     await trio.sleep(0.1)
+                polls.cancel_scope.cancel()
         except* (Unavailable, OSError):
             await trio.sleep(0.1)  # the polled node went: the next one up
 
@@ -291,21 +303,23 @@ async def run(args, tmp: Path) -> None:
     async with trio.open_nursery() as nursery:
         cluster.nursery = nursery
         for name, (port, cport) in cluster.ports.items():
+            timeout = () if args.auth_timeout is None else ("--auth-timeout", f"{args.auth_timeout:g}")
             text = cotal("broker", "config", "--root", str(paths.root), "--node", name, "--port", str(port),
-                         "--cluster-port", str(cport), "--cluster-routes", routes)  # fmt: skip
+                         "--cluster-port", str(cport), "--cluster-routes", routes, *timeout)  # fmt: skip
             (tmp / f"{name}.conf").write_text(text)
             cluster.pids[name] = await nursery.start(functools.partial(node, tmp / f"{name}.conf", port))
         for name in NODES:
             await until_logged(cluster.log(name), "metadata leader")
         cotal("space", "add", SPACE, "--root", str(paths.root), "--server", cluster.urls["n1"], "--replicas", "3")
         seeds = ",".join(cluster.urls[n] for n in NODES)
-        await nursery.start(run_service, ServiceConfig(root=paths, server_url=seeds, manifest=paths.spaces_manifest))
+        limits = CalloutLimits() if args.auth_timeout is None else CalloutLimits(auth_timeout_s=args.auth_timeout)
+        await nursery.start(run_service, ServiceConfig(root=paths, server_url=seeds, manifest=paths.spaces_manifest, limits=limits))
         for name in NODES:
             own = ",".join(cluster.urls[n] for n in (name, *(n for n in NODES if n != name)))
             manifest = tmp / f"replica-{name}" / "spaces.json"
             manifest.parent.mkdir()
             shutil.copy(paths.spaces_manifest, manifest)
-            await nursery.start(run_service, ServiceConfig(root=paths, server_url=own, manifest=manifest, callout_only=True))
+            await nursery.start(run_service, ServiceConfig(root=paths, server_url=own, manifest=manifest, callout_only=True, limits=limits))
         space_paths = paths.space(SPACE)
         idp = DevIdpMaterial.from_json(paths.devidp_json.read_bytes())
         issuer = load_idp_pin(space_paths.idp_json).issuer
@@ -329,7 +343,7 @@ async def run(args, tmp: Path) -> None:
                 answer = await trio.to_thread.run_sync(functools.partial(post_exchange, service.url, service.cap, body))
                 bearers.append(answer["token"])
         print(f"3 nodes, stores R3, full service + 3 replicas; {args.rate:g} connects/s over {len(bearers)} actors,"
-              f" node down {args.down:g} s, settle {args.settle:g} s")  # fmt: skip
+              f" node down {args.down:g} s, settle {args.settle:g} s, auth timeout {args.auth_timeout or 2:g} s")  # fmt: skip
         for name in args.scenarios.split(","):
             await scenario(cluster, name, bearers, args)
         for name in NODES:
@@ -342,6 +356,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=4, help="connects a second (default 4)")
     parser.add_argument("--down", type=float, default=8, help="seconds a node stays down (default 8)")
     parser.add_argument("--settle", type=float, default=10, help="seconds of load before and after each event (default 10)")
+    parser.add_argument("--auth-timeout", type=float, default=None,
+                        help="the nodes' authorization { timeout } and the services' callout limit, seconds (default nats-server's 2)")
     parser.add_argument("--scenarios", default="kill,term,rolling", help="comma-separated: kill, term, rolling")
     args = parser.parse_args()
     # The services' INFO lines (every callout line, every reconnect) are counted per scenario;
