@@ -273,7 +273,9 @@ class Issuance:
         responders"), so a second create cannot find our own row, and a connect that arrives
         in the last second or two of an election is minted once the new leader answers instead
         of being denied. Attempts are cut at ``retry_until`` (the write then fails as the last
-        attempt did); any other failure is not retried.
+        attempt did); any other failure is not retried. The callout passes a limit inside the
+        request's deadline (spec "Callout deadlines"), so a retried row still gets a signed answer
+        in time.
 
         Args:
             user_nkey: the broker's user key for this connect.
