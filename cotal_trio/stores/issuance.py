@@ -301,12 +301,16 @@ class Issuance:
         except AuthBucketMissing as exc:
             self._sent = None  # no stream took it
             raise IssuanceFailed(store_missing_reason(self._space)) from exc
-        except Unavailable as exc:
+        except StoreUnreachable as exc:
+            self._sent = None  # every create was answered "no responders": no stream took one
+            raise IssuanceFailed(write_failed_reason(self._space, str(exc))) from exc
+        except Unavailable as exc:  # a create cut at the limit may still land: settle withdraws it
             raise IssuanceFailed(write_failed_reason(self._space, str(exc))) from exc
 
     async def _create_retrying(self, key: str, value: bytes, ttl_s: int, retry_until: float | None) -> None:
         """The create, sent again after each leaderless refusal until ``retry_until`` (see
-        :meth:`write`); raises the last attempt's error."""
+        :meth:`write`). Raises the last refusal (``StoreUnreachable``: nothing landed), or
+        ``Unavailable`` when the last create was cut at the limit (it may land)."""
         sent_at = trio.current_time()
         try:
             await self._store.create(key, value, ttl_s=ttl_s)
@@ -315,13 +319,15 @@ class Issuance:
             last: StoreUnreachable = exc
         while retry_until is not None and should_retry(sent_at, trio.current_time(), retry_until):
             await trio.sleep_until(sent_at + RETRY_GAP_S)
-            with trio.move_on_at(retry_until):
+            with trio.move_on_at(retry_until) as attempt:
                 sent_at = trio.current_time()
                 try:
                     await self._store.create(key, value, ttl_s=ttl_s)
                     return
                 except StoreUnreachable as exc:
                     last = exc
+            if attempt.cancelled_caught:  # cut in flight: this create may yet land
+                raise Unavailable(f"{last} (the create sent again was not answered by the limit)") from last
         raise last
 
     def keep(self) -> None:

@@ -385,3 +385,20 @@ async def test_without_a_limit_or_for_another_failure_a_create_is_sent_once(auto
             with pytest.raises(IssuanceFailed):
                 await Issuance(bucket, SPACE).write(USER, _row(), now=NOW, retry_until=limit)
             assert bucket.sent == [trio.current_time() - PROBE_S]  # one create, not retried
+
+
+async def test_a_create_answered_no_responders_leaves_nothing_to_withdraw(autojump_clock, caplog):
+    """Every create refused for want of a leader: no stream took any, so the settle sends no
+    withdrawal (which would itself wait on the leaderless stream and log a row 'not withdrawn')."""
+    with trio.fail_after(CEILING_S):
+        for limit in (None, 0.5):  # 0.5: refused at 0.5, too late for another (none is cut)
+            bucket = Leaderless(elected=50.0)
+            issuance = Issuance(bucket, SPACE)
+            try:
+                with pytest.raises(IssuanceFailed, match="no stream leader"):
+                    await issuance.write(USER, _row(), now=NOW, retry_until=limit)
+            finally:
+                await issuance.settle()
+            assert not issuance.unsettled
+            assert [event for event in bucket.events if event[1] == "delete"] == [], limit
+        assert "not withdrawn" not in caplog.text
