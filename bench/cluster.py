@@ -245,6 +245,7 @@ async def scenario(cluster: Cluster, name: str, bearers: list[str], args) -> Non
     attempts: list[Attempt] = []
     gaps: dict[str, list[tuple[float, float, str]]] = {}
     first_line = len(RECORDS.lines)
+    node_logs = {n: cluster.log(n).stat().st_size for n in NODES}
     stop = trio.Event()
     events: list[tuple[str, float]] = []
     if name in ("kill", "term"):
@@ -292,6 +293,17 @@ async def scenario(cluster: Cluster, name: str, bearers: list[str], args) -> Non
     print("  callout lines other than minted:", dict(outcomes))
     print("  callout lines other than minted, (s from the first):",
           [(round(t - t0, 1), stem(line)[:30]) for t, line in lines if "outcome=" in line and "outcome=minted" not in line][:40])
+    in_windows = collections.Counter(
+        stem(line) or "minted" for t, line in lines if "outcome=" in line and any(s <= t <= e for s, e in found)
+    )
+    print("  callout lines inside the failure windows:", dict(in_windows))
+    for n in NODES:  # the broker's own errors and warnings (ids, addresses and numbers cut)
+        text = cluster.log(n).read_text()[node_logs[n]:] if cluster.log(n).exists() else ""
+        found_lines = collections.Counter(
+            re.sub(r"[0-9a-f]{8,}|[A-Z0-9]{40,}|\d+", "#", line.split("] ", 2)[-1])[:90]
+            for line in text.splitlines() if "[ERR]" in line or "[WRN]" in line
+        )
+        print(f"  {n} log [ERR]/[WRN]:", dict(found_lines.most_common(8)))
     print("  our connections:", [(round(t - t0, 1), line) for t, line in lines if re.match(r"nats \S+: (disconnected|reconnected)", line)])
 
 
