@@ -3,7 +3,7 @@
 
 Usage::
 
-    python bench/cluster.py [--rate 4] [--down 8] [--settle 10] [--scenarios kill,term,rolling]
+    python bench/cluster.py [--rate 4] [--down 8] [--settle 10] [--auth-timeout S] [--scenarios kill,term,rolling]
 
 What it does:
 
@@ -11,6 +11,9 @@ What it does:
    127.0.0.1 with ``cotal broker config``, starts them, pushes the space with ``--replicas 3``
    (every store R3), and starts in this process the full auth service (seeds ``n1,n2,n3``, so it
    sits on n1) and a callout replica per node (its own node first).
+   ``--auth-timeout S`` renders the nodes with ``authorization { timeout: S }`` and gives the
+   services the same callout limit (``cotal broker config --auth-timeout``): a longer callout
+   budget, so a connect waits longer on a stream without a leader before it is denied.
 2. Grants ``2 * --rate`` actors (each under the 60-a-minute actor limit) and takes a bearer for
    each from the full service's loopback face.
 3. Per scenario, starts connects at ``--rate`` a second (open loop: a connect starts on schedule
@@ -24,11 +27,14 @@ What it does:
      ``--settle`` s passed; connects through every node that is up, none started through the
      node for 1 s before it is stopped (as a load balancer drains one).
 
-   It also polls ``STREAM.INFO`` of the auth bucket's stream every 0.1 s and reports how long it
-   had no leader (JetStream's election: the floor of the failed-connect window, since a connect
-   writes its issuance row there).
+   It also polls ``STREAM.INFO`` of every stream of the space every 0.1 s and reports how long
+   each had no leader (JetStream's election: the floor of the failed-connect window, since a
+   connect writes its issuance row in the auth bucket's stream).
 4. Prints, per scenario, the connects, the failed ones, each window of consecutive failures
-   (seconds from the event) and the longest. It asserts nothing about timing.
+   (seconds from the event) and the longest; where the failures went (the client's error and
+   the node it connected through; the callout lines' outcomes and reasons, read from the
+   services' own log records at INFO); and our connections' disconnect/reconnect lines, which
+   name the node reached. It asserts nothing about timing.
 
 Only 127.0.0.1 is used; the nats-servers are stopped by this process (by pid) and the folder removed.
 """
@@ -36,9 +42,12 @@ Only 127.0.0.1 is used; the nats-servers are stopped by this process (by pid) an
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import functools
+import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -56,6 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cotal_trio.broker import provision  # noqa: E402
 from cotal_trio.broker.process import free_port, run_nats_server  # noqa: E402
 from cotal_trio.core import wire  # noqa: E402
+from cotal_trio.core.admission import CalloutLimits  # noqa: E402
 from cotal_trio.core.errors import Unavailable  # noqa: E402
 from cotal_trio.core.identity import derive_owner, mint_lifecycle_uid  # noqa: E402
 from cotal_trio.core.ledger import LedgerKind, LedgerRow  # noqa: E402
@@ -64,7 +74,7 @@ from cotal_trio.http.client import post_exchange, read_service  # noqa: E402
 from cotal_trio.natsio import JetStreamError, js_api, open_connection, open_loop  # noqa: E402
 from cotal_trio.service.hosting import ServiceConfig, run_service  # noqa: E402
 from cotal_trio.state import RootPaths, load_idp_pin, load_owner_secret, load_space, write_row  # noqa: E402
-from cotal_trio.stores.replicas import read_store_replicas  # noqa: E402
+from cotal_trio.stores.replicas import read_store_replicas, space_stream_names  # noqa: E402
 
 SPACE = "alpha"
 NODES = ("n1", "n2", "n3")
@@ -77,6 +87,31 @@ class Attempt:
     started: float
     ended: float
     admitted: bool
+    via: str = ""
+    error: str = ""
+
+
+class Records(logging.Handler):
+    """The services' log records, kept with their monotonic time: a scenario reads the callout
+    lines and our connections' reconnect lines of its own stretch."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((time.monotonic(), record.getMessage()))
+
+
+RECORDS = Records()
+
+
+def stem(line: str) -> str:
+    """A callout line's outcome and the first words of its reason (keys, nonces cut)."""
+    outcome = re.search(r"outcome=(\w+)", line)
+    reason = re.search(r'reason="([^"(]*)', line)
+    at = re.search(r" at=(\w+)", line)
+    return " ".join(x for x in (outcome and outcome[1], at and f"at={at[1]}", reason and reason[1][:70].strip()) if x)
 
 
 def cotal(*args: str) -> str:
@@ -143,27 +178,36 @@ async def lead_from(cluster: Cluster, url: str, leader: str) -> None:
                 await trio.sleep(1)
 
 
-async def leaderless(cluster: Cluster, pick, stop: trio.Event, gaps: list[tuple[float, float]]) -> None:
-    """Poll the auth stream's leader every 0.1 s through the node ``pick()`` names (one that is up),
-    reconnecting when that node goes; append each leaderless stretch (start, end)."""
-    since = None
+async def leaderless(cluster: Cluster, pick, stop: trio.Event, gaps: dict[str, list[tuple[float, float, str]]]) -> None:
+    """Poll every stream's leader of the space every 0.1 s (a task per stream, so one stream's
+    unanswered STREAM.INFO does not delay the others') through the node ``pick()`` names (one that
+    is up), reconnecting when that node goes; append each stream's leaderless stretches (start,
+    end, the leader that came back)."""
+    since: dict[str, float] = {}
+
+    async def poll(conn, stream: str) -> None:
+        while not stop.is_set():
+            now = time.monotonic()
+            try:
+                with trio.fail_after(0.5):
+                    info = await js_api(conn, wire.js_stream_info(stream))
+                leader = (info.get("cluster") or {}).get("leader") or ""
+            except (JetStreamError, trio.TooSlowError):
+                leader = ""
+            if not leader and stream not in since:
+                since[stream] = now
+            elif leader and stream in since:
+                gaps.setdefault(stream, []).append((since.pop(stream), now, leader))
+            await trio.sleep(0.1)
+
     while not stop.is_set():
         try:
-            async with cluster.admin(cluster.urls[pick()]) as conn:
-                while not stop.is_set():
-                    now = time.monotonic()
-                    try:
-                        with trio.fail_after(1):
-                            info = await js_api(conn, wire.js_stream_info(AUTH_STREAM))
-                        has = bool((info.get("cluster") or {}).get("leader"))
-                    except (JetStreamError, trio.TooSlowError):
-                        has = False
-                    if not has and since is None:
-                        since = now
-                    elif has and since is not None:
-                        gaps.append((since, now))
-                        since = None
+            async with cluster.admin(cluster.urls[pick()]) as conn, trio.open_nursery() as polls:
+                for stream in space_stream_names(SPACE):
+                    polls.start_soon(poll, conn, stream)
+                while not stop.is_set() and conn.is_connected:
                     await trio.sleep(0.1)
+                polls.cancel_scope.cancel()
         except* (Unavailable, OSError):
             await trio.sleep(0.1)  # the polled node went: the next one up
 
@@ -179,8 +223,9 @@ def windows(attempts: list[Attempt]) -> list[tuple[float, float]]:
     return found
 
 
-async def connect(cluster: Cluster, url: str, bearer: str, out: list[Attempt]) -> None:
-    started, admitted = time.monotonic(), False
+async def connect(cluster: Cluster, via: str, bearer: str, out: list[Attempt]) -> None:
+    started, admitted, error = time.monotonic(), False, ""
+    url = cluster.urls[via]
     nonce = "ibx" + secrets.token_hex(8)
     creds = cluster.paths.space(SPACE).sentinel_creds.read_text()
     try:
@@ -188,16 +233,19 @@ async def connect(cluster: Cluster, url: str, bearer: str, out: list[Attempt]) -
             async with open_connection(url, creds=creds, token=bearer, name=nonce, inbox_prefix=f"_INBOX_{nonce}", reconnect=False) as conn:
                 await conn.flush()
         admitted = True
-    except* (Exception, trio.TooSlowError):  # noqa: BLE001 - a failed connect is what is counted
-        pass
-    out.append(Attempt(started, time.monotonic(), admitted))
+    except* (Exception, trio.TooSlowError) as group:  # noqa: BLE001 - a failed connect is what is counted
+        first = group.exceptions[0]
+        error = type(first).__name__ + ": " + str(first)[:80]
+    out.append(Attempt(started, time.monotonic(), admitted, via, error))
 
 
 async def scenario(cluster: Cluster, name: str, bearers: list[str], args) -> None:
     up = {"kill": ["n2", "n3"], "term": ["n2", "n3"], "rolling": list(NODES)}[name]
     down: set[str] = set()
     attempts: list[Attempt] = []
-    gaps: list[tuple[float, float]] = []
+    gaps: dict[str, list[tuple[float, float, str]]] = {}
+    first_line = len(RECORDS.lines)
+    node_logs = {n: cluster.log(n).stat().st_size for n in NODES}
     stop = trio.Event()
     events: list[tuple[str, float]] = []
     if name in ("kill", "term"):
@@ -208,7 +256,7 @@ async def scenario(cluster: Cluster, name: str, bearers: list[str], args) -> Non
         i, next_at = 0, time.monotonic()
         while not stop.is_set():
             via = [n for n in up if n not in down][i % 2]
-            nursery.start_soon(connect, cluster, cluster.urls[via], bearers[i % len(bearers)], attempts)
+            nursery.start_soon(connect, cluster, via, bearers[i % len(bearers)], attempts)
             i += 1
             next_at += 1 / args.rate
             await trio.sleep(max(0.0, next_at - time.monotonic()))
@@ -236,7 +284,27 @@ async def scenario(cluster: Cluster, name: str, bearers: list[str], args) -> Non
     print(f"{name}: {len(attempts)} connects, {len(failed)} failed, longest window {longest:.1f} s")
     print("  events (s from the first):", ", ".join(f"{label} {t - t0:+.1f}" for label, t in events))
     print("  failure windows:", [(round(s - t0, 1), round(e - t0, 1)) for s, e in found])
-    print(f"  {AUTH_STREAM} leaderless:", [(round(s - t0, 1), round(e - s, 1)) for s, e in gaps], "(start, length)")
+    for stream in space_stream_names(SPACE):
+        stretches = [(round(s - t0, 1), round(e - s, 1), leader) for s, e, leader in gaps.get(stream, [])]
+        print(f"  {stream} leaderless:", stretches, "(start, length, new leader)")
+    print("  failed connects (client's error, via):", dict(collections.Counter(f"{a.error} via {a.via}" for a in failed)))
+    lines = RECORDS.lines[first_line:]
+    outcomes = collections.Counter(stem(line) for _, line in lines if "outcome=" in line and "outcome=minted" not in line)
+    print("  callout lines other than minted:", dict(outcomes))
+    print("  callout lines other than minted, (s from the first):",
+          [(round(t - t0, 1), stem(line)[:30]) for t, line in lines if "outcome=" in line and "outcome=minted" not in line][:40])
+    in_windows = collections.Counter(
+        stem(line) or "minted" for t, line in lines if "outcome=" in line and any(s <= t <= e for s, e in found)
+    )
+    print("  callout lines inside the failure windows:", dict(in_windows))
+    for n in NODES:  # the broker's own errors and warnings (ids, addresses and numbers cut)
+        text = cluster.log(n).read_text()[node_logs[n]:] if cluster.log(n).exists() else ""
+        found_lines = collections.Counter(
+            re.sub(r"[0-9a-f]{8,}|[A-Z0-9]{40,}|\d+", "#", line.split("] ", 2)[-1])[:90]
+            for line in text.splitlines() if "[ERR]" in line or "[WRN]" in line
+        )
+        print(f"  {n} log [ERR]/[WRN]:", dict(found_lines.most_common(8)))
+    print("  our connections:", [(round(t - t0, 1), line) for t, line in lines if re.match(r"nats \S+: (disconnected|reconnected)", line)])
 
 
 async def run(args, tmp: Path) -> None:
@@ -247,21 +315,23 @@ async def run(args, tmp: Path) -> None:
     async with trio.open_nursery() as nursery:
         cluster.nursery = nursery
         for name, (port, cport) in cluster.ports.items():
+            timeout = () if args.auth_timeout is None else ("--auth-timeout", f"{args.auth_timeout:g}")
             text = cotal("broker", "config", "--root", str(paths.root), "--node", name, "--port", str(port),
-                         "--cluster-port", str(cport), "--cluster-routes", routes)  # fmt: skip
+                         "--cluster-port", str(cport), "--cluster-routes", routes, *timeout)  # fmt: skip
             (tmp / f"{name}.conf").write_text(text)
             cluster.pids[name] = await nursery.start(functools.partial(node, tmp / f"{name}.conf", port))
         for name in NODES:
             await until_logged(cluster.log(name), "metadata leader")
         cotal("space", "add", SPACE, "--root", str(paths.root), "--server", cluster.urls["n1"], "--replicas", "3")
         seeds = ",".join(cluster.urls[n] for n in NODES)
-        await nursery.start(run_service, ServiceConfig(root=paths, server_url=seeds, manifest=paths.spaces_manifest))
+        limits = CalloutLimits() if args.auth_timeout is None else CalloutLimits(auth_timeout_s=args.auth_timeout)
+        await nursery.start(run_service, ServiceConfig(root=paths, server_url=seeds, manifest=paths.spaces_manifest, limits=limits))
         for name in NODES:
             own = ",".join(cluster.urls[n] for n in (name, *(n for n in NODES if n != name)))
             manifest = tmp / f"replica-{name}" / "spaces.json"
             manifest.parent.mkdir()
             shutil.copy(paths.spaces_manifest, manifest)
-            await nursery.start(run_service, ServiceConfig(root=paths, server_url=own, manifest=manifest, callout_only=True))
+            await nursery.start(run_service, ServiceConfig(root=paths, server_url=own, manifest=manifest, callout_only=True, limits=limits))
         space_paths = paths.space(SPACE)
         idp = DevIdpMaterial.from_json(paths.devidp_json.read_bytes())
         issuer = load_idp_pin(space_paths.idp_json).issuer
@@ -285,7 +355,7 @@ async def run(args, tmp: Path) -> None:
                 answer = await trio.to_thread.run_sync(functools.partial(post_exchange, service.url, service.cap, body))
                 bearers.append(answer["token"])
         print(f"3 nodes, stores R3, full service + 3 replicas; {args.rate:g} connects/s over {len(bearers)} actors,"
-              f" node down {args.down:g} s, settle {args.settle:g} s")  # fmt: skip
+              f" node down {args.down:g} s, settle {args.settle:g} s, auth timeout {args.auth_timeout or 2:g} s")  # fmt: skip
         for name in args.scenarios.split(","):
             await scenario(cluster, name, bearers, args)
         for name in NODES:
@@ -298,8 +368,17 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=4, help="connects a second (default 4)")
     parser.add_argument("--down", type=float, default=8, help="seconds a node stays down (default 8)")
     parser.add_argument("--settle", type=float, default=10, help="seconds of load before and after each event (default 10)")
+    parser.add_argument("--auth-timeout", type=float, default=None,
+                        help="the nodes' authorization { timeout } and the services' callout limit, seconds (default nats-server's 2)")
     parser.add_argument("--scenarios", default="kill,term,rolling", help="comma-separated: kill, term, rolling")
     args = parser.parse_args()
+    # The services' INFO lines (every callout line, every reconnect) are counted per scenario;
+    # nothing below WARNING is printed.
+    logging.basicConfig(level=logging.WARNING)
+    for name in ("cotal", "cotal_trio"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    logging.getLogger().handlers[0].setLevel(logging.WARNING)
+    logging.getLogger().addHandler(RECORDS)
     with tempfile.TemporaryDirectory(prefix="cotal-bench-cluster-") as tmp:
         trio.run(run, args, Path(tmp))
 

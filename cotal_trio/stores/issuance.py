@@ -12,7 +12,8 @@ scope):
    full service's plane keeper creates it with ``allow_msg_ttl`` and refuses a bucket without
    (:func:`~cotal_trio.natsio.ensure_bucket`). An existing row is a
    :class:`~cotal_trio.core.errors.Refused`, a failed write an :class:`IssuanceFailed`; the
-   responder answers both with a signed denial.
+   responder answers both with a signed denial. A create refused because the stream has no
+   leader (an election after a lost node) is sent again until the caller's ``retry_until``.
 2. The responder then checks authority again and answers, and calls :meth:`Issuance.keep` only
    when that answer is a mint.
 3. A row sent but not kept (the deadline cancelled the request during the write or after it,
@@ -69,6 +70,7 @@ from cotal_trio.natsio import (
     Connection,
     KeyExists,
     KvEntry,
+    StoreUnreachable,
     StreamNotFound,
     WrongRevision,
     kv_create,
@@ -79,6 +81,7 @@ from cotal_trio.natsio import (
 )
 
 __all__ = [
+    "RETRY_GAP_S",
     "WITHDRAW_S",
     "AuthBucketMissing",
     "Issuance",
@@ -88,6 +91,7 @@ __all__ = [
     "RowStore",
     "issuance_store",
     "prune_rows",
+    "should_retry",
 ]
 
 log = logging.getLogger("cotal.issuance")
@@ -95,6 +99,10 @@ log = logging.getLogger("cotal.issuance")
 # The shielded withdrawal of a row that must not stay gets this long (seconds). It runs after the
 # request's answer, so it does not eat into the broker's budget.
 WITHDRAW_S = 2.0
+# A create refused with "no stream leader" is sent again no sooner than this after the last one
+# was sent (seconds). Each refused create also waits natsio's STREAM.INFO probe (PROBE_S, 0.5 s
+# when the stream has no leader), so the attempts come about that far apart.
+RETRY_GAP_S = 0.1
 # A pruned or withdrawn row leaves a delete marker that lives this long (whole seconds).
 MARKER_TTL_S = 1
 # A sweep reads rows it knows nothing of at most this many a second.
@@ -230,6 +238,13 @@ class _Sent:
     ttl_s: int
 
 
+def should_retry(sent_at: float, now: float, retry_until: float) -> bool:
+    """Sync: whether a create refused for want of a stream leader is sent again (see
+    :meth:`Issuance.write`): the next one, ``RETRY_GAP_S`` after the last was sent at
+    ``sent_at``, still leaves before ``retry_until``. All trio times, seconds."""
+    return max(now, sent_at + RETRY_GAP_S) < retry_until
+
+
 class Issuance:
     """One callout request's issuance row; made by :func:`open_issuance`.
 
@@ -245,17 +260,29 @@ class Issuance:
         self._exp = 0
         self._kept = False
 
-    async def write(self, user_nkey: str, row: IssuanceRow, *, now: float) -> None:
+    async def write(self, user_nkey: str, row: IssuanceRow, *, now: float, retry_until: float | None = None) -> None:
         """Trio: create ``natkey.<owner>.<actor>.<user_nkey>`` (the row's principal) holding ``row``,
         create-only (a checkpoint).
 
         Call it at most once. Cancellation: the row may still land; :meth:`settle` withdraws it
         unless :meth:`keep` is called.
 
+        A create refused because the bucket's stream has no leader (``StoreUnreachable``: a
+        JetStream election after a node was lost, issue 17) is sent again, ``RETRY_GAP_S`` apart
+        at least, until ``retry_until``: no stream took it (the broker answered "no
+        responders"), so a second create cannot find our own row, and a connect that arrives
+        in the last second or two of an election is minted once the new leader answers instead
+        of being denied. Attempts are cut at ``retry_until`` (the write then fails as the last
+        attempt did); any other failure is not retried. The callout passes a limit inside the
+        request's deadline (spec "Callout deadlines"), so a retried row still gets a signed answer
+        in time.
+
         Args:
             user_nkey: the broker's user key for this connect.
             row: the row (:func:`~cotal_trio.core.issuance.issuance_row`).
             now: wall time, unix seconds (the TTL is counted from it).
+            retry_until: trio time (seconds) until which a leaderless refusal is retried, or None
+                to try once.
 
         Raises:
             Refused: BAD_REQUEST, the row already exists (:func:`~cotal_trio.core.issuance.exists_reason`).
@@ -267,15 +294,41 @@ class Issuance:
         self._exp = row.exp
         self._sent = _Sent(key, value, ttl_s)  # before sending: a cancelled create may still land
         try:
-            await self._store.create(key, value, ttl_s=ttl_s)
+            await self._create_retrying(key, value, ttl_s, retry_until)
         except KeyExists:
             self._sent = None  # the server refused ours; the row there is not ours to withdraw
             raise Refused(RefusalCode.BAD_REQUEST, exists_reason(user_nkey)) from None
         except AuthBucketMissing as exc:
             self._sent = None  # no stream took it
             raise IssuanceFailed(store_missing_reason(self._space)) from exc
-        except Unavailable as exc:
+        except StoreUnreachable as exc:
+            self._sent = None  # every create was answered "no responders": no stream took one
             raise IssuanceFailed(write_failed_reason(self._space, str(exc))) from exc
+        except Unavailable as exc:  # a create cut at the limit may still land: settle withdraws it
+            raise IssuanceFailed(write_failed_reason(self._space, str(exc))) from exc
+
+    async def _create_retrying(self, key: str, value: bytes, ttl_s: int, retry_until: float | None) -> None:
+        """The create, sent again after each leaderless refusal until ``retry_until`` (see
+        :meth:`write`). Raises the last refusal (``StoreUnreachable``: nothing landed), or
+        ``Unavailable`` when the last create was cut at the limit (it may land)."""
+        sent_at = trio.current_time()
+        try:
+            await self._store.create(key, value, ttl_s=ttl_s)
+            return
+        except StoreUnreachable as exc:
+            last: StoreUnreachable = exc
+        while retry_until is not None and should_retry(sent_at, trio.current_time(), retry_until):
+            await trio.sleep_until(sent_at + RETRY_GAP_S)
+            with trio.move_on_at(retry_until) as attempt:
+                sent_at = trio.current_time()
+                try:
+                    await self._store.create(key, value, ttl_s=ttl_s)
+                    return
+                except StoreUnreachable as exc:
+                    last = exc
+            if attempt.cancelled_caught:  # cut in flight: this create may yet land
+                raise Unavailable(f"{last} (the create sent again was not answered by the limit)") from last
+        raise last
 
     def keep(self) -> None:
         """Sync: the request was answered with a mint; its row stays (until its TTL)."""

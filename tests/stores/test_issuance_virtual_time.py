@@ -30,15 +30,17 @@ from cotal_trio.core.nkeys import Prefix
 from cotal_trio.stores.issuance import (
     MARKER_TTL_S,
     PRUNE_READS_PER_S,
+    RETRY_GAP_S,
     WITHDRAW_S,
     AuthBucketMissing,
     Issuance,
     IssuanceFailed,
     RowExpiries,
     prune_rows,
+    should_retry,
 )
 from cotal_trio.lane.sweep import run_issuance_sweep
-from cotal_trio.natsio import WrongRevision
+from cotal_trio.natsio import StoreUnreachable, WrongRevision
 from tests.support.callout_requests import NOW, OWNER, SPACE, UID, _key
 from tests.support.kv_fakes import FakeBucket
 
@@ -317,3 +319,86 @@ async def test_a_failed_sweep_is_logged_and_tried_again(nursery, autojump_clock,
 def test_rows_round_trip_through_the_fake():
     assert parse_row(render_row(_row())) == _row()
 
+
+
+# -- a create refused for want of a stream leader (issue 17) -------------------------------------
+
+
+PROBE_S = 0.5  # natsio's one STREAM.INFO probe after a no-responders publish
+
+
+class Leaderless(FakeBucket):
+    """The bucket while its stream has no leader until ``elected`` (trio time): a create is
+    answered at once with natsio's ``StoreUnreachable`` after the probe's ``PROBE_S``, as the
+    live broker does (no responders, then one unanswered ``STREAM.INFO``)."""
+
+    def __init__(self, elected: float, fail: Exception | None = None) -> None:
+        super().__init__()
+        self.elected, self.refusal, self.sent = elected, fail, []
+
+    async def create(self, key: str, value: bytes, *, ttl_s: int) -> int:
+        self.sent.append(trio.current_time())
+        if trio.current_time() < self.elected:
+            await trio.sleep(PROBE_S)
+            raise self.refusal or StoreUnreachable(f"publish {key}: no stream leader")
+        return await super().create(key, value, ttl_s=ttl_s)
+
+
+def test_a_refused_create_is_sent_again_only_while_the_next_leaves_before_the_limit():
+    assert should_retry(sent_at=0.0, now=0.5, retry_until=1.55)
+    assert should_retry(sent_at=0.0, now=0.0, retry_until=RETRY_GAP_S + 0.01)  # waits the gap
+    assert not should_retry(sent_at=0.0, now=0.0, retry_until=RETRY_GAP_S)
+    assert not should_retry(sent_at=1.0, now=1.55, retry_until=1.55)
+
+
+async def test_a_row_refused_for_want_of_a_leader_is_stored_once_one_answers(autojump_clock):
+    """Elected at 1.2 s: refused at 0, 0.5 and 1.0 (each answer after the 0.5 s probe), stored by
+    the fourth create at 1.5, before the limit of 1.55."""
+    with trio.fail_after(CEILING_S):
+        bucket = Leaderless(elected=1.2)
+        issuance = Issuance(bucket, SPACE)
+        await issuance.write(USER, _row(), now=NOW, retry_until=1.55)
+        issuance.keep()
+        assert bucket.sent == [0.0, 0.5, 1.0, 1.5]
+        assert bucket.live() == {KEY: render_row(_row())}
+
+
+async def test_a_row_still_refused_at_the_limit_fails_and_leaves_nothing(autojump_clock):
+    """Elected at 5 s, limit 1.55: the last create (sent at 1.5) is cut at 1.55 and the write
+    fails with the store's reason; nothing was stored, so the withdrawal leaves nothing."""
+    with trio.fail_after(CEILING_S):
+        bucket = Leaderless(elected=5.0)
+        issuance = Issuance(bucket, SPACE)
+        try:
+            with pytest.raises(IssuanceFailed, match="no stream leader"):
+                await issuance.write(USER, _row(), now=NOW, retry_until=1.55)
+            assert trio.current_time() == 1.55
+        finally:
+            await issuance.settle()
+        assert bucket.sent == [0.0, 0.5, 1.0, 1.5]
+        assert bucket.live() == {}
+
+
+async def test_without_a_limit_or_for_another_failure_a_create_is_sent_once(autojump_clock):
+    with trio.fail_after(CEILING_S):
+        for bucket, limit in ((Leaderless(elected=5.0), None), (Leaderless(elected=5.0, fail=Unavailable("no answer")), 1.55)):
+            with pytest.raises(IssuanceFailed):
+                await Issuance(bucket, SPACE).write(USER, _row(), now=NOW, retry_until=limit)
+            assert bucket.sent == [trio.current_time() - PROBE_S]  # one create, not retried
+
+
+async def test_a_create_answered_no_responders_leaves_nothing_to_withdraw(autojump_clock, caplog):
+    """Every create refused for want of a leader: no stream took any, so the settle sends no
+    withdrawal (which would itself wait on the leaderless stream and log a row 'not withdrawn')."""
+    with trio.fail_after(CEILING_S):
+        for limit in (None, 0.5):  # 0.5: refused at 0.5, too late for another (none is cut)
+            bucket = Leaderless(elected=50.0)
+            issuance = Issuance(bucket, SPACE)
+            try:
+                with pytest.raises(IssuanceFailed, match="no stream leader"):
+                    await issuance.write(USER, _row(), now=NOW, retry_until=limit)
+            finally:
+                await issuance.settle()
+            assert not issuance.unsettled
+            assert [event for event in bucket.events if event[1] == "delete"] == [], limit
+        assert "not withdrawn" not in caplog.text

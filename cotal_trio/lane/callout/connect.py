@@ -161,6 +161,9 @@ class ConnectCheck:
         ``finish``): past that its writes count as Unavailable and the connect is minted
         without its rows, never timed out for them (lane/callout/authority.py).
 
+        The row's create is retried while its stream has no leader, until ``AUTHORITY_MARGIN_S``
+        before the deadline (:meth:`~cotal_trio.stores.issuance.Issuance.write`).
+
         Raises:
             Refused: the row exists already, or the re-check refuses.
             IssuanceFailed: the row could not be written (the reason names the fix).
@@ -171,11 +174,13 @@ class ConnectCheck:
         prepared = self._prepare_authority(request, bearer, grant, now)
         row_of_connect = issuance_row(bearer, grant, space=space, iat=int(now))
         outcomes: list[int | Exception] | None = None
+        # A row refused for want of a stream leader (an election) is sent again until the margin
+        # before the deadline: a connect late in the election is minted, not denied (issue 17).
         if prepared is None:
-            await issuance.write(request.user_nkey, row_of_connect, now=now)
+            await issuance.write(request.user_nkey, row_of_connect, now=now, retry_until=authority_by)
         else:  # the rows on the issuer session, the row on the store connection: one round trip
             async with self._issue_authority.sent(prepared) as acks:  # type: ignore[union-attr]
-                await issuance.write(request.user_nkey, row_of_connect, now=now)
+                await issuance.write(request.user_nkey, row_of_connect, now=now, retry_until=authority_by)
                 with trio.move_on_at(authority_by):  # a hung issuer session: no rows, still minted
                     outcomes = await acks()
             if outcomes is None:
