@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -26,7 +27,7 @@ from ..core.device_flow import DeviceAuthorization, Failed, Signed, Wait, next_p
 from ..core.errors import ConfigError, Unavailable
 from ..http.idp_client import poll_device_token, request_device_code, sign_out
 from ..state import load_idp_pin
-from ..state.login_sessions import LoginSession, remove_session, save_session
+from ..state.login_sessions import LoginSession, load_session, remove_session, save_session, session_path
 from ._idp_session import idp_base_url, kept_session
 from .common import Where
 from .exits import ExitCode
@@ -90,7 +91,7 @@ async def login(
 
     Prints a user code and the address to approve it at, waits for the approval, then keeps the
     IdP session 0600 in $XDG_CONFIG_HOME/cotal/sessions/ (default ~/.config/cotal/sessions/),
-    signing out the session it replaces.
+    signing out the session it replaces (an unreadable session file is replaced as it is).
     `cotal exchange` and `cotal check --actor A` use it when no --idp-token is given; `cotal
     logout` revokes it. With the development IdP (`cotal up` without --idp), approve the code with
     `cotal dev-idp approve --user-code <code> --sub <you>`.
@@ -100,7 +101,11 @@ async def login(
     signed = await run_device_login(base, space=space_paths.space, client_id=client_id, show=_print_code)
     now = int(time.time())
     expires = now + signed.expires_in_s if signed.expires_in_s is not None else None
-    path, earlier = kept_session(space_paths, pin)
+    path = session_path(os.environ, space=space_paths.space, issuer=pin.issuer)
+    try:
+        earlier = load_session(path)
+    except ConfigError:  # unreadable: there is no session to sign out, and the new one replaces the file
+        earlier = None
     if earlier is not None:  # replaced: sign the old session out too, or it stays live with no handle
         with contextlib.suppress(ConfigError, Unavailable):
             await trio.to_thread.run_sync(sign_out, base, earlier.session)

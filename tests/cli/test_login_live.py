@@ -97,3 +97,34 @@ async def test_a_denied_code_ends_the_login(nursery, tmp_path, nats_server_bin, 
     assert code == 1
     assert f"the sign-in was denied at the IdP - run `cotal login --space {SPACE}` again and approve the code" in err
     assert session_files(tmp_path) == []
+
+
+
+async def _approved_login(nursery, stack, env, capsys) -> tuple[int, str, str]:
+    """One ``cotal login`` process whose code alice approves: its exit code, stdout and stderr."""
+    process, user_code = await start_login(nursery, stack.paths.root, SPACE, env)
+    where = ("--space", SPACE, "--root", str(stack.paths.root))
+    await cotal(capsys, "dev-idp", "approve", "--user-code", user_code, "--sub", "alice", *where)
+    return await finish(process)
+
+
+@pytest.mark.broker
+async def test_a_login_replaces_an_unreadable_session_file(nursery, tmp_path, nats_server_bin, capsys, monkeypatch):
+    """A corrupt session file must not cost the person the session they just approved: the login
+    writes the new one over it (there is no old session to sign out) and the exchange uses it."""
+    stack = await start_stack(nursery, tmp_path, nats_server_bin, dev_idp_device=POLICY)
+    stack.grant("alice", "cli")
+    env = person_env(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", env["XDG_CONFIG_HOME"])  # the in-process exchange is the same person
+    with trio.fail_after(CEILING_S):
+        assert (await _approved_login(nursery, stack, env, capsys))[0] == 0
+        (kept,) = session_files(tmp_path)
+        kept.write_text("{")  # a torn or hand-edited file
+        code, out, err = await _approved_login(nursery, stack, env, capsys)
+        assert (code, err) == (0, ""), err
+        assert f"the session is kept in {kept}" in out and stat.S_IMODE(kept.stat().st_mode) == 0o600
+        code, bearer, err = await cotal(capsys, "exchange", "--actor", "cli", "--space", SPACE,
+                                        "--root", str(stack.paths.root))  # fmt: skip
+    assert code == 0, err
+    async with client(stack, bearer.strip()) as conn:
+        await round_trip(conn, SPACE)
