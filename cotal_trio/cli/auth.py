@@ -218,7 +218,7 @@ def _print_receipt(cred: Credential, record: LabelRecord, *, replaced: bool, as_
                  ("binds", ", ".join(d.name for d in static_issuance.durables_of(cred)))]  # fmt: skip
     rows.append(("server", server or UNKNOWN_SERVER))
     for name, value in rows:
-        print(f"  {name:<10}{value}")
+        print(f"  {name + ' ':<10}{value}")  # a name of 10 letters (generation) still gets its space
     for old in rules.unbounded_replaced(record):
         print(f"  note: the replaced credential {old.user_key} has no expiry and still connects - revoke it with "
               f"`cotal auth revoke-credential {cred.label} --space {cred.space} --key {old.user_key}`")  # fmt: skip

@@ -99,7 +99,7 @@ def test_text_receipt_and_no_expiry(static, capsys):
         "  expires   never (--no-expiry: `cotal doctor auth` warns about it)",
         f"  file      {record.path}",
         f"  inbox     _INBOX_{record.inbox_nonce} (the client's inbox prefix)",
-        f"  generation{record.generation} (horizon {record.issued_at + 30 * 24 * 3600}, "
+        f"  generation {record.generation} (horizon {record.issued_at + 30 * 24 * 3600}, "
         f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(record.issued_at + 30 * 24 * 3600))})",
         f"  accepted  {record.accepted_token} (the token of its accepted row: its generation)",
         f"  binds     dm-{record.owner}-{record.actor}-{record.lifecycle_uid}",
