@@ -227,7 +227,9 @@ def find_uid(sp: SpacePaths, uid: str) -> Credential:
         for cred in record.all():
             if cred.lifecycle_uid == uid:
                 if cred.profile != "agent":
-                    raise ConfigError(f"lifecycle {uid} is credential {cred.label}, a {cred.profile}: it binds no durable")
+                    article = "an" if cred.profile[:1] in "aeiou" else "a"
+                    raise ConfigError(f"lifecycle {uid} is credential {cred.label}, {article} {cred.profile} credential:"
+                                      " it binds no durable")  # fmt: skip
                 return cred
     raise ConfigError(f"space {sp.space} has no credential of lifecycle {uid} - pass the lifecycleUid a `cotal auth mint` "
                       "receipt printed (see `cotal connect-info`)")  # fmt: skip

@@ -328,3 +328,13 @@ def test_an_agent_mint_and_a_renewal_need_the_broker_and_write_nothing_without_i
     assert not default_creds_path(static_offline.paths, STATIC, "bot").exists()
     code, _, err = static_offline.run(capsys, "auth", "renew", "bot", "--space", STATIC)
     assert code == 1 and one_sentence(err).endswith("a renewal reads its issuance's evidence; nothing was written")
+
+
+def test_provision_of_an_observers_uid_names_it_in_words(static_offline, capsys):
+    """Issue 19 item 3: ``cotal auth provision`` refuses an observer's lifecycle UID (no durable to
+    bind) in a sentence that reads: "an observer", not "a observer"."""
+    assert mint(static_offline, capsys, "--label", "watch", "--profile", "observer")[0] == 0
+    uid = load_record(static_offline.paths.space(STATIC), "watch").current.lifecycle_uid
+    code, _, err = static_offline.run(capsys, "auth", "provision", uid, "--space", STATIC)
+    assert code == 1
+    assert one_sentence(err) == f"lifecycle {uid} is credential watch, an observer credential: it binds no durable"
