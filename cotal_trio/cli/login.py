@@ -26,9 +26,8 @@ from cyclopts import Parameter
 from ..core.device_flow import DeviceAuthorization, Failed, Signed, Wait, next_poll, start_polling
 from ..core.errors import ConfigError, Unavailable
 from ..http.idp_client import poll_device_token, request_device_code, sign_out
-from ..state import load_idp_pin
 from ..state.login_sessions import LoginSession, load_session, remove_session, save_session, session_path
-from ._idp_session import idp_base_url, kept_session
+from ._idp_session import idp_base_url, idp_pin_of, kept_session
 from .common import Where
 from .exits import ExitCode
 
@@ -124,7 +123,7 @@ async def logout(*, where: Where = Where()) -> int:
     its process).
     """
     space_paths = where.provisioned()
-    pin = load_idp_pin(space_paths.idp_json)
+    pin = idp_pin_of(space_paths)
     path, kept = kept_session(space_paths, pin)
     if kept is None:
         print(f"not logged in to space {space_paths.space} - nothing to revoke")
