@@ -129,7 +129,8 @@ class _Routes:
         else:
             done = self.grants.deny(user_code=user_code, now=now)
         if not done:
-            return _oauth_error("invalid_request", "no pending user code matches - start `cotal login` again")
+            return _oauth_error("invalid_request", "no pending user code matches - check the code `cotal login` printed,"
+                                 " or start `cotal login` again")  # fmt: skip
         return {"success": True}, 200
 
     async def approve(self) -> Answer:

@@ -84,13 +84,17 @@ async def test_login_exchange_check_and_logout(nursery, tmp_path, nats_server_bi
     assert f"run `cotal login --space {SPACE}`" in err
 
 
+async def _waiting_login(nursery, tmp_path, nats_server_bin) -> tuple[tuple[str, ...], trio.Process, str]:
+    """A stack and a ``cotal login`` waiting for its code: the root flags, the process, the code."""
+    stack = await start_stack(nursery, tmp_path, nats_server_bin, dev_idp_device=POLICY)
+    process, user_code = await start_login(nursery, stack.paths.root, SPACE, person_env(tmp_path))
+    return ("--space", SPACE, "--root", str(stack.paths.root)), process, user_code
+
+
 @pytest.mark.broker
 async def test_a_denied_code_ends_the_login(nursery, tmp_path, nats_server_bin, capsys):
-    stack = await start_stack(nursery, tmp_path, nats_server_bin, dev_idp_device=POLICY)
-    env = person_env(tmp_path)
-    where = ("--space", SPACE, "--root", str(stack.paths.root))
     with trio.fail_after(CEILING_S):
-        process, user_code = await start_login(nursery, stack.paths.root, SPACE, env)
+        where, process, user_code = await _waiting_login(nursery, tmp_path, nats_server_bin)
         denied = await cotal(capsys, "dev-idp", "deny", "--user-code", user_code, "--sub", "alice", *where)
         assert denied == (0, f"denied {user_code}\n", "")
         code, _, err = await finish(process)
@@ -128,3 +132,18 @@ async def test_a_login_replaces_an_unreadable_session_file(nursery, tmp_path, na
     assert code == 0, err
     async with client(stack, bearer.strip()) as conn:
         await round_trip(conn, SPACE)
+
+
+@pytest.mark.broker
+async def test_a_mistyped_user_code_names_the_fix_and_the_login_still_waits(nursery, tmp_path, nats_server_bin, capsys):
+    with trio.fail_after(CEILING_S):
+        where, process, user_code = await _waiting_login(nursery, tmp_path, nats_server_bin)
+        typo = user_code[:-1] + ("A" if user_code[-1] != "A" else "B")
+        code, out, err = await cotal(capsys, "dev-idp", "approve", "--user-code", typo, "--sub", "alice", *where)
+        assert (code, out) == (1, "")
+        assert err.endswith(f"refused /device/approve for user code {typo} (no pending user code matches - check the"
+                            " code `cotal login` printed, or start `cotal login` again)\n")  # fmt: skip
+        await cotal(capsys, "dev-idp", "approve", "--user-code", user_code, "--sub", "alice", *where)
+        code, _, err = await finish(process)
+    assert code == 0, err
+    assert len(session_files(tmp_path)) == 1
