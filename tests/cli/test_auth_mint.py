@@ -338,3 +338,23 @@ def test_provision_of_an_observers_uid_names_it_in_words(static_offline, capsys)
     code, _, err = static_offline.run(capsys, "auth", "provision", uid, "--space", STATIC)
     assert code == 1
     assert one_sentence(err) == f"lifecycle {uid} is credential watch, an observer credential: it binds no durable"
+
+
+def test_a_renewal_of_a_lost_file_names_a_fix_that_works(static, capsys):
+    """Issue 19 item 2: a renewal keeps the key in the credential's file; with the file gone the
+    refusal names the way out, and following it (revoke, then mint --replace) gives a new file.
+    A bare `--replace` would be refused while the lost credential is live."""
+    code, receipt, err = mint(static, capsys, "--label", "bot")
+    assert code == 0, err
+    os.unlink(receipt["path"])
+    code, _, err = static.run(capsys, "auth", "renew", "bot", "--space", STATIC)
+    assert code == 1
+    assert one_sentence(err) == (
+        f"credential bot's file {receipt['path']} cannot be read ([Errno 2] No such file or directory:"
+        f" '{receipt['path']}') - a renewal keeps the key in it; put the file back, or revoke the credential"
+        f" (`cotal auth revoke-credential bot --space {STATIC}`) and mint it again"
+        f" (`cotal auth mint --label bot --space {STATIC} --replace`)"
+    )
+    assert static.run(capsys, "auth", "revoke-credential", "bot", "--space", STATIC)[0] == 0
+    code, again, err = mint(static, capsys, "--label", "bot", "--replace")
+    assert code == 0 and again["replaced"] and os.path.exists(again["path"]), err
