@@ -26,6 +26,7 @@ from cyclopts import Parameter
 from ..core.device_flow import DeviceAuthorization, Failed, Signed, Wait, next_poll, start_polling
 from ..core.errors import ConfigError, Unavailable
 from ..http.idp_client import poll_device_token, request_device_code, sign_out
+from ..state import ensure_dir
 from ..state.login_sessions import LoginSession, load_session, remove_session, save_session, session_path
 from ._idp_session import idp_base_url, idp_pin_of, kept_session
 from .common import Where
@@ -97,10 +98,12 @@ async def login(
     """
     space_paths = where.provisioned()
     pin, base = idp_base_url(space_paths)
+    path = session_path(os.environ, space=space_paths.space, issuer=pin.issuer)
+    # Before the code: a session approved with nowhere to keep it would stay live, unrevocable.
+    await trio.to_thread.run_sync(ensure_dir, path.parent)
     signed = await run_device_login(base, space=space_paths.space, client_id=client_id, show=_print_code)
     now = int(time.time())
     expires = now + signed.expires_in_s if signed.expires_in_s is not None else None
-    path = session_path(os.environ, space=space_paths.space, issuer=pin.issuer)
     try:
         earlier = load_session(path)
     except ConfigError:  # unreadable: there is no session to sign out, and the new one replaces the file

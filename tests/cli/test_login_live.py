@@ -16,6 +16,7 @@ import functools
 import json
 import shutil
 import stat
+import sys
 
 import pytest
 import trio
@@ -147,3 +148,18 @@ async def test_a_mistyped_user_code_names_the_fix_and_the_login_still_waits(nurs
         code, _, err = await finish(process)
     assert code == 0, err
     assert len(session_files(tmp_path)) == 1
+
+
+@pytest.mark.broker
+async def test_a_session_folder_that_cannot_be_written_is_named_before_the_code(nursery, tmp_path, nats_server_bin):
+    """The person must not approve a code whose session then has nowhere to go (it would stay live
+    at the IdP with no file to revoke it by): the folder is made, or refused, before the flow."""
+    stack = await start_stack(nursery, tmp_path, nats_server_bin, dev_idp_device=POLICY)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    env = {**person_env(tmp_path), "XDG_CONFIG_HOME": str(blocker)}
+    command = [sys.executable, "-m", "cotal_trio", "login", "--space", SPACE, "--root", str(stack.paths.root)]
+    with trio.fail_after(CEILING_S):
+        done = await trio.run_process(command, capture_stdout=True, capture_stderr=True, check=False, env=env)
+    assert (done.returncode, done.stdout) == (1, b"")
+    assert done.stderr.decode() == f"cotal: {blocker} exists and is not a folder - move it aside\n"
