@@ -133,12 +133,16 @@ async def logout(*, where: Where = Where()) -> int:
         return ExitCode.OK
     try:
         _, base = idp_base_url(space_paths)
-        await trio.to_thread.run_sync(sign_out, base, kept.session)
     except ConfigError:  # the dev IdP is not served: its in-memory sessions are gone with it
         print(f"cotal: the development IdP of space {space_paths.space} is not running; its sessions ended"
               " with it", file=sys.stderr)  # fmt: skip
-    except Unavailable as exc:
-        raise Unavailable(f"{exc} - the session is kept; run `cotal logout --space {space_paths.space}` again") from None
+    else:
+        try:
+            await trio.to_thread.run_sync(sign_out, base, kept.session)
+        except Unavailable as exc:
+            raise Unavailable(f"{exc} - the session is kept; run `cotal logout --space {space_paths.space}` again") from None
+        except ConfigError as exc:  # refused, not revoked: the file stays, so nothing claims it is
+            raise ConfigError(f"{exc} {path}") from None
     await trio.to_thread.run_sync(remove_session, path)
     print(f"logged out of space {space_paths.space}; the session is revoked and {path} deleted")
     return ExitCode.OK
