@@ -12,7 +12,9 @@ assertion: 5 s, then 10 s after ``slow_down``.
 from __future__ import annotations
 
 import functools
+import json
 import os
+import urllib.request
 
 import pytest
 import trio
@@ -22,7 +24,7 @@ from cotal_trio.cli.login import run_device_login
 from cotal_trio.core.device_flow import DeviceAuthorization
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.devidp import DevicePolicy, build_dev_idp_app, create_dev_idp, mint_dev_token
-from cotal_trio.http.idp_client import answer_user_code, fetch_session_token, sign_out
+from cotal_trio.http.idp_client import answer_user_code, fetch_session_token, request_device_code, sign_out
 from cotal_trio.http.serve import serve_app
 from cotal_trio.state import IdpPinRecord, save_idp_pin
 from cotal_trio.state.login_sessions import LoginSession, save_session, session_path
@@ -152,3 +154,22 @@ async def test_logout_keeps_the_session_file_when_the_idp_refuses_the_sign_out(n
     assert err == (f"cotal: the IdP at {base} refused the sign-out (HTTP 404) - the session may still be live: sign out"
                    f" at the IdP itself, then delete the session file {path}\n")  # fmt: skip
     assert path.exists()
+
+
+async def test_the_device_page_says_pending_only_for_a_pending_code(nursery):
+    """The development IdP's ``/device`` page (the ``verification_uri_complete`` `cotal login`
+    prints) tells the person whether the code they hold is waiting, not "pending" for any text."""
+    clock = SharedClock()
+    base = await _idp(nursery, clock, DevicePolicy(interval_s=5, expires_in_s=600))
+    issued = await trio.to_thread.run_sync(functools.partial(request_device_code, base, client_id="cotal-cli"))
+    code = issued["user_code"]
+
+    def page(user_code: str) -> dict:
+        with urllib.request.urlopen(f"{base}/device?user_code={user_code}", timeout=5) as answer:
+            return json.loads(answer.read())
+
+    assert await trio.to_thread.run_sync(page, code) == {
+        "user_code": code, "status": "pending", "approve": f"cotal dev-idp approve --user-code {code} --sub <you>"}
+    assert await trio.to_thread.run_sync(page, "ZZZZ-ZZZZ") == {
+        "user_code": "ZZZZ-ZZZZ", "status": "not pending",
+        "fix": "no pending user code matches - check the code `cotal login` printed, or start `cotal login` again"}
