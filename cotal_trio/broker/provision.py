@@ -33,6 +33,7 @@ from cotal_trio.core.identity import is_space
 from cotal_trio.core.jose import IssuerKey
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.core.xkeys import XKeyPair
+from cotal_trio.state.credentials import records_dir
 from cotal_trio.state import (
     OWNER_SECRET_BYTES,
     AccountsRecord,
@@ -295,6 +296,14 @@ def _ensure_issuer(sp: SpacePaths, space: str) -> None:
 
 def _ensure_owner_secret(sp: SpacePaths) -> None:
     if not sp.owner_secret_json.exists():
+        # Every owner id is derived from this secret: a new one under existing rows re-keys them all.
+        for folder in (sp.actors_dir, sp.managed_dir, records_dir(sp)):
+            if folder.is_dir() and any(folder.iterdir()):
+                raise ConfigError(
+                    f"{sp.owner_secret_json} is missing but {folder} holds rows keyed by it - put it back (from a"
+                    " backup, or from the .deprovision-* folder an interrupted reset left; a new one would give"
+                    " every owner of the space a new id), or move the space folder aside and add the space again"
+                )
         if save_owner_secret(sp.owner_secret_json, secrets.token_bytes(OWNER_SECRET_BYTES), exclusive=True):
             return
     load_owner_secret(sp.owner_secret_json)
@@ -309,7 +318,10 @@ def ensure_space(paths: RootPaths, broker: BrokerMaterial, space: str, *, iat: i
     never regenerated. Nothing is pushed to a broker here.
 
     Raises:
-        ConfigError: an invalid space name, or a corrupt or mismatched file (left untouched).
+        ConfigError: an invalid space name, or a corrupt or mismatched file (left untouched);
+            ``callout.json`` missing beside ``accounts.json``; ``owner-secret.json`` missing while
+            ledger rows or credential records keyed by it exist (spec "Offline secret inventory":
+            an interrupted reset moves it aside before ``callout.json``).
     """
     _check_space(space)
     sp = paths.space(space)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..broker.spaces import MODE_STATIC, space_mode
 from ..core.errors import ConfigError
 from ..http.client import read_service
 from ..http.idp_client import fetch_session_token
 from ..state import IdpPinRecord, SpacePaths, load_idp_pin, read_json
 from ..state.login_sessions import LoginSession, load_session, session_path
 
-__all__ = ["idp_base_url", "kept_session", "served_dev_idp_url", "session_idp_token"]
+__all__ = ["idp_base_url", "idp_pin_of", "kept_session", "served_dev_idp_url", "session_idp_token"]
 
 
 def served_dev_idp_url(space_paths: SpacePaths) -> str:
@@ -39,14 +40,27 @@ def relogin_command(space: str) -> str:
     return f"cotal login --space {space}"
 
 
+def idp_pin_of(space_paths: SpacePaths) -> IdpPinRecord:
+    """The space's IdP pin, the one a login is made at (blocking read).
+
+    Raises:
+        ConfigError: a static space (it has no IdP: its clients connect with minted
+            credentials); the pin is missing or corrupt.
+    """
+    if space_mode(space_paths) == MODE_STATIC:
+        raise ConfigError(f"space {space_paths.space} is a static space: it has no IdP to log in to - its clients"
+                          " connect with minted credentials (cotal auth mint)")  # fmt: skip
+    return load_idp_pin(space_paths.idp_json)
+
+
 def idp_base_url(space_paths: SpacePaths) -> tuple[IdpPinRecord, str]:
     """The space's IdP pin and the base URL its login endpoints live under.
 
     Raises:
-        ConfigError: the pin is missing or corrupt; the space uses the development IdP and no
-            ``cotal up`` serves it now.
+        ConfigError: a static space; the pin is missing or corrupt; the space uses the
+            development IdP and no ``cotal up`` serves it now.
     """
-    pin = load_idp_pin(space_paths.idp_json)
+    pin = idp_pin_of(space_paths)
     if pin.kind == "oidc":
         return pin, pin.url
     url = served_dev_idp_url(space_paths)

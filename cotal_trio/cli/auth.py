@@ -247,7 +247,7 @@ def _print_receipt(
         rows.append(("provision", f"not yet: `{later}` creates them (with the broker running)"))
     rows.append(("server", server or UNKNOWN_SERVER))
     for name, value in rows:
-        print(f"  {name:<10}{value}")
+        print(f"  {name + ' ':<10}{value}")  # a name of 10 letters (generation) still gets its space
     for old in rules.unbounded_replaced(record):
         print(f"  note: the replaced credential {old.user_key} has no expiry and still connects - revoke it with "
               f"`cotal auth revoke-credential {cred.label} --space {cred.space} --key {old.user_key}`")  # fmt: skip

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -25,9 +26,9 @@ from cyclopts import Parameter
 from ..core.device_flow import DeviceAuthorization, Failed, Signed, Wait, next_poll, start_polling
 from ..core.errors import ConfigError, Unavailable
 from ..http.idp_client import poll_device_token, request_device_code, sign_out
-from ..state import load_idp_pin
-from ..state.login_sessions import LoginSession, remove_session, save_session
-from ._idp_session import idp_base_url, kept_session
+from ..state import ensure_dir
+from ..state.login_sessions import LoginSession, load_session, remove_session, save_session, session_path
+from ._idp_session import idp_base_url, idp_pin_of, kept_session
 from .common import Where
 from .exits import ExitCode
 
@@ -90,17 +91,23 @@ async def login(
 
     Prints a user code and the address to approve it at, waits for the approval, then keeps the
     IdP session 0600 in $XDG_CONFIG_HOME/cotal/sessions/ (default ~/.config/cotal/sessions/),
-    signing out the session it replaces.
+    signing out the session it replaces (an unreadable session file is replaced as it is).
     `cotal exchange` and `cotal check --actor A` use it when no --idp-token is given; `cotal
     logout` revokes it. With the development IdP (`cotal up` without --idp), approve the code with
     `cotal dev-idp approve --user-code <code> --sub <you>`.
     """
     space_paths = where.provisioned()
     pin, base = idp_base_url(space_paths)
+    path = session_path(os.environ, space=space_paths.space, issuer=pin.issuer)
+    # Before the code: a session approved with nowhere to keep it would stay live, unrevocable.
+    await trio.to_thread.run_sync(ensure_dir, path.parent)
     signed = await run_device_login(base, space=space_paths.space, client_id=client_id, show=_print_code)
     now = int(time.time())
     expires = now + signed.expires_in_s if signed.expires_in_s is not None else None
-    path, earlier = kept_session(space_paths, pin)
+    try:
+        earlier = load_session(path)
+    except ConfigError:  # unreadable: there is no session to sign out, and the new one replaces the file
+        earlier = None
     if earlier is not None:  # replaced: sign the old session out too, or it stays live with no handle
         with contextlib.suppress(ConfigError, Unavailable):
             await trio.to_thread.run_sync(sign_out, base, earlier.session)
@@ -119,19 +126,23 @@ async def logout(*, where: Where = Where()) -> int:
     its process).
     """
     space_paths = where.provisioned()
-    pin = load_idp_pin(space_paths.idp_json)
+    pin = idp_pin_of(space_paths)
     path, kept = kept_session(space_paths, pin)
     if kept is None:
         print(f"not logged in to space {space_paths.space} - nothing to revoke")
         return ExitCode.OK
     try:
         _, base = idp_base_url(space_paths)
-        await trio.to_thread.run_sync(sign_out, base, kept.session)
     except ConfigError:  # the dev IdP is not served: its in-memory sessions are gone with it
         print(f"cotal: the development IdP of space {space_paths.space} is not running; its sessions ended"
               " with it", file=sys.stderr)  # fmt: skip
-    except Unavailable as exc:
-        raise Unavailable(f"{exc} - the session is kept; run `cotal logout --space {space_paths.space}` again") from None
+    else:
+        try:
+            await trio.to_thread.run_sync(sign_out, base, kept.session)
+        except Unavailable as exc:
+            raise Unavailable(f"{exc} - the session is kept; run `cotal logout --space {space_paths.space}` again") from None
+        except ConfigError as exc:  # refused, not revoked: the file stays, so nothing claims it is
+            raise ConfigError(f"{exc} {path}") from None
     await trio.to_thread.run_sync(remove_session, path)
     print(f"logged out of space {space_paths.space}; the session is revoked and {path} deleted")
     return ExitCode.OK

@@ -55,6 +55,8 @@ _JWKS_MAX_AGE_S = 300
 # Better Auth's JWT plugin default: a JWT from GET /token lives 15 minutes.
 SESSION_JWT_TTL_S = 900
 _FORM = "application/x-www-form-urlencoded"
+# A user code that is not waiting: mistyped (the login still waits for the right one), or ended.
+NO_PENDING_CODE = "no pending user code matches - check the code `cotal login` printed, or start `cotal login` again"
 Answer = tuple[dict[str, Any], int]
 
 
@@ -105,7 +107,11 @@ class _Routes:
         return body, status
 
     async def device_page(self) -> Answer:
-        code = request.args.get("user_code", "") or "<code>"
+        code = request.args.get("user_code", "")
+        if not code:
+            return {"user_code": "<code>", "approve": "cotal dev-idp approve --user-code <code> --sub <you>"}, 200
+        if not self.grants.is_pending(code, now=self.clock()):
+            return {"user_code": code, "status": "not pending", "fix": NO_PENDING_CODE}, 200
         return {"user_code": code, "status": "pending", "approve": f"cotal dev-idp approve --user-code {code} --sub <you>"}, 200
 
     def _signed_in_subject(self) -> str:
@@ -129,7 +135,7 @@ class _Routes:
         else:
             done = self.grants.deny(user_code=user_code, now=now)
         if not done:
-            return _oauth_error("invalid_request", "no pending user code matches - start `cotal login` again")
+            return _oauth_error("invalid_request", NO_PENDING_CODE)
         return {"success": True}, 200
 
     async def approve(self) -> Answer:

@@ -179,6 +179,10 @@ class DeviceGrants:
             return None
         return grant
 
+    def is_pending(self, user_code: str, *, now: float) -> bool:
+        """True while ``user_code`` waits for an answer (issued, not expired, not yet answered)."""
+        return self._pending(user_code, now) is not None
+
     def approve(self, *, user_code: str, subject: str, now: float) -> bool:
         """``subject`` approves ``user_code`` (``POST /device/approve``); False when no such code
         is pending (unknown, expired, or already answered)."""

@@ -120,14 +120,21 @@ def fetch_session_token(base: str, session: str, *, relogin: str) -> str:
 
 
 def sign_out(base: str, session: str) -> None:
-    """``POST <base>/sign-out`` with the session: the IdP revokes it.
+    """``POST <base>/sign-out`` with the session: the IdP revokes it. A 2xx answer, or 401 (the IdP
+    no longer knows the session), means it is gone.
 
     Raises:
         Unavailable: the IdP answered with a server error, or as :func:`_call`.
+        ConfigError: any other answer (an IdP without ``/sign-out``, a forbidden sign-out): the
+            session may still be live; the sentence ends by asking to delete the session file,
+            whose path the caller appends.
     """
     status, _ = _call(base, "/sign-out", body={}, session=session)
     if status >= 500:
         raise Unavailable(f"the IdP at {base} failed to sign out (HTTP {status}) - retry `cotal logout`")
+    if not (200 <= status < 300 or status == 401):
+        raise ConfigError(f"the IdP at {base} refused the sign-out (HTTP {status}) - the session may still be live:"
+                          " sign out at the IdP itself, then delete the session file")  # fmt: skip
 
 
 def answer_user_code(base: str, *, user_code: str, bearer: str, approve: bool) -> None:

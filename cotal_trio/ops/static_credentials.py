@@ -363,11 +363,17 @@ def read_own_key(cred: Credential) -> KeyPair:
         key = KeyPair.from_seed(seed)
     except (OSError, CodecError, UnicodeDecodeError) as exc:
         raise ConfigError(f"credential {cred.label}'s file {cred.path} cannot be read ({exc}) - a renewal keeps the "
-                          "key in it; mint again with --replace") from None  # fmt: skip
+                          f"key in it; put the file back, or {_revoke_and_remint(cred)}") from None  # fmt: skip
     if key.public_key != cred.user_key:
         raise ConfigError(f"{cred.path} does not hold credential {cred.label}'s key {cred.user_key} - put its own file back, "
-                          "or mint again with --replace")  # fmt: skip
+                          f"or {_revoke_and_remint(cred)}")  # fmt: skip
     return key
+
+
+def _revoke_and_remint(cred: Credential) -> str:
+    """The way past a credential whose file is lost: ``--replace`` alone refuses a live one."""
+    return (f"revoke the credential (`cotal auth revoke-credential {cred.label} --space {cred.space}`) and mint it again"
+            f" (`cotal auth mint --label {cred.label} --space {cred.space} --replace`)")
 
 
 def undo_record(sp: SpacePaths, label: str, record: LabelRecord | None) -> None:

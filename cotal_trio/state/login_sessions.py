@@ -81,7 +81,8 @@ def load_session(path: Path) -> LoginSession | None:
     """The session kept at ``path``, or None when there is none.
 
     Raises:
-        ConfigError: the file is corrupt (the sentence names it; ``cotal logout`` removes it).
+        ConfigError: the file is corrupt (the sentence names it; the caller says to remove it,
+            and ``cotal login`` writes a new one over it).
     """
     if not path.exists():
         return None

@@ -99,7 +99,7 @@ def test_text_receipt_and_no_expiry(static, capsys):
         "  expires   never (--no-expiry: `cotal doctor auth` warns about it)",
         f"  file      {record.path}",
         f"  inbox     _INBOX_{record.inbox_nonce} (the client's inbox prefix)",
-        f"  generation{record.generation} (horizon {record.issued_at + 30 * 24 * 3600}, "
+        f"  generation {record.generation} (horizon {record.issued_at + 30 * 24 * 3600}, "
         f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(record.issued_at + 30 * 24 * 3600))})",
         f"  accepted  {record.accepted_token} (the token of its accepted row: its generation)",
         f"  binds     dm-{record.owner}-{record.actor}-{record.lifecycle_uid} (COTAL_DM_{STATIC}), "
@@ -373,3 +373,23 @@ def test_an_agent_mint_and_a_renewal_need_the_broker_and_write_nothing_without_i
     assert not default_creds_path(static_offline.paths, STATIC, "bot").exists()
     code, _, err = static_offline.run(capsys, "auth", "renew", "bot", "--space", STATIC)
     assert code == 1 and one_sentence(err).endswith("a renewal reads its issuance's evidence; nothing was written")
+
+
+def test_a_renewal_of_a_lost_file_names_a_fix_that_works(static, capsys):
+    """Issue 19 item 2: a renewal keeps the key in the credential's file; with the file gone the
+    refusal names the way out, and following it (revoke, then mint --replace) gives a new file.
+    A bare `--replace` would be refused while the lost credential is live."""
+    code, receipt, err = mint(static, capsys, "--label", "bot")
+    assert code == 0, err
+    os.unlink(receipt["path"])
+    code, _, err = static.run(capsys, "auth", "renew", "bot", "--space", STATIC)
+    assert code == 1
+    assert one_sentence(err) == (
+        f"credential bot's file {receipt['path']} cannot be read ([Errno 2] No such file or directory:"
+        f" '{receipt['path']}') - a renewal keeps the key in it; put the file back, or revoke the credential"
+        f" (`cotal auth revoke-credential bot --space {STATIC}`) and mint it again"
+        f" (`cotal auth mint --label bot --space {STATIC} --replace`)"
+    )
+    assert static.run(capsys, "auth", "revoke-credential", "bot", "--space", STATIC)[0] == 0
+    code, again, err = mint(static, capsys, "--label", "bot", "--replace")
+    assert code == 0 and again["replaced"] and os.path.exists(again["path"]), err

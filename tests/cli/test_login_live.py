@@ -16,6 +16,7 @@ import functools
 import json
 import shutil
 import stat
+import sys
 
 import pytest
 import trio
@@ -84,16 +85,81 @@ async def test_login_exchange_check_and_logout(nursery, tmp_path, nats_server_bi
     assert f"run `cotal login --space {SPACE}`" in err
 
 
+async def _waiting_login(nursery, tmp_path, nats_server_bin) -> tuple[tuple[str, ...], trio.Process, str]:
+    """A stack and a ``cotal login`` waiting for its code: the root flags, the process, the code."""
+    stack = await start_stack(nursery, tmp_path, nats_server_bin, dev_idp_device=POLICY)
+    process, user_code = await start_login(nursery, stack.paths.root, SPACE, person_env(tmp_path))
+    return ("--space", SPACE, "--root", str(stack.paths.root)), process, user_code
+
+
 @pytest.mark.broker
 async def test_a_denied_code_ends_the_login(nursery, tmp_path, nats_server_bin, capsys):
-    stack = await start_stack(nursery, tmp_path, nats_server_bin, dev_idp_device=POLICY)
-    env = person_env(tmp_path)
-    where = ("--space", SPACE, "--root", str(stack.paths.root))
     with trio.fail_after(CEILING_S):
-        process, user_code = await start_login(nursery, stack.paths.root, SPACE, env)
+        where, process, user_code = await _waiting_login(nursery, tmp_path, nats_server_bin)
         denied = await cotal(capsys, "dev-idp", "deny", "--user-code", user_code, "--sub", "alice", *where)
         assert denied == (0, f"denied {user_code}\n", "")
         code, _, err = await finish(process)
     assert code == 1
     assert f"the sign-in was denied at the IdP - run `cotal login --space {SPACE}` again and approve the code" in err
     assert session_files(tmp_path) == []
+
+
+
+async def _approved_login(nursery, stack, env, capsys) -> tuple[int, str, str]:
+    """One ``cotal login`` process whose code alice approves: its exit code, stdout and stderr."""
+    process, user_code = await start_login(nursery, stack.paths.root, SPACE, env)
+    where = ("--space", SPACE, "--root", str(stack.paths.root))
+    await cotal(capsys, "dev-idp", "approve", "--user-code", user_code, "--sub", "alice", *where)
+    return await finish(process)
+
+
+@pytest.mark.broker
+async def test_a_login_replaces_an_unreadable_session_file(nursery, tmp_path, nats_server_bin, capsys, monkeypatch):
+    """A corrupt session file must not cost the person the session they just approved: the login
+    writes the new one over it (there is no old session to sign out) and the exchange uses it."""
+    stack = await start_stack(nursery, tmp_path, nats_server_bin, dev_idp_device=POLICY)
+    stack.grant("alice", "cli")
+    env = person_env(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", env["XDG_CONFIG_HOME"])  # the in-process exchange is the same person
+    with trio.fail_after(CEILING_S):
+        assert (await _approved_login(nursery, stack, env, capsys))[0] == 0
+        (kept,) = session_files(tmp_path)
+        kept.write_text("{")  # a torn or hand-edited file
+        code, out, err = await _approved_login(nursery, stack, env, capsys)
+        assert (code, err) == (0, ""), err
+        assert f"the session is kept in {kept}" in out and stat.S_IMODE(kept.stat().st_mode) == 0o600
+        code, bearer, err = await cotal(capsys, "exchange", "--actor", "cli", "--space", SPACE,
+                                        "--root", str(stack.paths.root))  # fmt: skip
+    assert code == 0, err
+    async with client(stack, bearer.strip()) as conn:
+        await round_trip(conn, SPACE)
+
+
+@pytest.mark.broker
+async def test_a_mistyped_user_code_names_the_fix_and_the_login_still_waits(nursery, tmp_path, nats_server_bin, capsys):
+    with trio.fail_after(CEILING_S):
+        where, process, user_code = await _waiting_login(nursery, tmp_path, nats_server_bin)
+        typo = user_code[:-1] + ("A" if user_code[-1] != "A" else "B")
+        code, out, err = await cotal(capsys, "dev-idp", "approve", "--user-code", typo, "--sub", "alice", *where)
+        assert (code, out) == (1, "")
+        assert err.endswith(f"refused /device/approve for user code {typo} (no pending user code matches - check the"
+                            " code `cotal login` printed, or start `cotal login` again)\n")  # fmt: skip
+        await cotal(capsys, "dev-idp", "approve", "--user-code", user_code, "--sub", "alice", *where)
+        code, _, err = await finish(process)
+    assert code == 0, err
+    assert len(session_files(tmp_path)) == 1
+
+
+@pytest.mark.broker
+async def test_a_session_folder_that_cannot_be_written_is_named_before_the_code(nursery, tmp_path, nats_server_bin):
+    """The person must not approve a code whose session then has nowhere to go (it would stay live
+    at the IdP with no file to revoke it by): the folder is made, or refused, before the flow."""
+    stack = await start_stack(nursery, tmp_path, nats_server_bin, dev_idp_device=POLICY)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    env = {**person_env(tmp_path), "XDG_CONFIG_HOME": str(blocker)}
+    command = [sys.executable, "-m", "cotal_trio", "login", "--space", SPACE, "--root", str(stack.paths.root)]
+    with trio.fail_after(CEILING_S):
+        done = await trio.run_process(command, capture_stdout=True, capture_stderr=True, check=False, env=env)
+    assert (done.returncode, done.stdout) == (1, b"")
+    assert done.stderr.decode() == f"cotal: {blocker} exists and is not a folder - move it aside\n"

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from cotal_trio.state.login_sessions import LoginSession, save_session, session_path
 from tests.support.cli_root import SPACE
+from tests.support.static_mint import STATIC, add_static
 
 
 def _keep(root, tmp_path, monkeypatch):
@@ -39,3 +42,15 @@ def test_an_unreadable_session_file_is_named(root, capsys, tmp_path, monkeypatch
     code, out, err = root.run(capsys, "logout", "--space", SPACE)
     assert code == 1
     assert err == f"cotal: the login session file {path} is unreadable - remove it and run `cotal login --space {SPACE}`\n"
+
+
+@pytest.mark.parametrize("argv", [("login",), ("logout",), ("exchange", "--actor", "cli")])
+def test_a_static_space_has_no_login(root, capsys, tmp_path, monkeypatch, argv):
+    """A static space has no IdP (its clients connect with minted credentials): login, logout and
+    an exchange without --idp-token say so, instead of calling the space unprovisioned."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    add_static(root)
+    code, out, err = root.run(capsys, *argv, "--space", STATIC)
+    assert (code, out) == (1, "")
+    assert err == (f"cotal: space {STATIC} is a static space: it has no IdP to log in to - its clients connect with"
+                   " minted credentials (cotal auth mint)\n")  # fmt: skip

@@ -12,16 +12,23 @@ assertion: 5 s, then 10 s after ``slow_down``.
 from __future__ import annotations
 
 import functools
+import json
+import os
+import urllib.request
 
 import pytest
 import trio
+from quart_trio import QuartTrio
 
 from cotal_trio.cli.login import run_device_login
 from cotal_trio.core.device_flow import DeviceAuthorization
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.devidp import DevicePolicy, build_dev_idp_app, create_dev_idp, mint_dev_token
-from cotal_trio.http.idp_client import answer_user_code, fetch_session_token
+from cotal_trio.http.idp_client import answer_user_code, fetch_session_token, request_device_code, sign_out
 from cotal_trio.http.serve import serve_app
+from cotal_trio.state import IdpPinRecord, save_idp_pin
+from cotal_trio.state.login_sessions import LoginSession, save_session, session_path
+from tests.support.cli_root import SPACE, cotal
 
 CEILING_S = 20
 T0 = 1_800_000_000.0
@@ -106,3 +113,63 @@ async def test_access_denied_names_cotal_login_again(nursery):
     with trio.fail_after(CEILING_S), pytest.raises(ConfigError, match="denied at the IdP - run `cotal login --space alpha` again"):
         await run_device_login(base, space="alpha", client_id="cotal-cli", show=_person(base, clock, approve=False),
                                clock=clock, sleep=clock.sleep)  # fmt: skip
+
+
+@pytest.mark.parametrize(("status", "revoked"), [(200, True), (401, True), (404, False), (403, False)])
+async def test_sign_out_counts_only_an_answer_that_revoked(nursery, status, revoked):
+    """`cotal logout` says "the session is revoked" only when the IdP said so: 200, or 401 (the
+    session is already gone). Any other refusal (an IdP without /sign-out, 404; a forbidden one)
+    keeps the session file and names the status, instead of claiming what did not happen."""
+    app = QuartTrio("no-sign-out")
+
+    @app.post("/sign-out")
+    async def answer():
+        return {"error": "nope"}, status
+
+    base = f"http://127.0.0.1:{await nursery.start(functools.partial(serve_app, app))}"
+    call = functools.partial(sign_out, base, "opaque-session")
+    if revoked:
+        await trio.to_thread.run_sync(call)
+        return
+    with pytest.raises(ConfigError) as refused:
+        await trio.to_thread.run_sync(call)
+    assert str(refused.value) == (f"the IdP at {base} refused the sign-out (HTTP {status}) - the session may still be"
+                                  " live: sign out at the IdP itself, then delete the session file")  # fmt: skip
+
+
+async def test_logout_keeps_the_session_file_when_the_idp_refuses_the_sign_out(nursery, root, capsys, tmp_path, monkeypatch):
+    app = QuartTrio("no-sign-out")
+
+    @app.post("/sign-out")
+    async def answer():
+        return {"error": "not found"}, 404
+
+    base = f"http://127.0.0.1:{await nursery.start(functools.partial(serve_app, app))}"
+    save_idp_pin(root.space.idp_json, IdpPinRecord(kind="oidc", url=base, issuer=base, audience=base, jwks_uri=f"{base}/jwks"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    path = session_path(os.environ, space=SPACE, issuer=base)
+    save_session(path, LoginSession(space=SPACE, issuer=base, idp_url=base, session="s", created_at=1, expires_at=None))
+    code, out, err = await cotal(capsys, "logout", "--space", SPACE, "--root", str(root.paths.root))
+    assert (code, out) == (1, "")
+    assert err == (f"cotal: the IdP at {base} refused the sign-out (HTTP 404) - the session may still be live: sign out"
+                   f" at the IdP itself, then delete the session file {path}\n")  # fmt: skip
+    assert path.exists()
+
+
+async def test_the_device_page_says_pending_only_for_a_pending_code(nursery):
+    """The development IdP's ``/device`` page (the ``verification_uri_complete`` `cotal login`
+    prints) tells the person whether the code they hold is waiting, not "pending" for any text."""
+    clock = SharedClock()
+    base = await _idp(nursery, clock, DevicePolicy(interval_s=5, expires_in_s=600))
+    issued = await trio.to_thread.run_sync(functools.partial(request_device_code, base, client_id="cotal-cli"))
+    code = issued["user_code"]
+
+    def page(user_code: str) -> dict:
+        with urllib.request.urlopen(f"{base}/device?user_code={user_code}", timeout=5) as answer:
+            return json.loads(answer.read())
+
+    assert await trio.to_thread.run_sync(page, code) == {
+        "user_code": code, "status": "pending", "approve": f"cotal dev-idp approve --user-code {code} --sub <you>"}
+    assert await trio.to_thread.run_sync(page, "ZZZZ-ZZZZ") == {
+        "user_code": "ZZZZ-ZZZZ", "status": "not pending",
+        "fix": "no pending user code matches - check the code `cotal login` printed, or start `cotal login` again"}

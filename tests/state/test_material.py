@@ -341,3 +341,27 @@ def test_lost_callout_json_is_not_regenerated(paths, broker):
     with pytest.raises(ConfigError, match="callout.json is missing but .*accounts.json exists"):
         provision.ensure_space(paths, broker, "demo", iat=IAT)
     assert not sp.callout_json.exists()
+
+
+@pytest.mark.parametrize("folder", ["actors", "managed-actors", "credentials"])
+def test_a_lost_owner_secret_is_not_regenerated_under_a_ledger(paths, broker, folder):
+    """Every owner id of the space is derived from owner-secret.json: a fresh one under existing
+    ledger rows or credential records would silently give every person a new owner (an interrupted
+    `cotal space deprovision --yes` moves it aside before callout.json, spec "Offline secret
+    inventory"). With no row yet there is nothing to re-key, and it is made as on a first run."""
+    provision.ensure_space(paths, broker, "demo", iat=IAT)
+    sp = paths.space("demo")
+    sp.owner_secret_json.unlink()
+    provision.ensure_space(paths, broker, "demo", iat=IAT)
+    assert sp.owner_secret_json.exists()
+    sp.owner_secret_json.unlink()
+    (sp.dir / folder).mkdir(mode=0o700)
+    (sp.dir / folder / "u_x.cli.json").write_text("{}")
+    with pytest.raises(ConfigError) as refused:
+        provision.ensure_space(paths, broker, "demo", iat=IAT)
+    assert str(refused.value) == (
+        f"{sp.owner_secret_json} is missing but {sp.dir / folder} holds rows keyed by it - put it back (from a backup,"
+        " or from the .deprovision-* folder an interrupted reset left; a new one would give every owner of the space"
+        " a new id), or move the space folder aside and add the space again"
+    )
+    assert not sp.owner_secret_json.exists()
