@@ -195,3 +195,15 @@ def test_connect_info_plain_is_one_line_per_key(root, capsys):
 def test_connect_info_of_an_unknown_space_names_it(root, capsys):
     code, _, err = root.run(capsys, "connect-info", "--space", "other")
     assert (code, err) == (1, f"cotal: space other is not in the root {root.paths.root} - see `cotal space list`\n")
+
+
+def test_the_test_roots_broker_port_refuses_every_connect():
+    """The CLI tests' root records a broker port nothing listens on, whatever else runs on the
+    machine (a developer's `cotal up`, another helper's broker): a connect there is refused, so
+    "no broker answers" holds in every test that relies on it."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.settimeout(5)
+        with pytest.raises(ConnectionRefusedError):
+            probe.connect(("127.0.0.1", BROKER_PORT))

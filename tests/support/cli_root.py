@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +35,19 @@ from cotal_trio.state import (
 )
 
 SPACE = "default"
-BROKER_PORT = 4333
+
+
+def _reserve_refusing_port() -> socket.socket:
+    """A socket bound to a free loopback port and never listening, kept for the test run: the
+    kernel hands that port to nobody else, and a connect to it is refused (a fixed number such
+    as 4333 is refused only while nothing else on the machine listens there)."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    return held
+
+
+_HELD = _reserve_refusing_port()
+BROKER_PORT = _HELD.getsockname()[1]
 
 
 @dataclass(frozen=True)
