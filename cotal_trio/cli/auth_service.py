@@ -219,6 +219,8 @@ def _refused_connect(exc: BaseException) -> bool:
     while link is not None:
         if isinstance(link, ConnectionRefusedError) or getattr(link, "errno", None) in _UNREACHABLE:
             return True
+        if isinstance(link, BaseExceptionGroup):  # trio's open_tcp_stream: one per address tried
+            return any(_refused_connect(leaf) for leaf in leaves(link))
         link = link.__cause__
     return False
 

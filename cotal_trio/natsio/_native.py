@@ -501,6 +501,7 @@ class NativeConnection:
     async def _first_connect(self) -> tuple[trio.SocketStream, bytearray]:
         """Trio: each seed once, in order; the first that admits us. See :func:`open_native_connection`."""
         what = f"connect {self._url}"
+        failed: BaseException | None = None  # the last seed's failure: the Unavailable's cause
         with trio.move_on_after(CONNECT_CAP_S) as bound:
             for i, url in enumerate(self.servers):
                 try:
@@ -510,6 +511,7 @@ class NativeConnection:
                     raise Unavailable(f"{what}: {exc}") from None
                 except (OSError, _Lost, ValueError) as exc:
                     self._error(str(exc) or type(exc).__name__)
+                    failed = exc
                     if i + 1 < len(self.servers):
                         log.info("nats %s: seed %d of %d failed (%s); trying the next", self._url, i + 1,
                                  len(self.servers), self.last_error)
@@ -518,7 +520,9 @@ class NativeConnection:
                 return stream, rest
         if bound.cancelled_caught:
             raise Unavailable(f"{what}: no broker confirmed the connect within {CONNECT_CAP_S:g} s")
-        raise Unavailable(f"{what}: {self.last_error}")
+        # chained, so a caller can tell a refused socket (nothing listens) from a broker that
+        # failed the handshake (cli/auth_service.py names the fix for the first)
+        raise Unavailable(f"{what}: {self.last_error}") from failed
 
     async def _run(self, stream: trio.SocketStream, rest: bytearray) -> None:
         """Trio: serve sockets until closed for good (the connection's one long task)."""
