@@ -255,7 +255,7 @@ class NativeConnection:
             ValueError: an empty subject or one with whitespace, a header name or value with a
                 line break, or a payload above the broker's ``max_payload``.
         """
-        self._write(_encode_pub(subject, reply, payload, headers, self._max_payload))
+        self._write(_encode_pub(subject, reply, payload, headers, self._max_payload), publish=True)
 
     async def flush(self) -> None:
         """Trio: a PING round trip, so everything queued before it has reached the broker.
@@ -371,7 +371,7 @@ class NativeConnection:
         try:
             for (token, slot), data in zip(slots, encoded, strict=True):
                 self._replies[token] = slot
-                self._write(data)
+                self._write(data, publish=True)
             yield replies
         finally:
             for token, _ in slots:
@@ -393,12 +393,17 @@ class NativeConnection:
         self._write(_encode_sub(sub))
         return sub
 
-    def _write(self, data: bytes) -> None:
-        """Sync: append to the output buffer and wake the writer (the coalescing point)."""
+    def _write(self, data: bytes, *, publish: bool = False) -> None:
+        """Sync: append to the output buffer and wake the writer (the coalescing point).
+
+        Only a ``publish`` is dropped past ``MAX_PENDING_BYTES``: PING, PONG, SUB and UNSUB are a
+        few bytes each and always queued, since a dropped PING leaves its waiter in the FIFO of
+        PONGs (every later flush would take the PONG of the one before it) and a dropped SUB
+        loses the subscription without a word."""
         if self.closed.is_set():
             log.debug("nats %s: a write after close was dropped", self._url)
             return
-        if len(self._out) + len(data) > MAX_PENDING_BYTES:
+        if publish and len(self._out) + len(data) > MAX_PENDING_BYTES:
             self._dropped += 1
             log.warning("nats %s: %d bytes already queued for the broker; a publish is dropped",
                         self._at or self._url, len(self._out))
