@@ -306,3 +306,16 @@ async def test_a_flush_behind_a_full_output_bound_still_gets_its_pong(plain_brok
             await conn.flush()
             assert conn.statistics().dropped == 1
             assert not conn.closed.is_set()
+
+
+async def test_a_fatal_err_names_why_the_connection_closed(operator_broker, provisioned):
+    """A user JWT that expires while connected: the broker sends ``-ERR 'User Authentication
+    Expired'`` and closes the socket. Without ``reconnect`` the connection is closed for good,
+    and ``last_error`` names the broker's reason, not only that the socket went."""
+    await _push(operator_broker, provisioned)
+    now = int(time.time())
+    creds = provision.mint_service_user(provisioned.space, name="svc", permissions=APP, iat=now, exp=now + 2)
+    with trio.fail_after(CEILING_S):
+        async with open_native_connection(operator_broker, creds=creds, reconnect=False) as conn:
+            await conn.closed.wait()
+            assert conn.last_error is not None and "User Authentication Expired" in conn.last_error, conn.last_error
