@@ -210,6 +210,7 @@ class NativeConnection:
         self._next_token = 0
         self._closing = False
         self._in_send = False
+        self._fatal: str | None = None  # this socket's -ERR other than a permissions violation
         self._max_payload = DEFAULT_MAX_PAYLOAD
         self._sends = self._sent_bytes = self._messages = self._reconnects = self._dropped = 0
         self.closed = trio.Event()
@@ -528,7 +529,7 @@ class NativeConnection:
     async def _run(self, stream: trio.SocketStream, rest: bytearray) -> None:
         """Trio: serve sockets until closed for good (the connection's one long task)."""
         while True:
-            self._stream, self._connected = stream, True
+            self._stream, self._connected, self._fatal = stream, True, None
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._read, stream, rest, nursery.cancel_scope)
@@ -606,6 +607,8 @@ class NativeConnection:
             self._socket_lost(str(exc) or type(exc).__name__, scope)
 
     def _socket_lost(self, reason: str, scope: trio.CancelScope) -> None:
+        if self._fatal is not None:  # 'User Authentication Expired', 'Stale Connection', ...
+            reason = f"the broker closed the connection after -ERR '{self._fatal}' ({reason})"
         if not self._closing and not self.closed.is_set():
             self._error(reason)
         scope.cancel()
@@ -681,6 +684,8 @@ class NativeConnection:
                     self._learn(json.loads(line[5:]))
                 elif line.startswith(b"-ERR"):
                     text = _err_text(line)
+                    if not text.lower().startswith("permissions violation"):
+                        self._fatal = text  # the broker closes the socket after it: the reason why
                     self._error(text)
                     log.warning("nats %s: %s", self._at or self._url, text)
                 # +OK: verbose is off, ignored
