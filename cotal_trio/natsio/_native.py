@@ -653,18 +653,15 @@ class NativeConnection:
                     return
                 op = buf[pos:pos + 4]
                 if op in (b"MSG ", b"HMSG"):
-                    args = bytes(buf[pos:eol]).split()
-                    header_len = int(args[-2]) if op == b"HMSG" else 0
-                    total = int(args[-1])
+                    subject, sid, reply, header_len, total = _msg_args(bytes(buf[pos:eol]))
                     start = eol + 2
                     if end < start + total + 2:
                         return  # its payload is still on the way
-                    reply = args[3].decode() if len(args) == (6 if op == b"HMSG" else 5) else None
                     headers = _parse_headers(bytes(buf[start:start + header_len])) if header_len else None
-                    msg = Message(args[1].decode(), reply, bytes(buf[start + header_len:start + total]), headers)
+                    msg = Message(subject, reply, bytes(buf[start + header_len:start + total]), headers)
                     pos = start + total + 2
                     self._messages += 1
-                    self._deliver(int(args[2]), msg)
+                    self._deliver(sid, msg)
                     if time.perf_counter() - slice_start > CALLBACK_SLICE_S:
                         del buf[:pos]
                         pos, end = 0, len(buf)
@@ -756,6 +753,29 @@ def _encode_pub(subject: str, reply: str | None, payload: bytes, headers: Mappin
     if len(payload) > max_payload:
         raise ValueError(f"a payload of {len(payload)} bytes is above the broker's max_payload {max_payload}")
     return b"PUB %s %d\r\n%s\r\n" % (target.encode(), len(payload), payload)
+
+
+def _msg_args(line: bytes) -> tuple[str, int, str | None, int, int]:
+    """``MSG <subject> <sid> [reply] <#bytes>`` or ``HMSG <subject> <sid> [reply] <#hdr> <#total>``
+    as (subject, sid, reply or None, header bytes, total bytes); sync.
+
+    Raises:
+        ValueError: the wrong number of arguments, a size that is not a non-negative integer,
+            or a header block longer than the message (the broker broke the protocol: the
+            reader drops the socket, naming it).
+    """
+    args = line.split()
+    sizes = 2 if args[0] == b"HMSG" else 1
+    try:
+        if len(args) not in (3 + sizes, 4 + sizes):
+            raise ValueError("wrong number of arguments")
+        header_len, total = (int(args[-2]), int(args[-1])) if sizes == 2 else (0, int(args[-1]))
+        if not 0 <= header_len <= total:
+            raise ValueError("a negative size, or a header block longer than the message")
+        reply = args[3].decode() if len(args) == 4 + sizes else None
+        return args[1].decode(), int(args[2]), reply, header_len, total
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"a malformed MSG/HMSG line ({exc}): {line[:80]!r}") from None
 
 
 def _parse_headers(block: bytes) -> dict[str, str] | None:
