@@ -466,7 +466,7 @@ class NativeConnection:
             line = await _read_line(stream, buf)
             if not line.startswith(b"INFO "):
                 raise _Lost(f"the broker's first line is not INFO: {line[:40]!r}")
-            info = json.loads(line[5:])
+            info = _info_object(line)
             if info.get("tls_required"):
                 raise _Refused(f"{url}: the broker requires TLS, which the native connection does not speak")
             await stream.send_all(b"CONNECT " + json.dumps(self._connect_options(info, parts)).encode() + b"\r\nPING\r\n")
@@ -479,7 +479,7 @@ class NativeConnection:
                 elif line.startswith(b"-ERR"):
                     raise _Refused(_err_text(line))
                 elif line.startswith(b"INFO "):
-                    info = json.loads(line[5:])
+                    info = _info_object(line)
                 # +OK (verbose is off) and anything else before the PONG is ignored
             self._learn(info)
             return stream, buf
@@ -678,7 +678,7 @@ class NativeConnection:
                         pong.ok = True
                         pong.arrived.set()
                 elif line.startswith(b"INFO "):
-                    self._learn(json.loads(line[5:]))
+                    self._learn(_info_object(line))
                 elif line.startswith(b"-ERR"):
                     text = _err_text(line)
                     if not text.lower().startswith("permissions violation"):
@@ -797,6 +797,18 @@ def _parse_headers(block: bytes) -> dict[str, str] | None:
             key, _, value = line.partition(":")
             headers[key.strip()] = value.strip()
     return headers or None
+
+
+def _info_object(line: bytes) -> dict[str, object]:
+    """The JSON object of an ``INFO {...}`` line; sync.
+
+    Raises:
+        ValueError: it is not JSON, or not an object (the reader drops the socket, naming it).
+    """
+    info = json.loads(line[5:])
+    if not isinstance(info, dict):
+        raise ValueError("the broker's INFO is not a JSON object")
+    return info
 
 
 def _err_text(line: bytes) -> str:
