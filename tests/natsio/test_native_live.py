@@ -319,3 +319,18 @@ async def test_a_fatal_err_names_why_the_connection_closed(operator_broker, prov
         async with open_native_connection(operator_broker, creds=creds, reconnect=False) as conn:
             await conn.closed.wait()
             assert conn.last_error is not None and "User Authentication Expired" in conn.last_error, conn.last_error
+
+
+async def test_a_request_waiting_when_the_connection_closes_gets_unavailable(nursery, tmp_path):
+    """A request whose responder never answers, the broker gone meanwhile, no ``reconnect``: the
+    waiting request ends with Unavailable naming the close (not a wait for the 10 s cap)."""
+    async with _native_on_stoppable(nursery, tmp_path, reconnect=False) as (conn, scope, _):
+        await conn.subscribe("silent.x", on_message=lambda msg: None)
+        await conn.flush()
+        async with conn.requests_sent([("silent.x", b"?", None)]) as replies:
+            await conn.flush()  # the request is on the broker
+            scope.cancel()
+            [answer] = await replies()
+        assert isinstance(answer, Unavailable)
+        assert str(answer) == "request silent.x: the connection closed"
+        assert conn.closed.is_set()
