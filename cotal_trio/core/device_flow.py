@@ -25,6 +25,7 @@ from cotal_trio.core.errors import ConfigError
 __all__ = [
     "DEFAULT_INTERVAL_S",
     "DEVICE_CODE_GRANT",
+    "MAX_EXPIRES_IN_S",
     "SLOW_DOWN_STEP_S",
     "DeviceAuthorization",
     "Failed",
@@ -43,6 +44,9 @@ DEFAULT_INTERVAL_S = 5
 SLOW_DOWN_STEP_S = 5
 # An IdP naming a longer wait than this is treated as broken rather than waited on.
 MAX_INTERVAL_S = 300
+# A code lifetime longer than this is polled for this long only (seconds; RFC 8628's example is
+# 1800, Better Auth's default 30 minutes): polling stays bounded, and ``now + expires_in`` a float.
+MAX_EXPIRES_IN_S = 86400
 # The client never polls more than once a second, even when an IdP names an interval of 0.
 MIN_INTERVAL_S = 1
 
@@ -56,7 +60,8 @@ class DeviceAuthorization:
         user_code: what the person enters at the verification address.
         verification_uri: where the person approves the code.
         verification_uri_complete: the same address with the code filled in, or None.
-        expires_in_s: seconds the codes stay valid, positive.
+        expires_in_s: seconds the codes stay valid, positive, at most ``MAX_EXPIRES_IN_S``
+            (a longer lifetime is cut to it).
         interval_s: seconds between polls (``DEFAULT_INTERVAL_S`` when the IdP named none;
             at least ``MIN_INTERVAL_S``).
     """
@@ -95,7 +100,7 @@ class DeviceAuthorization:
         complete = body.get("verification_uri_complete")
         return cls(
             **texts, verification_uri_complete=complete if isinstance(complete, str) and complete else None,
-            expires_in_s=expires_in, interval_s=max(interval, MIN_INTERVAL_S),
+            expires_in_s=min(expires_in, MAX_EXPIRES_IN_S), interval_s=max(interval, MIN_INTERVAL_S),
         )
 
 

@@ -17,6 +17,7 @@ through ``trio.to_thread.run_sync``.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -41,7 +42,8 @@ def _call(base: str, path: str, *, body: dict[str, Any] | None, session: str | N
 
     Raises:
         ConfigError: ``base`` is neither https nor loopback http.
-        Unavailable: nothing answers, it timed out, or the answer is not a JSON object.
+        Unavailable: nothing answers, it timed out, the answer is not HTTP (or is cut short), or
+            it is not a JSON object.
     """
     url = check_url(base)
     headers = {"Accept": "application/json"}
@@ -61,6 +63,9 @@ def _call(base: str, path: str, *, body: dict[str, Any] | None, session: str | N
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
         raise Unavailable(f"cannot reach the IdP at {url} ({reason}) - check that it runs and retry") from None
+    except http.client.HTTPException as error:  # not HTTP (a NATS port's INFO), or cut short: not an OSError
+        raise Unavailable(f"cannot reach the IdP at {url} (its answer is not HTTP: {type(error).__name__})"
+                          " - check that it runs and retry") from None  # fmt: skip
     try:
         answer = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):

@@ -210,6 +210,7 @@ class NativeConnection:
         self._next_token = 0
         self._closing = False
         self._in_send = False
+        self._fatal: str | None = None  # this socket's -ERR other than a permissions violation
         self._max_payload = DEFAULT_MAX_PAYLOAD
         self._sends = self._sent_bytes = self._messages = self._reconnects = self._dropped = 0
         self.closed = trio.Event()
@@ -255,7 +256,7 @@ class NativeConnection:
             ValueError: an empty subject or one with whitespace, a header name or value with a
                 line break, or a payload above the broker's ``max_payload``.
         """
-        self._write(_encode_pub(subject, reply, payload, headers, self._max_payload))
+        self._write(_encode_pub(subject, reply, payload, headers, self._max_payload), publish=True)
 
     async def flush(self) -> None:
         """Trio: a PING round trip, so everything queued before it has reached the broker.
@@ -371,7 +372,7 @@ class NativeConnection:
         try:
             for (token, slot), data in zip(slots, encoded, strict=True):
                 self._replies[token] = slot
-                self._write(data)
+                self._write(data, publish=True)
             yield replies
         finally:
             for token, _ in slots:
@@ -393,12 +394,17 @@ class NativeConnection:
         self._write(_encode_sub(sub))
         return sub
 
-    def _write(self, data: bytes) -> None:
-        """Sync: append to the output buffer and wake the writer (the coalescing point)."""
+    def _write(self, data: bytes, *, publish: bool = False) -> None:
+        """Sync: append to the output buffer and wake the writer (the coalescing point).
+
+        Only a ``publish`` is dropped past ``MAX_PENDING_BYTES``: PING, PONG, SUB and UNSUB are a
+        few bytes each and always queued, since a dropped PING leaves its waiter in the FIFO of
+        PONGs (every later flush would take the PONG of the one before it) and a dropped SUB
+        loses the subscription without a word."""
         if self.closed.is_set():
             log.debug("nats %s: a write after close was dropped", self._url)
             return
-        if len(self._out) + len(data) > MAX_PENDING_BYTES:
+        if publish and len(self._out) + len(data) > MAX_PENDING_BYTES:
             self._dropped += 1
             log.warning("nats %s: %d bytes already queued for the broker; a publish is dropped",
                         self._at or self._url, len(self._out))
@@ -460,7 +466,7 @@ class NativeConnection:
             line = await _read_line(stream, buf)
             if not line.startswith(b"INFO "):
                 raise _Lost(f"the broker's first line is not INFO: {line[:40]!r}")
-            info = json.loads(line[5:])
+            info = _info_object(line)
             if info.get("tls_required"):
                 raise _Refused(f"{url}: the broker requires TLS, which the native connection does not speak")
             await stream.send_all(b"CONNECT " + json.dumps(self._connect_options(info, parts)).encode() + b"\r\nPING\r\n")
@@ -473,7 +479,7 @@ class NativeConnection:
                 elif line.startswith(b"-ERR"):
                     raise _Refused(_err_text(line))
                 elif line.startswith(b"INFO "):
-                    info = json.loads(line[5:])
+                    info = _info_object(line)
                 # +OK (verbose is off) and anything else before the PONG is ignored
             self._learn(info)
             return stream, buf
@@ -527,7 +533,7 @@ class NativeConnection:
     async def _run(self, stream: trio.SocketStream, rest: bytearray) -> None:
         """Trio: serve sockets until closed for good (the connection's one long task)."""
         while True:
-            self._stream, self._connected = stream, True
+            self._stream, self._connected, self._fatal = stream, True, None
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._read, stream, rest, nursery.cancel_scope)
@@ -605,6 +611,8 @@ class NativeConnection:
             self._socket_lost(str(exc) or type(exc).__name__, scope)
 
     def _socket_lost(self, reason: str, scope: trio.CancelScope) -> None:
+        if self._fatal is not None:  # 'User Authentication Expired', 'Stale Connection', ...
+            reason = f"the broker closed the connection after -ERR '{self._fatal}' ({reason})"
         if not self._closing and not self.closed.is_set():
             self._error(reason)
         scope.cancel()
@@ -649,18 +657,15 @@ class NativeConnection:
                     return
                 op = buf[pos:pos + 4]
                 if op in (b"MSG ", b"HMSG"):
-                    args = bytes(buf[pos:eol]).split()
-                    header_len = int(args[-2]) if op == b"HMSG" else 0
-                    total = int(args[-1])
+                    subject, sid, reply, header_len, total = _msg_args(bytes(buf[pos:eol]))
                     start = eol + 2
                     if end < start + total + 2:
                         return  # its payload is still on the way
-                    reply = args[3].decode() if len(args) == (6 if op == b"HMSG" else 5) else None
                     headers = _parse_headers(bytes(buf[start:start + header_len])) if header_len else None
-                    msg = Message(args[1].decode(), reply, bytes(buf[start + header_len:start + total]), headers)
+                    msg = Message(subject, reply, bytes(buf[start + header_len:start + total]), headers)
                     pos = start + total + 2
                     self._messages += 1
-                    self._deliver(int(args[2]), msg)
+                    self._deliver(sid, msg)
                     if time.perf_counter() - slice_start > CALLBACK_SLICE_S:
                         del buf[:pos]
                         pos, end = 0, len(buf)
@@ -677,9 +682,11 @@ class NativeConnection:
                         pong.ok = True
                         pong.arrived.set()
                 elif line.startswith(b"INFO "):
-                    self._learn(json.loads(line[5:]))
+                    self._learn(_info_object(line))
                 elif line.startswith(b"-ERR"):
                     text = _err_text(line)
+                    if not text.lower().startswith("permissions violation"):
+                        self._fatal = text  # the broker closes the socket after it: the reason why
                     self._error(text)
                     log.warning("nats %s: %s", self._at or self._url, text)
                 # +OK: verbose is off, ignored
@@ -752,6 +759,29 @@ def _encode_pub(subject: str, reply: str | None, payload: bytes, headers: Mappin
     return b"PUB %s %d\r\n%s\r\n" % (target.encode(), len(payload), payload)
 
 
+def _msg_args(line: bytes) -> tuple[str, int, str | None, int, int]:
+    """``MSG <subject> <sid> [reply] <#bytes>`` or ``HMSG <subject> <sid> [reply] <#hdr> <#total>``
+    as (subject, sid, reply or None, header bytes, total bytes); sync.
+
+    Raises:
+        ValueError: the wrong number of arguments, a size that is not a non-negative integer,
+            or a header block longer than the message (the broker broke the protocol: the
+            reader drops the socket, naming it).
+    """
+    args = line.split()
+    sizes = 2 if args[0] == b"HMSG" else 1
+    try:
+        if len(args) not in (3 + sizes, 4 + sizes):
+            raise ValueError("wrong number of arguments")
+        header_len, total = (int(args[-2]), int(args[-1])) if sizes == 2 else (0, int(args[-1]))
+        if not 0 <= header_len <= total:
+            raise ValueError("a negative size, or a header block longer than the message")
+        reply = args[3].decode() if len(args) == 4 + sizes else None
+        return args[1].decode(), int(args[2]), reply, header_len, total
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"a malformed MSG/HMSG line ({exc}): {line[:80]!r}") from None
+
+
 def _parse_headers(block: bytes) -> dict[str, str] | None:
     """A header block as a dict; the status line's code and text as ``Status`` / ``Description``
     (what nats-py gives, so callers read one shape from either connection). Raises ValueError
@@ -771,6 +801,18 @@ def _parse_headers(block: bytes) -> dict[str, str] | None:
             key, _, value = line.partition(":")
             headers[key.strip()] = value.strip()
     return headers or None
+
+
+def _info_object(line: bytes) -> dict[str, object]:
+    """The JSON object of an ``INFO {...}`` line; sync.
+
+    Raises:
+        ValueError: it is not JSON, or not an object (the reader drops the socket, naming it).
+    """
+    info = json.loads(line[5:])
+    if not isinstance(info, dict):
+        raise ValueError("the broker's INFO is not a JSON object")
+    return info
 
 
 def _err_text(line: bytes) -> str:

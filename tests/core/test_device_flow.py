@@ -98,3 +98,13 @@ def test_a_device_code_answer_of_another_shape_is_named(change, member):
 def test_an_interval_of_zero_still_waits_a_second():
     authorization = DeviceAuthorization.from_answer({**CODE, "interval": 0}, idp="http://idp")
     assert start_polling(authorization, space="alpha", now=NOW).until == NOW + 1
+
+
+def test_an_expires_in_past_the_cap_polls_for_the_cap_only():
+    """An IdP naming an absurd code lifetime (here more digits than a float holds): the client
+    still bounds its polling, at MAX_EXPIRES_IN_S, instead of an OverflowError traceback."""
+    from cotal_trio.core.device_flow import MAX_EXPIRES_IN_S
+
+    authorization = DeviceAuthorization.from_answer({**CODE, "expires_in": 10**400}, idp="http://idp")
+    assert authorization.expires_in_s == MAX_EXPIRES_IN_S == 86400
+    assert start_polling(authorization, space="alpha", now=NOW).state.expires_at == NOW + 86400

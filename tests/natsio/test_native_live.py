@@ -27,6 +27,7 @@ from cotal_trio.broker.process import find_nats_server, free_port, nats_server_v
 from cotal_trio.core.creds import format_creds, parse_creds
 from cotal_trio.core.errors import Unavailable
 from cotal_trio.natsio import Message, NativeConnection, NoResponders, open_loop, open_native_connection
+from cotal_trio.natsio._native import MAX_PENDING_BYTES
 from cotal_trio.natsio._conn import MAX_OUTAGE_S, PONG_TIMEOUT_S
 from tests.support.cluster import start_cluster
 from tests.support.plain_brokers import silent_listener, start_stoppable
@@ -280,3 +281,56 @@ async def test_a_malformed_publish_is_a_value_error_and_sends_nothing(plain_brok
                 conn.publish_nowait(subject, b"x", headers)
             await conn.flush()
             assert got == [] and conn.last_error is None
+
+
+async def test_a_flush_behind_a_full_output_bound_still_gets_its_pong(plain_broker):
+    """Publishes filling the output bound to 3 bytes short, in one scheduler pass: the flush's
+    PING still goes out (it is not a publish), so that flush and the next return once the broker
+    has everything; a further publish is the one dropped. A dropped PING would leave its waiter
+    in the PONG queue, and every later flush would take the PONG of the one before it."""
+    with trio.fail_after(CEILING_S):
+        async with open_native_connection(plain_broker, reconnect=False) as conn:
+            await conn.flush()
+            size = 1_000_000
+            op_bytes = len(b"PUB f.x %d\r\n" % size) + size + 2
+            count, room = divmod(MAX_PENDING_BYTES - 3, op_bytes)
+            for _ in range(count):
+                conn.publish_nowait("f.x", bytes(size))
+            pad = next(n for n in range(room) if len(b"PUB f.x %d\r\n" % n) + n + 2 == room)
+            conn.publish_nowait("f.x", bytes(pad))  # queued: MAX_PENDING_BYTES - 3 bytes
+            await conn.flush()
+            await conn.flush()
+            assert conn.statistics().dropped == 0
+            for _ in range(count + 1):
+                conn.publish_nowait("f.x", bytes(size))
+            await conn.flush()
+            assert conn.statistics().dropped == 1
+            assert not conn.closed.is_set()
+
+
+async def test_a_fatal_err_names_why_the_connection_closed(operator_broker, provisioned):
+    """A user JWT that expires while connected: the broker sends ``-ERR 'User Authentication
+    Expired'`` and closes the socket. Without ``reconnect`` the connection is closed for good,
+    and ``last_error`` names the broker's reason, not only that the socket went."""
+    await _push(operator_broker, provisioned)
+    now = int(time.time())
+    creds = provision.mint_service_user(provisioned.space, name="svc", permissions=APP, iat=now, exp=now + 2)
+    with trio.fail_after(CEILING_S):
+        async with open_native_connection(operator_broker, creds=creds, reconnect=False) as conn:
+            await conn.closed.wait()
+            assert conn.last_error is not None and "User Authentication Expired" in conn.last_error, conn.last_error
+
+
+async def test_a_request_waiting_when_the_connection_closes_gets_unavailable(nursery, tmp_path):
+    """A request whose responder never answers, the broker gone meanwhile, no ``reconnect``: the
+    waiting request ends with Unavailable naming the close (not a wait for the 10 s cap)."""
+    async with _native_on_stoppable(nursery, tmp_path, reconnect=False) as (conn, scope, _):
+        await conn.subscribe("silent.x", on_message=lambda msg: None)
+        await conn.flush()
+        async with conn.requests_sent([("silent.x", b"?", None)]) as replies:
+            await conn.flush()  # the request is on the broker
+            scope.cancel()
+            [answer] = await replies()
+        assert isinstance(answer, Unavailable)
+        assert str(answer) == "request silent.x: the connection closed"
+        assert conn.closed.is_set()
