@@ -11,6 +11,7 @@ settings. Blocking: call it from synchronous code or through ``trio.to_thread.ru
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import urllib.error
@@ -214,7 +215,8 @@ def post_exchange(
     Raises:
         ConfigError: ``url`` is not https or loopback http.
         ExchangeRefused: the service answered an HTTP error (its ``error`` sentence).
-        Unavailable: connection refused, timed out, or an answer that is not a JSON object.
+        Unavailable: connection refused, timed out, an answer that is not HTTP (or is cut short),
+            or one that is not a JSON object.
     """
     base = check_url(url)
     try:
@@ -224,6 +226,9 @@ def post_exchange(
         raise _refused(error) from None
     except (urllib.error.URLError, OSError) as error:
         raise _unavailable(base, error) from None
+    except http.client.HTTPException as error:  # not HTTP (a NATS port's INFO), or cut short: not an OSError
+        raise Unavailable(f"cannot reach the auth service at {base} (its answer is not HTTP: {type(error).__name__})"
+                          " - check that it is running and retry") from None  # fmt: skip
     answer = _json_object(raw)
     if answer is None:
         raise Unavailable(f"{base} answered the exchange with something that is not a JSON object - check the URL")
