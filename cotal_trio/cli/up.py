@@ -67,7 +67,7 @@ async def up(
     http_port: Annotated[int, Parameter(help="Loopback exchange port (0 picks a free one).")] = 0,
     ops_port: Annotated[int | None, Parameter(help="The process's operator face on 127.0.0.1: /metrics of every space (with lane states and build info), the status page of every space and /events; its capability is in <root>/ops/<port>.json. Default: recorded, else a free one, recorded; 0 picks a new free one.")] = None,
     public: PublicFaceFlags = PublicFaceFlags(),
-    service_endpoints: Annotated[bool, Parameter(help="Host service endpoints in the space: its public face serves POST /service-endpoint-authority and /service-endpoint-host, its callout admits service-host connections (docs/http-api.md). Recorded in spaces.json; opens the space's admission for good, so callout-only replicas then refuse it.")] = False,
+    service_endpoints: Annotated[bool | None, Parameter(help="Host service endpoints in the space: its public face serves POST /service-endpoint-authority and /service-endpoint-host, its callout admits service-host connections (docs/http-api.md). Recorded in spaces.json and kept by a later cotal up without the flag; --no-service-endpoints closes the doors again. It opens the space's admission for good, so callout-only replicas then refuse it.")] = None,
     recreate_issued_stores: Annotated[Path | None, Parameter(help="Back the space's issued-authority stores up into this new or empty folder, delete them and create them again before serving (needs --space; stop the space's auth service, callout replicas and managers first).")] = None,
 ) -> int:
     """Provision the root if needed, start nats-server and serve the space until Ctrl-C.
