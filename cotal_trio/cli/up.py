@@ -103,7 +103,10 @@ async def up(
     place.space_paths()  # validates --space before anything is written
     if not user_auth:
         raise ConfigError(NO_STATIC_UP)
-    _check_flags(port=broker.port, auth_timeout=broker.auth_timeout, nats_server=broker.nats_server, http_port=http_port)
+    _check_flags(
+        port=broker.port, auth_timeout=broker.auth_timeout, nats_server=broker.nats_server, http_port=http_port,
+        ops_port=ops_port, public_port=public.exchange_public_port,
+    )
     if recreate_issued_stores is not None:
         check_backup_dir(recreate_issued_stores)
     exe = _nats_server(broker.nats_server)
@@ -166,12 +169,24 @@ def _remove_unserved(created: Path, root: Path) -> None:
         log.warning("up: %s was created by this start and is left in place: %s", created, exc)
 
 
-def _check_flags(*, port: int | None, auth_timeout: float | None, nats_server: str | None, http_port: int) -> None:
-    """Refuse flag values that would be ignored or would break the root (ConfigError)."""
+def _check_flags(
+    *, port: int | None, auth_timeout: float | None, nats_server: str | None, http_port: int,
+    ops_port: int | None = None, public_port: int | None = None,
+) -> None:
+    """Refuse flag values that would be ignored or would break the root (ConfigError), among
+    them one port given to two of the listeners (the broker, the loopback exchange face, the
+    operator face, the public face): the second would find the first's port "busy"."""
     if port is not None and not 1 <= port <= 65535:
         raise ConfigError(f"--port {port} is not a port - pass 1 to 65535")
     if not 0 <= http_port <= 65535:
         raise ConfigError(f"--http-port {http_port} is not a port - pass 1 to 65535, or 0 for any free one")
+    given = [("--port", port), ("--http-port", http_port), ("--ops-port", ops_port),
+             ("--exchange-public-port", public_port)]  # fmt: skip
+    chosen = [(flag, value) for flag, value in given if value]  # None and 0 (a free port) never clash
+    for i, (flag, value) in enumerate(chosen):
+        for other, other_value in chosen[i + 1:]:
+            if value == other_value:
+                raise ConfigError(f"{flag} {value} and {other} {value} are the same port - give each listener its own port")
     check_auth_timeout(auth_timeout)
     if nats_server is not None and not nats_server.strip():
         raise ConfigError("--nats-server is empty - pass the path of a nats-server binary, or leave it out")
