@@ -231,3 +231,16 @@ def test_up_passes_service_endpoints_to_its_space(tmp_path: Path, monkeypatch, c
     assert main([*argv, "--no-service-endpoints"]) == 1
     assert [(c.service_endpoints, c.exchange_public_port) for c in seen] == [(True, 7451), (None, 7451), (False, 7451)]
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_service_run_refuses_one_port_for_the_operator_and_public_faces(tmp_path, capsys):
+    """--ops-port and --exchange-public-port on one port: refused before anything starts (the
+    lane used to fail on its own operator face's port, "busy - stop whatever holds it")."""
+    argv = ["service", "run", "auth-service", "--space", "a", "--server", "nats://127.0.0.1:4222",
+            "--root", str(tmp_path / "root"), "--ops-port", "7451", "--exchange-public-port", "7451"]  # fmt: skip
+    assert main(argv) == 1
+    _one_sentence(
+        capsys.readouterr().err,
+        "--ops-port 7451 and --exchange-public-port 7451 are the same port - give each listener its own port",
+    )
+    assert not (tmp_path / "root").exists()
