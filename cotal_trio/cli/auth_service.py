@@ -214,10 +214,14 @@ def _check_server(paths: RootPaths, server: str | None) -> str:
 
 def _refused_connect(exc: BaseException) -> bool:
     """Whether ``exc`` (an ``Unavailable``) came from a connect nothing accepted: its cause chain
-    holds a refused (or unroutable) socket connect."""
+    holds a refused (or unroutable) socket connect, also inside an exception group (trio's
+    ``open_tcp_stream`` raises ``OSError("all attempts to connect ... failed")`` from a group of
+    each address's error)."""
     link: BaseException | None = exc
     while link is not None:
         if isinstance(link, ConnectionRefusedError) or getattr(link, "errno", None) in _UNREACHABLE:
+            return True
+        if isinstance(link, BaseExceptionGroup) and any(_refused_connect(inner) for inner in link.exceptions):
             return True
         link = link.__cause__
     return False

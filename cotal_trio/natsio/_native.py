@@ -501,6 +501,7 @@ class NativeConnection:
     async def _first_connect(self) -> tuple[trio.SocketStream, bytearray]:
         """Trio: each seed once, in order; the first that admits us. See :func:`open_native_connection`."""
         what = f"connect {self._url}"
+        failure: BaseException | None = None  # the last seed's, kept as the Unavailable's cause
         with trio.move_on_after(CONNECT_CAP_S) as bound:
             for i, url in enumerate(self.servers):
                 try:
@@ -509,6 +510,7 @@ class NativeConnection:
                     self._error(str(exc))
                     raise Unavailable(f"{what}: {exc}") from None
                 except (OSError, _Lost, ValueError) as exc:
+                    failure = exc
                     self._error(str(exc) or type(exc).__name__)
                     if i + 1 < len(self.servers):
                         log.info("nats %s: seed %d of %d failed (%s); trying the next", self._url, i + 1,
@@ -518,7 +520,9 @@ class NativeConnection:
                 return stream, rest
         if bound.cancelled_caught:
             raise Unavailable(f"{what}: no broker confirmed the connect within {CONNECT_CAP_S:g} s")
-        raise Unavailable(f"{what}: {self.last_error}")
+        # from the socket's error, so a caller can tell a refused connect (nothing listens: name
+        # the broker to start) from a refusal or a lost handshake (cli/auth_service._refused_connect)
+        raise Unavailable(f"{what}: {self.last_error}") from failure
 
     async def _run(self, stream: trio.SocketStream, rest: bytearray) -> None:
         """Trio: serve sockets until closed for good (the connection's one long task)."""
