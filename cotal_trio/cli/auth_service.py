@@ -32,7 +32,6 @@ good, and a callout-only replica then refuses the space (spec "Callout replicas"
 
 from __future__ import annotations
 
-import errno
 import functools
 import os
 import sys
@@ -54,7 +53,7 @@ from cotal_trio.service.hosting import ServiceConfig, ServiceInfo, public_fields
 from cotal_trio.service.runtime import tune_for_serving
 from ..state.space_folders import migrate_space_folders, rename_note
 from ..state import RootPaths
-from ._servers import resolve_servers
+from ._servers import refused_connect, resolve_servers
 from .common import PublicFaceFlags, Where, check_auth_timeout, serve_until_signal
 
 __all__ = [
@@ -165,7 +164,7 @@ async def serve(
         try:
             info = await nursery.start(functools.partial(run_service, config))
         except* Unavailable as group:
-            if any(_refused_connect(leaf) for leaf in leaves(group)):
+            if any(refused_connect(leaf) for leaf in leaves(group)):
                 raise ConfigError(_no_broker(config)) from group
             raise
         _banner(info, config, await info.host.first_outcomes() if info.host is not None else {})
@@ -210,24 +209,6 @@ def _check_server(paths: RootPaths, server: str | None) -> str:
     its ``cotal up`` broker (:func:`resolve_servers`): the comma-separated seed list every
     connection of the service's lanes opens with (issue 17 item 3)."""
     return join_servers(resolve_servers(paths, server))
-
-
-def _refused_connect(exc: BaseException) -> bool:
-    """Whether ``exc`` (an ``Unavailable``) came from a connect nothing accepted: its cause chain
-    holds a refused (or unroutable) socket connect, also inside an exception group (trio's
-    ``open_tcp_stream`` raises ``OSError("all attempts to connect ... failed")`` from a group of
-    each address's error)."""
-    link: BaseException | None = exc
-    while link is not None:
-        if isinstance(link, ConnectionRefusedError) or getattr(link, "errno", None) in _UNREACHABLE:
-            return True
-        if isinstance(link, BaseExceptionGroup) and any(_refused_connect(inner) for inner in link.exceptions):
-            return True
-        link = link.__cause__
-    return False
-
-
-_UNREACHABLE = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
 
 
 def _no_broker(config: ServiceConfig) -> str:
