@@ -10,6 +10,7 @@ nodes it rendered (``<root>/broker/seeds.json``), else ``policy.json``'s loopbac
 
 from __future__ import annotations
 
+import errno
 from typing import Annotated
 from cyclopts import Parameter
 
@@ -18,7 +19,7 @@ from ..core.servers import parse_servers
 from ..state import RootPaths, load_policy
 from ..state.seeds import load_seeds, seeds_path
 
-__all__ = ["Server", "parse_servers", "resolve_servers"]
+__all__ = ["Server", "parse_servers", "refused_connect", "resolve_servers"]
 
 Server = Annotated[
     str | None,
@@ -48,3 +49,21 @@ def resolve_servers(paths: RootPaths, server: str | None) -> tuple[str, ...]:
             " comma-separated)"
         )
     return (f"nats://127.0.0.1:{load_policy(paths.policy_json).port}",)
+
+
+def refused_connect(exc: BaseException) -> bool:
+    """Whether ``exc`` (an ``Unavailable``) came from a connect nothing accepted: its cause chain
+    holds a refused (or unroutable) socket connect, also inside an exception group (trio's
+    ``open_tcp_stream`` raises ``OSError("all attempts to connect ... failed")`` from a group of
+    each address's error)."""
+    link: BaseException | None = exc
+    while link is not None:
+        if isinstance(link, ConnectionRefusedError) or getattr(link, "errno", None) in _UNREACHABLE:
+            return True
+        if isinstance(link, BaseExceptionGroup) and any(refused_connect(inner) for inner in link.exceptions):
+            return True
+        link = link.__cause__
+    return False
+
+
+_UNREACHABLE = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)

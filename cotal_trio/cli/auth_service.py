@@ -32,7 +32,6 @@ good, and a callout-only replica then refuses the space (spec "Callout replicas"
 
 from __future__ import annotations
 
-import errno
 import functools
 import os
 import sys
@@ -54,7 +53,7 @@ from cotal_trio.service.hosting import ServiceConfig, ServiceInfo, public_fields
 from cotal_trio.service.runtime import tune_for_serving
 from ..state.space_folders import migrate_space_folders, rename_note
 from ..state import RootPaths
-from ._servers import resolve_servers
+from ._servers import refused_connect, resolve_servers
 from .common import PublicFaceFlags, Where, check_auth_timeout, serve_until_signal
 
 __all__ = [
@@ -76,7 +75,7 @@ ServerFlag = Annotated[str | None, Parameter(help="The broker's seed URLs, comma
 RootFlag = Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")]
 AuthTimeoutFlag = Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2); the callout deadline budget.")]
 CalloutServerFlag = Annotated[str | None, Parameter(help="With --callout-only: answer the connects of this server, a leaf node's URL(s) (its stores stay on --server, the hub); docs/deploy.md \"Leaf nodes\".")]
-OpsPortFlag = Annotated[int, Parameter(help="The process's operator face on 127.0.0.1: /metrics of every space (with lane states and build info), the status page of every space and /events; its capability is in <root>/ops/<port>.json. Pass a port for a fixed scrape target; 0 picks a free one at each start.")]
+OpsPortFlag = Annotated[int, Parameter(help="The process's operator face on 127.0.0.1: /metrics of every space (with lane states and build info), the status page of every space and /events; its capability is in `<root>/ops/<port>.json`. Pass a port for a fixed scrape target; 0 picks a free one at each start.")]
 ServiceEndpointsFlag = Annotated[bool, Parameter(help="With --space: host service endpoints (the public face serves POST /service-endpoint-authority and /service-endpoint-host, the callout admits service-host connections; docs/http-api.md) and open the space's service-endpoint admission; nothing closes it, and callout-only replicas then refuse the space.")]
 
 # Spec "Callout replicas": the entry stays for existing units and scripts; new setups use the
@@ -165,7 +164,7 @@ async def serve(
         try:
             info = await nursery.start(functools.partial(run_service, config))
         except* Unavailable as group:
-            if any(_refused_connect(leaf) for leaf in leaves(group)):
+            if any(refused_connect(leaf) for leaf in leaves(group)):
                 raise ConfigError(_no_broker(config)) from group
             raise
         _banner(info, config, await info.host.first_outcomes() if info.host is not None else {})
@@ -210,22 +209,6 @@ def _check_server(paths: RootPaths, server: str | None) -> str:
     its ``cotal up`` broker (:func:`resolve_servers`): the comma-separated seed list every
     connection of the service's lanes opens with (issue 17 item 3)."""
     return join_servers(resolve_servers(paths, server))
-
-
-def _refused_connect(exc: BaseException) -> bool:
-    """Whether ``exc`` (an ``Unavailable``) came from a connect nothing accepted: its cause chain
-    holds a refused (or unroutable) socket connect."""
-    link: BaseException | None = exc
-    while link is not None:
-        if isinstance(link, ConnectionRefusedError) or getattr(link, "errno", None) in _UNREACHABLE:
-            return True
-        if isinstance(link, BaseExceptionGroup):  # trio's open_tcp_stream: one per address tried
-            return any(_refused_connect(leaf) for leaf in leaves(link))
-        link = link.__cause__
-    return False
-
-
-_UNREACHABLE = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
 
 
 def _no_broker(config: ServiceConfig) -> str:

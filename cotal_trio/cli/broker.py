@@ -77,8 +77,8 @@ class MonitoringFlags:
 class NodeFolders:
     """The node's own folders (default under ``<root>/nodes/<node>/``)."""
 
-    jetstream_dir: Annotated[Path | None, Parameter(help="The node's JetStream folder (default <root>/nodes/<node>/jetstream).")] = None
-    resolver_dir: Annotated[Path | None, Parameter(help="The node's account-JWT folder (default <root>/nodes/<node>/resolver).")] = None
+    jetstream_dir: Annotated[Path | None, Parameter(help="The node's JetStream folder (default `<root>/nodes/<node>/jetstream`).")] = None
+    resolver_dir: Annotated[Path | None, Parameter(help="The node's account-JWT folder (default `<root>/nodes/<node>/resolver`).")] = None
 
 
 @broker_app.command
@@ -130,8 +130,8 @@ def leaf_config(
     host: Annotated[str, Parameter(help="The address the leaf's client listener binds.")] = LISTEN_HOST,
     space: Annotated[tuple[str, ...], Parameter(help="Link this space's data account (repeat it; default: every space of the root).")] = (),
     monitoring: MonitoringFlags = MonitoringFlags(),
-    resolver_dir: Annotated[Path | None, Parameter(help="The leaf's account-JWT folder (default <root>/nodes/<node>/resolver).")] = None,
-    creds_dir: Annotated[Path | None, Parameter(help="Where the links' creds files are written (default <root>/nodes/<node>); copy them with the .conf.")] = None,
+    resolver_dir: Annotated[Path | None, Parameter(help="The leaf's account-JWT folder (default `<root>/nodes/<node>/resolver`).")] = None,
+    creds_dir: Annotated[Path | None, Parameter(help="Where the links' creds files are written (default `<root>/nodes/<node>`); copy them with the .conf.")] = None,
     auth_timeout: Annotated[float | None, Parameter(help="authorization { timeout } in seconds (default: nats-server's 2); pass the leaf's replica the same --auth-timeout.")] = None,
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
 ) -> None:
@@ -140,7 +140,7 @@ def leaf_config(
     The leaf trusts the root's operator (resolver full, fed through its link of the system
     account), has no JetStream, and links each space's data account to the hub. Connects
     through the leaf are decided on the leaf, so run a callout replica there:
-    cotal service run callout-replica --space S --server <hub> --callout-server <leaf>.
+    `cotal service run callout-replica --space S --server <hub> --callout-server <leaf>`.
     Writes the links' creds files (secrets: keep them and the .conf 0600).
     """
     paths = Where(root=root).paths()

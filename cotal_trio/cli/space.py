@@ -25,7 +25,7 @@ from .. import natsio
 from ..broker.accounts import open_system_connection
 from ..broker.provision import load_space_accounts
 from ..broker.spaces import add_space, broker_holds, list_spaces, remove_space, resolve_server_url
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, Unavailable, leaves
 from ..core.identity import is_space
 from cotal_trio.service.pins import choose_pin
 from ..state import (
@@ -42,6 +42,7 @@ from ..state.inventory import DeletedSecrets, delete_secret_keys
 from ..state.liveness import pid_alive
 from ..state.space_folders import ROOT_MARKER, require_root, unrenamed_note, unrenamed_spaces
 from ._hosted import read_hosted
+from ._servers import refused_connect
 
 __all__ = ["add", "deprovision", "list_cmd", "remove", "space_app"]
 
@@ -103,9 +104,19 @@ async def add(
         with trio.fail_after(COMMAND_DEADLINE_S):
             # Chosen (and a changed pin refused) before anything is written.
             pin = None if static or not is_space(name) else await choose_pin(paths, name, idp_url=idp)
-            done = await add_space(
-                paths, name, static=static, server_url=server, now=time.time(), idp_pin=pin, replicas=replicas
-            )
+            try:
+                done = await add_space(
+                    paths, name, static=static, server_url=server, now=time.time(), idp_pin=pin, replicas=replicas
+                )
+            except* Unavailable as group:
+                if any(refused_connect(leaf) for leaf in leaves(group)):
+                    # the space's files are written before the push; a second add reuses them and pushes
+                    raise ConfigError(
+                        f"the broker at {server or 'the root'} did not answer (connection refused) - start it "
+                        f"(`cotal up --root {paths.root}`, or the broker's unit) or pass the right --server, then "
+                        f"run `cotal space add {name}` again: the space is provisioned, its accounts are not pushed"
+                    ) from None
+                raise
     except trio.TooSlowError:
         raise _deadline_error(f"adding space {name}") from None
     if fresh:

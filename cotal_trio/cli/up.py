@@ -65,9 +65,9 @@ async def up(
     user_auth: Annotated[bool, Parameter(help="Serve the space in user-auth mode (IdP tokens and actor tokens become bearers the callout checks): the only mode cotal up runs, so --no-user-auth is refused.")] = True,
     idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at URL/jwks). Default: the development IdP.")] = None,
     http_port: Annotated[int, Parameter(help="Loopback exchange port (0 picks a free one).")] = 0,
-    ops_port: Annotated[int | None, Parameter(help="The process's operator face on 127.0.0.1: /metrics of every space (with lane states and build info), the status page of every space and /events; its capability is in <root>/ops/<port>.json. Default: recorded, else a free one, recorded; 0 picks a new free one.")] = None,
+    ops_port: Annotated[int | None, Parameter(help="The process's operator face on 127.0.0.1: /metrics of every space (with lane states and build info), the status page of every space and /events; its capability is in `<root>/ops/<port>.json`. Default: recorded, else a free one, recorded; 0 picks a new free one.")] = None,
     public: PublicFaceFlags = PublicFaceFlags(),
-    service_endpoints: Annotated[bool, Parameter(help="Host service endpoints in the space: its public face serves POST /service-endpoint-authority and /service-endpoint-host, its callout admits service-host connections (docs/http-api.md). Recorded in spaces.json; opens the space's admission for good, so callout-only replicas then refuse it.")] = False,
+    service_endpoints: Annotated[bool | None, Parameter(help="Host service endpoints in the space: its public face serves POST /service-endpoint-authority and /service-endpoint-host, its callout admits service-host connections (docs/http-api.md). Recorded in spaces.json and kept by a later cotal up without the flag; --no-service-endpoints closes the doors again. It opens the space's admission for good, so callout-only replicas then refuse it.")] = None,
     recreate_issued_stores: Annotated[Path | None, Parameter(help="Back the space's issued-authority stores up into this new or empty folder, delete them and create them again before serving (needs --space; stop the space's auth service, callout replicas and managers first).")] = None,
 ) -> int:
     """Provision the root if needed, start nats-server and serve the space until Ctrl-C.
@@ -103,7 +103,10 @@ async def up(
     place.space_paths()  # validates --space before anything is written
     if not user_auth:
         raise ConfigError(NO_STATIC_UP)
-    _check_flags(port=broker.port, auth_timeout=broker.auth_timeout, nats_server=broker.nats_server, http_port=http_port)
+    _check_flags(
+        port=broker.port, auth_timeout=broker.auth_timeout, nats_server=broker.nats_server, http_port=http_port,
+        ops_port=ops_port, public_port=public.exchange_public_port,
+    )
     if recreate_issued_stores is not None:
         check_backup_dir(recreate_issued_stores)
     exe = _nats_server(broker.nats_server)
@@ -166,12 +169,24 @@ def _remove_unserved(created: Path, root: Path) -> None:
         log.warning("up: %s was created by this start and is left in place: %s", created, exc)
 
 
-def _check_flags(*, port: int | None, auth_timeout: float | None, nats_server: str | None, http_port: int) -> None:
-    """Refuse flag values that would be ignored or would break the root (ConfigError)."""
+def _check_flags(
+    *, port: int | None, auth_timeout: float | None, nats_server: str | None, http_port: int,
+    ops_port: int | None = None, public_port: int | None = None,
+) -> None:
+    """Refuse flag values that would be ignored or would break the root (ConfigError), among
+    them one port given to two of the listeners (the broker, the loopback exchange face, the
+    operator face, the public face): the second would find the first's port "busy"."""
     if port is not None and not 1 <= port <= 65535:
         raise ConfigError(f"--port {port} is not a port - pass 1 to 65535")
     if not 0 <= http_port <= 65535:
         raise ConfigError(f"--http-port {http_port} is not a port - pass 1 to 65535, or 0 for any free one")
+    given = [("--port", port), ("--http-port", http_port), ("--ops-port", ops_port),
+             ("--exchange-public-port", public_port)]  # fmt: skip
+    chosen = [(flag, value) for flag, value in given if value]  # None and 0 (a free port) never clash
+    for i, (flag, value) in enumerate(chosen):
+        for other, other_value in chosen[i + 1:]:
+            if value == other_value:
+                raise ConfigError(f"{flag} {value} and {other} {value} are the same port - give each listener its own port")
     check_auth_timeout(auth_timeout)
     if nats_server is not None and not nats_server.strip():
         raise ConfigError("--nats-server is empty - pass the path of a nats-server binary, or leave it out")

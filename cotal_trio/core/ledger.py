@@ -324,22 +324,35 @@ def authorize_connect(
     return row
 
 
-def authorize_human_exchange(owner: str, actor: str, interactive_row: LedgerRow | None) -> LedgerRow:
+def authorize_human_exchange(
+    owner: str, actor: str, interactive_row: LedgerRow | None, *, managed_row: LedgerRow | None = None
+) -> LedgerRow:
     """Decide the ledger step of a human (IdP) exchange (upstream ``ledgerAuthorizeGrant``).
 
     Args:
         owner: the owner derived from the verified IdP token.
         actor: the requested actor.
         interactive_row: the principal's fresh interactive row, or ``None``.
+        managed_row: the principal's managed row, or ``None``; only the refusal's sentence reads
+            it (a person never takes a managed agent's bearer).
 
     Returns:
         The interactive row (source of the bearer's scope, parent and lifecycle UID).
 
     Raises:
-        Refused: NOT_GRANTED with the upstream sentence naming ``cotal actor grant`` when no
-            interactive row for exactly this principal exists.
+        Refused: NOT_GRANTED when no interactive row for exactly this principal exists: for a
+            managed agent of this owner, a sentence naming the agent's own actor token (a
+            ``cotal actor grant`` of it is refused as "already granted as managed"); otherwise
+            the upstream sentence naming ``cotal actor grant``.
     """
     row = interactive_row
+    if row is None and managed_row is not None and managed_row.kind is LedgerKind.MANAGED \
+            and managed_row.principal == principal(owner, actor):
+        raise _not_granted(
+            f'actor "{actor}" is a managed agent of this user, not an interactive actor - it takes its '
+            f"bearers with its own actor token (owner, actor and actorToken; `cotal agent-bearer --owner "
+            f"{owner} --actor {actor} --token-file <its token file>`)"
+        )
     if row is None or row.kind is not LedgerKind.INTERACTIVE or row.principal != principal(owner, actor):
         raise _not_granted(
             f'actor "{actor}" is not granted for this user - the mesh operator lets them in with '

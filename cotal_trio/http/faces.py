@@ -273,8 +273,8 @@ def stock_authorizer(read_ledger: ReadRows) -> AuthorizeActor:
     """
 
     def authorize_actor(owner: str, actor: str) -> LedgerRow:
-        interactive, _managed = read_ledger(owner, actor)
-        return authorize_human_exchange(owner, actor, interactive)
+        interactive, managed = read_ledger(owner, actor)
+        return authorize_human_exchange(owner, actor, interactive, managed_row=managed)
 
     return authorize_actor
 

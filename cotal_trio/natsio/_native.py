@@ -507,7 +507,7 @@ class NativeConnection:
     async def _first_connect(self) -> tuple[trio.SocketStream, bytearray]:
         """Trio: each seed once, in order; the first that admits us. See :func:`open_native_connection`."""
         what = f"connect {self._url}"
-        failed: BaseException | None = None  # the last seed's failure: the Unavailable's cause
+        failure: BaseException | None = None  # the last seed's, kept as the Unavailable's cause
         with trio.move_on_after(CONNECT_CAP_S) as bound:
             for i, url in enumerate(self.servers):
                 try:
@@ -516,8 +516,8 @@ class NativeConnection:
                     self._error(str(exc))
                     raise Unavailable(f"{what}: {exc}") from None
                 except (OSError, _Lost, ValueError) as exc:
+                    failure = exc
                     self._error(str(exc) or type(exc).__name__)
-                    failed = exc
                     if i + 1 < len(self.servers):
                         log.info("nats %s: seed %d of %d failed (%s); trying the next", self._url, i + 1,
                                  len(self.servers), self.last_error)
@@ -526,9 +526,9 @@ class NativeConnection:
                 return stream, rest
         if bound.cancelled_caught:
             raise Unavailable(f"{what}: no broker confirmed the connect within {CONNECT_CAP_S:g} s")
-        # chained, so a caller can tell a refused socket (nothing listens) from a broker that
-        # failed the handshake (cli/auth_service.py names the fix for the first)
-        raise Unavailable(f"{what}: {self.last_error}") from failed
+        # from the socket's error, so a caller can tell a refused connect (nothing listens: name
+        # the broker to start) from a refusal or a lost handshake (cli/_servers.refused_connect)
+        raise Unavailable(f"{what}: {self.last_error}") from failure
 
     async def _run(self, stream: trio.SocketStream, rest: bytearray) -> None:
         """Trio: serve sockets until closed for good (the connection's one long task)."""

@@ -124,9 +124,11 @@ class UpConfig:
             them (module docstring).
         recreate_issued_stores: back the space's issued stores up into this folder (missing or
             empty), delete and recreate them before the lanes start; None: leave them.
-        service_endpoints: ``--service-endpoints``: set ``serviceEndpoints`` on the space's entry
-            in ``spaces.json`` (its lane then hosts service endpoints, docs/http-api.md "Service
-            endpoints"); False keeps the entry's setting (recorded like the public face).
+        service_endpoints: ``--service-endpoints`` (True) sets ``serviceEndpoints`` on the space's
+            entry in ``spaces.json`` (its lane then hosts service endpoints, docs/http-api.md
+            "Service endpoints"); ``--no-service-endpoints`` (False) clears it, closing the doors
+            (the admission stays open); None keeps the entry's setting (recorded like the public
+            face).
         events: the event bus the host and its lanes publish on and the faces' ``/events``
             stream (issue 7 item 1); None: a fresh :class:`~cotal_trio.lane.events.EventBus`.
         dev_idp_device: the development IdP's device-code interval and lifetime (``cotal
@@ -151,7 +153,7 @@ class UpConfig:
     exchange_trusted_proxy: bool = False
     advertised_server: str | None = None
     recreate_issued_stores: Path | None = None
-    service_endpoints: bool = False
+    service_endpoints: bool | None = None
     events: EventBus | None = None
     dev_idp_device: DevicePolicy | None = None
 
@@ -295,7 +297,7 @@ def prepare_root(config: UpConfig, *, now: float) -> Prepared:
 def _host_space(config: UpConfig) -> tuple[SpaceEntry, SpaceEntry | None]:
     """List the space in ``<root>/spaces.json`` (the manifest ``cotal up`` hosts), its entry
     carrying the public-face flags when any is given (module docstring) and ``serviceEndpoints``
-    with ``--service-endpoints``; an existing entry is otherwise kept as it is.
+    with ``--service-endpoints`` (cleared with ``--no-service-endpoints``); an existing entry is otherwise kept as it is.
 
     Returns:
         The space's entry now, and the entry to put back (:func:`_restore_entry`) if the lane
@@ -317,8 +319,8 @@ def _host_space(config: UpConfig) -> tuple[SpaceEntry, SpaceEntry | None]:
     plain = old or SpaceEntry(space=space)
     fields = public_fields(config)
     new = dataclasses.replace(plain, **fields) if given_public_flags(fields) else plain
-    if config.service_endpoints:  # recorded like the face; nothing closes the admission anyway
-        new = dataclasses.replace(new, service_endpoints=True)
+    if config.service_endpoints is not None:  # recorded like the face; the admission stays open
+        new = dataclasses.replace(new, service_endpoints=config.service_endpoints)
     _refuse_shared_port(paths, entries, new)
     if new != old:
         _write_entry(paths, entries, new)

@@ -287,7 +287,8 @@ class ServiceConfig:
             ``callout_only``; ``service_endpoints`` or a
             public-face setting with ``callout_only`` or with ``manifest``; connect limits other
             than the defaults with ``callout_only``; a public-face setting the manifest would
-            refuse (:func:`check_public_flags`); an ``ops_port`` that is no port.
+            refuse (:func:`check_public_flags`); an ``ops_port`` that is no port, or is
+            ``exchange_public_port`` too.
     """
 
     root: RootPaths
@@ -309,6 +310,11 @@ class ServiceConfig:
 
     def __post_init__(self) -> None:
         check_ops_port(self.ops_port)
+        if self.ops_port and self.ops_port == self.exchange_public_port:
+            raise ConfigError(
+                f"--ops-port {self.ops_port} and --exchange-public-port {self.ops_port} are the same port"
+                " - give each listener its own port"
+            )
         if (self.space is None) == (self.manifest is None):
             raise ConfigError("pass exactly one of --space (one space) and --spaces (a manifest of spaces)")
         if self.callout_server is not None and not self.callout_only:

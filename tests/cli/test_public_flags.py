@@ -203,6 +203,16 @@ def test_up_records_service_endpoints_in_its_entry_and_keeps_it_without_the_flag
     assert _prepare(paths, exchange_public_port=7451) == face
 
 
+def test_up_no_service_endpoints_clears_the_recorded_setting(tmp_path: Path):
+    """`cotal up --no-service-endpoints` (its --help lists it) closes the doors: it records
+    ``serviceEndpoints`` false, where it used to keep the true one silently; the admission stays
+    open (docs/http-api.md "Service endpoints")."""
+    paths = RootPaths(tmp_path / "root")
+    assert _prepare(paths, service_endpoints=True) == SpaceEntry(space="alpha", service_endpoints=True)
+    assert _prepare(paths, service_endpoints=False) == SpaceEntry(space="alpha")
+    assert _prepare(paths) == SpaceEntry(space="alpha")
+
+
 def test_up_passes_service_endpoints_to_its_space(tmp_path: Path, monkeypatch, capsys):
     """`cotal up --service-endpoints` reaches the space's UpConfig, as the public-face flags do."""
     import cotal_trio.cli.up as up_command
@@ -218,5 +228,19 @@ def test_up_passes_service_endpoints_to_its_space(tmp_path: Path, monkeypatch, c
     argv = ["up", "--root", str(tmp_path / "root"), "--nats-server", "/bin/true", "--exchange-public-port", "7451"]
     assert main([*argv, "--service-endpoints"]) == 1
     assert main(argv) == 1
-    assert [(c.service_endpoints, c.exchange_public_port) for c in seen] == [(True, 7451), (False, 7451)]
+    assert main([*argv, "--no-service-endpoints"]) == 1
+    assert [(c.service_endpoints, c.exchange_public_port) for c in seen] == [(True, 7451), (None, 7451), (False, 7451)]
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_service_run_refuses_one_port_for_the_operator_and_public_faces(tmp_path, capsys):
+    """--ops-port and --exchange-public-port on one port: refused before anything starts (the
+    lane used to fail on its own operator face's port, "busy - stop whatever holds it")."""
+    argv = ["service", "run", "auth-service", "--space", "a", "--server", "nats://127.0.0.1:4222",
+            "--root", str(tmp_path / "root"), "--ops-port", "7451", "--exchange-public-port", "7451"]  # fmt: skip
+    assert main(argv) == 1
+    _one_sentence(
+        capsys.readouterr().err,
+        "--ops-port 7451 and --exchange-public-port 7451 are the same port - give each listener its own port",
+    )
+    assert not (tmp_path / "root").exists()

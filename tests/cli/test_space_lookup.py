@@ -109,3 +109,19 @@ def test_a_root_wide_command_names_a_root_that_does_not_exist(tmp_path, capsys, 
     assert main([*argv, "--root", str(typo)]) == 1
     assert capsys.readouterr() == ("", f"cotal: there is no root at {typo} - pass the --root of one (`cotal up` makes one)\n")
     assert not typo.exists()
+
+
+def test_space_add_against_a_stopped_broker_names_the_fix(tmp_path, capsys):
+    """``--server`` at a closed loopback port (a real refused TCP connect): the one line says the
+    broker did not answer and names the fix, not only ``[Errno 111] Connect call failed``; a
+    second ``cotal space add`` with the broker up pushes the accounts the first one kept."""
+    from cotal_trio.broker.process import free_port
+
+    root = str(tmp_path / "root")
+    url = f"nats://127.0.0.1:{free_port()}"
+    assert main(["space", "add", "s", "--root", root, "--new-root", "--server", url]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"cotal: the broker at {url} did not answer (connection refused) - start it (`cotal up --root {root}`, "
+        "or the broker's unit) or pass the right --server, then run `cotal space add s` again: the space is "
+        "provisioned, its accounts are not pushed"
+    ]

@@ -269,6 +269,20 @@ def test_human_exchange_refusal_sentence(interactive):
     )
 
 
+def test_human_exchange_for_a_managed_actor_names_its_own_token():
+    """A person asking for their managed agent's actor (POST /exchange, /service-endpoint-host)
+    was told to `cotal actor grant` it, which refuses ("already granted as managed - revoke it
+    first"); the sentence now names the agent's own credential."""
+    with pytest.raises(Refused) as info:
+        authorize_human_exchange(OWNER, "alpha", None, managed_row=managed())
+    assert info.value.code is RefusalCode.NOT_GRANTED
+    assert info.value.detail == (
+        f'actor "alpha" is a managed agent of this user, not an interactive actor - it takes its '
+        f"bearers with its own actor token (owner, actor and actorToken; `cotal agent-bearer --owner "
+        f"{OWNER} --actor alpha --token-file <its token file>`)"
+    )
+
+
 def test_agent_exchange():
     agent = managed(parent=f"{OWNER}.cli")
     assert authorize_agent_exchange(OWNER, "alpha", TOKEN, agent, lookup_of(row())) == agent

@@ -251,3 +251,13 @@ async def test_a_managed_agent_hosts_an_endpoint_its_person_registered(served):
             assert "permissions violation for subscription" in error
     status, answer = await _public(url, "/service-endpoint-host", {**body, "actorToken": "wrong"})
     assert status == 401, answer
+    # the person asking for their agent's host bearer is told the agent takes it with its own
+    # token (it was told to `cotal actor grant` it, which refuses a managed principal)
+    by_person = {"idpToken": stack.idp_token("alice"), "actor": "indexer", "endpoint": "index",
+                 "instanceId": registration["instanceId"]}  # fmt: skip
+    status, answer = await _public(url, "/service-endpoint-host", by_person)
+    assert (status, answer["error"]) == (401, (
+        'actor "indexer" is a managed agent of this user, not an interactive actor - it takes its bearers '
+        f"with its own actor token (owner, actor and actorToken; `cotal agent-bearer --owner {person.owner} "
+        "--actor indexer --token-file <its token file>`)"
+    )), answer
