@@ -34,14 +34,13 @@ HTTP, ``lane/callout/views.py`` the callout's read.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import CodecError, RefusalCode, Refused
 from .identity import is_lifecycle_uid
 from .registration import LABEL_RULE, MAX_LABEL_CHARS, check_registration, is_label
-from .rowcodec import decode_row
+from .rowcodec import decode_row, encode_row
 from .sessions import is_endpoint
 from .views import ServiceEndpointBinding
 
@@ -155,7 +154,7 @@ class ServiceEndpointRecord:
 def render_service_row(record: ServiceEndpointRecord) -> bytes:
     """The row's stored bytes: compact JSON, keys in the documented order
     (``parse_service_row(render_service_row(r)) == r``)."""
-    return json.dumps({"ver": ROW_VERSION, **record.answer()}, separators=(",", ":")).encode()
+    return encode_row({"ver": ROW_VERSION, **record.answer()})
 
 
 def parse_service_row(data: bytes) -> ServiceEndpointRecord:
