@@ -19,7 +19,6 @@ Pure and synchronous: time comes in as integer unix seconds, randomness as bytes
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,7 @@ from .identity import is_actor, is_lifecycle_uid, is_owner, principal
 from .jose import IssuerKey, b64url_encode, shown, sign_ed25519_jws
 from .ledger import LedgerKind, LedgerRow
 from .managers import ManagerInstance
+from .rowcodec import encode_row
 
 __all__ = [
     "CONSENT_ID_RANDOM_BYTES",
@@ -355,4 +355,4 @@ def render_consent_record(claims: dict[str, Any]) -> bytes:
         "toolCallId": claims["toolCallId"], "resultSha256": claims["resultSha256"], "iat": claims["iat"],
         "exp": claims["exp"],
     }  # fmt: skip
-    return json.dumps(record, separators=(",", ":")).encode()
+    return encode_row(record)

@@ -29,7 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import CodecError, RefusalCode, Refused
-from .identity import is_actor, is_lifecycle_uid, is_owner
+from .identity import is_lifecycle_uid, is_owner
+from .registration import MAX_LABEL_CHARS, check_registration
 from .rowcodec import decode_row
 
 __all__ = [
@@ -50,7 +51,6 @@ __all__ = [
 
 ROW_VERSION = 1
 MANAGER_KEY_PREFIX = "mgr."
-MAX_LABEL_CHARS = 128
 # An ambiguous selection names at most this many candidate ids (sorted).
 MAX_LISTED_IDS = 5
 _KEYS = ("ver", "instanceId", "owner", "actor", "serveEpoch", "registeredAt", "label")
@@ -91,12 +91,7 @@ class ManagerInstance:
     label: str | None = None
 
     def __post_init__(self) -> None:
-        _require(is_lifecycle_uid(self.instance_id), "instanceId is not a lifecycle token ([a-z0-9]{26,32})")
-        _require(is_owner(self.owner), "owner is not a derived owner")
-        _require(is_actor(self.actor), "actor is not an actor name")
-        _require(type(self.serve_epoch) is int and self.serve_epoch >= 1, "serveEpoch must be an int >= 1")
-        _require(type(self.registered_at) is int and self.registered_at >= 0, "registeredAt must be whole unix seconds")
-        _require(self.label is None or _is_label(self.label), f"label must be printable text of at most {MAX_LABEL_CHARS} characters")
+        check_registration(self, what="manager instance row")
 
     @property
     def key(self) -> str:
@@ -107,10 +102,6 @@ class ManagerInstance:
 def _require(ok: bool, problem: str) -> None:
     if not ok:
         raise CodecError(f"manager instance row: {problem}")
-
-
-def _is_label(value: object) -> bool:
-    return isinstance(value, str) and len(value) <= MAX_LABEL_CHARS and value.isprintable()
 
 
 def manager_key(owner: str, instance_id: str) -> str:

@@ -34,13 +34,13 @@ HTTP, ``lane/callout/views.py`` the callout's read.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import CodecError, RefusalCode, Refused
-from .identity import is_actor, is_lifecycle_uid, is_owner
-from .rowcodec import decode_row
+from .identity import is_lifecycle_uid
+from .registration import LABEL_RULE, MAX_LABEL_CHARS, check_registration, is_label
+from .rowcodec import decode_row, encode_row
 from .sessions import is_endpoint
 from .views import ServiceEndpointBinding
 
@@ -67,7 +67,6 @@ __all__ = [
 
 ROW_VERSION = 1
 RECORD_KEY_PREFIX = "svcep."
-MAX_LABEL_CHARS = 128
 SERVICE_ENDPOINT_SCOPE = "service-endpoint"
 """The ledger scope a service endpoint's host principal needs (the ``service-host`` view's)."""
 _KEYS = ("ver", "endpoint", "instanceId", "owner", "actor", "serveEpoch", "registeredAt", "label")
@@ -109,10 +108,6 @@ def _require(ok: bool, problem: str) -> None:
         raise CodecError(f"service endpoint row: {problem}")
 
 
-def _is_label(value: object) -> bool:
-    return isinstance(value, str) and len(value) <= MAX_LABEL_CHARS and value.isprintable()
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServiceEndpointRecord:
     """One registered service endpoint (module docstring).
@@ -140,12 +135,7 @@ class ServiceEndpointRecord:
 
     def __post_init__(self) -> None:
         _require(is_endpoint(self.endpoint) and self.endpoint != "v1", ENDPOINT_RULE)
-        _require(is_lifecycle_uid(self.instance_id), "instanceId is not a lifecycle token ([a-z0-9]{26,32})")
-        _require(is_owner(self.owner), "owner is not a derived owner")
-        _require(is_actor(self.actor), "actor is not an actor name")
-        _require(type(self.serve_epoch) is int and self.serve_epoch >= 1, "serveEpoch must be an int >= 1")
-        _require(type(self.registered_at) is int and self.registered_at >= 0, "registeredAt must be whole unix seconds")
-        _require(self.label is None or _is_label(self.label), f"label must be printable text of at most {MAX_LABEL_CHARS} characters")
+        check_registration(self, what="service endpoint row")
 
     @property
     def key(self) -> str:
@@ -164,7 +154,7 @@ class ServiceEndpointRecord:
 def render_service_row(record: ServiceEndpointRecord) -> bytes:
     """The row's stored bytes: compact JSON, keys in the documented order
     (``parse_service_row(render_service_row(r)) == r``)."""
-    return json.dumps({"ver": ROW_VERSION, **record.answer()}, separators=(",", ":")).encode()
+    return encode_row({"ver": ROW_VERSION, **record.answer()})
 
 
 def parse_service_row(data: bytes) -> ServiceEndpointRecord:
@@ -230,8 +220,8 @@ def parse_authority_body(body: object) -> AuthorityRequest:
     if kind == "retire" and not is_lifecycle_uid(instance_id):
         raise _bad("instanceId must be the id the registration answered ([a-z0-9]{26,32})")
     label = request.get("label")
-    if label is not None and not _is_label(label):
-        raise _bad(f"label must be printable text of at most {MAX_LABEL_CHARS} characters")
+    if label is not None and not is_label(label):
+        raise _bad(LABEL_RULE)
     return AuthorityRequest(
         idp_token=body["idpToken"], kind=kind, actor=request["actor"], endpoint=endpoint, instance_id=instance_id,
         label=label,

@@ -8,30 +8,22 @@ sentence and print nothing. ``tests/service/test_leaf_live.py`` runs it against 
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from cotal_trio.broker.config import parse_hub_urls
-from cotal_trio.cli import main
 from cotal_trio.core import natsjwt
 from cotal_trio.core.creds import parse_creds
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.service.hosting import ServiceConfig
+from tests.support.brokers import nats_accepts, trust_lines
+from tests.support.cli_root import run_cotal
 
 SPACE = "demo"  # the space tests/support/brokers.py provisions
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_a_leaf_config_links_the_system_account_and_each_space_and_runs_no_jetstream(provisioned, capsys, nats_server_bin, tmp_path):
     root, broker = provisioned.paths.root, provisioned.broker
-    code, text, err = run(capsys, "broker", "leaf-config", "--root", str(root), "--node", "leaf1", "--port", "4225",
+    code, text, err = run_cotal(capsys, "broker", "leaf-config", "--root", str(root), "--node", "leaf1", "--port", "4225",
                           "--hub", "nats-leaf://10.0.0.1:7422, nats-leaf://10.0.0.2:7422", "--http-port", "8225")
     assert (code, err) == (0, ""), err
     folder = root / "nodes" / "leaf1"
@@ -43,18 +35,7 @@ def test_a_leaf_config_links_the_system_account_and_each_space_and_runs_no_jetst
         'listen: "127.0.0.1:4225"',
         'http: "127.0.0.1:8225"',
         "max_control_line: 65536",
-        f'operator: "{broker.operator_jwt}"',
-        f"system_account: {broker.system_account}",
-        "resolver {",
-        "  type: full",
-        f'  dir: "{folder}/resolver"',
-        "  allow_delete: true",
-        '  interval: "2m"',
-        '  timeout: "1.9s"',
-        "}",
-        "resolver_preload {",
-        f'  {broker.system_account}: "{broker.system_jwt}"',
-        "}",
+        *trust_lines(broker, f"{folder}/resolver"),
         "leafnodes {",
         "  remotes: [",
         f'    {{ urls: {hubs}, account: {broker.system_account}, credentials: "{folder}/system.creds" }}',
@@ -70,12 +51,11 @@ def test_a_leaf_config_links_the_system_account_and_each_space_and_runs_no_jetst
     assert claims["iss"] == provisioned.space.data_service_signing.public_key and claims["nats"]["issuer_account"] == data
     # a second render keeps the link's user (nothing is reissued behind a running leaf)
     before = link.read_text()
-    assert run(capsys, "broker", "leaf-config", "--root", str(root), "--node", "leaf1", "--hub", "nats-leaf://h:7422")[0] == 0
+    assert run_cotal(capsys, "broker", "leaf-config", "--root", str(root), "--node", "leaf1", "--hub", "nats-leaf://h:7422")[0] == 0
     assert link.read_text() == before
     conf = tmp_path / "leaf1.conf"
     conf.write_text(text)
-    checked = subprocess.run([nats_server_bin, "-t", "-c", str(conf)], capture_output=True, text=True)
-    assert checked.returncode == 0, checked.stderr
+    nats_accepts(nats_server_bin, conf)
 
 
 @pytest.mark.parametrize(("argv", "sentence"), [
@@ -87,7 +67,7 @@ def test_a_leaf_config_links_the_system_account_and_each_space_and_runs_no_jetst
 ])  # fmt: skip
 def test_a_bad_flag_is_one_sentence_and_writes_nothing(provisioned, capsys, argv, sentence):
     root = provisioned.paths.root
-    code, out, err = run(capsys, "broker", "leaf-config", "--root", str(root), "--node", "leaf1", *argv)
+    code, out, err = run_cotal(capsys, "broker", "leaf-config", "--root", str(root), "--node", "leaf1", *argv)
     assert code != 0 and out == ""
     assert sentence.format(root=root) in err
     assert not (root / "nodes" / "leaf1").exists()

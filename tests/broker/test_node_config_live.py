@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
 import time
 from pathlib import Path
 
@@ -22,34 +21,23 @@ from cotal_trio.broker import provision
 from cotal_trio.broker.accounts import open_system_connection, push_accounts
 from cotal_trio.broker.config import Cluster, Node, parse_routes, render_config, render_node, route_secret
 from cotal_trio.broker.process import free_port, run_nats_server
-from cotal_trio.cli import main
 from cotal_trio.core.errors import ConfigError
 from cotal_trio.natsio import Message, open_connection, open_loop
+from tests.support.brokers import nats_accepts, trust_lines
+from tests.support.cli_root import run_cotal
 
 SPACE = "demo"  # the space tests/support/brokers.py provisions
 CEILING_S = 40
 NODES = ("n1", "n2", "n3")
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def render(capsys, provisioned, name: str, *, port: int, cluster_port: int, routes: str, extra=()) -> str:
-    code, out, err = run(
+    code, out, err = run_cotal(
         capsys, "broker", "config", "--node", name, "--port", str(port), "--cluster-port", str(cluster_port),
         "--cluster-routes", routes, "--root", str(provisioned.paths.root), *extra,
     )
     assert (code, err) == (0, ""), err
     return out
-
-
-def nats_accepts(nats_server_bin: str, path: Path) -> None:
-    checked = subprocess.run([nats_server_bin, "-t", "-c", str(path)], capture_output=True, text=True)
-    assert checked.returncode == 0, checked.stderr
 
 
 # -- rendered text (no broker) ------------------------------------------------------------------
@@ -70,18 +58,7 @@ def test_a_node_config_is_the_bundled_config_plus_its_cluster(provisioned, capsy
         'listen: "127.0.0.1:4223"',
         'http: "127.0.0.1:8223"',
         "max_control_line: 65536",
-        f'operator: "{broker.operator_jwt}"',
-        f"system_account: {broker.system_account}",
-        "resolver {",
-        "  type: full",
-        f'  dir: "{root}/nodes/n2/resolver"',
-        "  allow_delete: true",
-        '  interval: "2m"',
-        '  timeout: "1.9s"',
-        "}",
-        "resolver_preload {",
-        f'  {broker.system_account}: "{broker.system_jwt}"',
-        "}",
+        *trust_lines(broker, f"{root}/nodes/n2/resolver"),
         "jetstream {",
         f'  store_dir: "{tmp_path}/js"',
         "}",
@@ -179,12 +156,12 @@ def test_bad_flags_are_one_sentence(provisioned, capsys, argv, sentence):
     base = {"--node": "n1", "--cluster-routes": "nats-route://127.0.0.1:6222"}
     base.update(zip(argv[::2], argv[1::2]))
     flat = [part for pair in base.items() for part in pair]
-    code, out, err = run(capsys, "broker", "config", *flat, "--root", str(provisioned.paths.root))
+    code, out, err = run_cotal(capsys, "broker", "config", *flat, "--root", str(provisioned.paths.root))
     assert (code, out, err) == (1, "", f"cotal: {sentence}\n")
 
 
 def test_a_root_without_broker_json_names_the_fix(tmp_path, capsys):
-    code, out, err = run(capsys, "broker", "config", "--node", "n1", "--cluster-routes", "nats-route://h:1",
+    code, out, err = run_cotal(capsys, "broker", "config", "--node", "n1", "--cluster-routes", "nats-route://h:1",
                          "--root", str(tmp_path / "none"))
     assert (code, out) == (1, "")
     assert err == f"cotal: {tmp_path}/none/broker.json is missing - provision the root first: cotal space add NAME --root {tmp_path}/none\n"

@@ -7,7 +7,6 @@ the space's signing keys, refuse JWTs of another operator, and forget and revive
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
@@ -25,6 +24,7 @@ from cotal_trio.core import natsjwt
 from cotal_trio.core.errors import ConfigError, Unavailable
 from cotal_trio.natsio import Message, open_connection, open_loop
 from cotal_trio.state import RootPaths
+from tests.support.brokers import nats_accepts, trust_lines
 
 CEILING_S = 30
 SPACE = "demo"  # the space tests/support/brokers.py provisions
@@ -65,18 +65,7 @@ def test_render_config_is_the_design(provisioned):
         "server_name: cotal",
         'listen: "127.0.0.1:4222"',
         "max_control_line: 65536",
-        f'operator: "{broker.operator_jwt}"',
-        f"system_account: {broker.system_account}",
-        "resolver {",
-        "  type: full",
-        f'  dir: "{paths.resolver_dir}"',
-        "  allow_delete: true",
-        '  interval: "2m"',
-        '  timeout: "1.9s"',
-        "}",
-        "resolver_preload {",
-        f'  {broker.system_account}: "{broker.system_jwt}"',
-        "}",
+        *trust_lines(broker, paths.resolver_dir),
         "jetstream {",
         f'  store_dir: "{paths.jetstream_dir}"',
         "}",
@@ -92,8 +81,7 @@ def test_render_config_quotes_paths(tmp_path, provisioned, nats_server_bin):
     assert f'  dir: "{tmp_path}/we \\"ird\\" \\\\ $root/broker/resolver"' in text
     config = tmp_path / "server.conf"
     config.write_text(text)
-    checked = subprocess.run([nats_server_bin, "-t", "-c", str(config)], capture_output=True, text=True)
-    assert checked.returncode == 0, checked.stderr
+    nats_accepts(nats_server_bin, config)
 
 
 @pytest.mark.parametrize("bad", [dict(port=0), dict(port=70000), dict(auth_timeout_s=0)])

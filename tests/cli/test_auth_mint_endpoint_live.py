@@ -21,8 +21,6 @@ import pytest
 import trio
 
 from cotal_trio.broker.provision import mint_service_user
-from cotal_trio.broker.spaces import add_space
-from cotal_trio.cli import main
 from cotal_trio.ops.caller_mint import MINT_DEADLINE_S, CallerSteps, mint_caller
 from cotal_trio.ops.static_credentials import MintRequest
 from cotal_trio.core import callers, natsjwt
@@ -50,10 +48,12 @@ from cotal_trio.natsio import (
 )
 from cotal_trio.state import load_space
 from cotal_trio.state.credentials import load_record, write_creds
+from tests.support.cli_root import cotal
+from tests.support.static_mint import STATIC, connect_receipt, static_space  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.broker
 
-STATIC, ENDPOINT = "st", "weather"
+ENDPOINT = "weather"
 CEILING_S = 40
 ISSUED = f"KV_cotal_issued_{STATIC}"
 SURFACE = callers.Surface(endpoint=ENDPOINT, verbs=("invoke",), targeted=False, synchronous=True, ephemeral=True,
@@ -70,13 +70,6 @@ class Host:
     silent: bool = False
     describe_delay_s: float = 0
     seen: list[str] = field(default_factory=list)
-
-
-async def cotal(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = await trio.to_thread.run_sync(main, list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 async def _answer(host: Host, msg: Message, paths) -> bytes:
@@ -116,11 +109,9 @@ async def run_host(url: str, paths, *, task_status=trio.TASK_STATUS_IGNORED) -> 
 
 
 @pytest.fixture
-async def space(operator_broker, provisioned, monkeypatch, tmp_path):  # noqa: F811
-    monkeypatch.chdir(tmp_path)
-    with trio.fail_after(CEILING_S):
-        await add_space(provisioned.paths, STATIC, static=True, server_url=operator_broker, now=time.time())
-    return operator_broker, provisioned.paths
+def space(static_space):
+    """(broker URL, root paths): the static space on the provisioned root's running broker."""
+    return static_space
 
 
 @pytest.fixture
@@ -146,11 +137,6 @@ def argv(space, label: str, out: Path, *extra: str) -> list[str]:
     url, paths = space
     return ["auth", "mint", "--space", STATIC, "--root", str(paths.root), "--server", url, "--label", label,
             "--endpoint", ENDPOINT, "--out", str(out), *extra]  # fmt: skip
-
-
-def connect(url: str, receipt: dict):
-    return open_connection(url, creds=Path(receipt["path"]).read_text(), name=receipt["inboxPrefix"].removeprefix("_INBOX_"),
-                           inbox_prefix=receipt["inboxPrefix"], reconnect=False)  # fmt: skip
 
 
 async def intents(space) -> list[str]:
@@ -225,7 +211,7 @@ async def test_a_minted_caller_calls_its_rows_only_and_its_intent_is_private_and
         headers = {callers.CALLER_JWT_HEADER: jwt}
         ep = f"cotal.{STATIC}.ep.{ENDPOINT}"
         received, inbox = trio.open_memory_channel(8)
-        async with open_loop(), connect(url, receipt) as conn:
+        async with open_loop(), connect_receipt(url, receipt) as conn:
             answer = await conn.request(f"{ep}.describe.{owner}.{actor}", b"", headers)
             assert answer.data == callers.render_describe_answer(SURFACE)
             answer = await conn.request(f"{ep}.invoke.{owner}.{actor}", b"rain?", headers)
@@ -373,7 +359,7 @@ async def test_an_interrupted_mint_is_not_replayed_blindly_and_the_remedy_works(
         receipt = {"inboxPrefix": f"_INBOX_{fresh.current.inbox_nonce}", "path": str(out), "principal": fresh.current.principal,
                    "lifecycleUid": fresh.current.lifecycle_uid}  # fmt: skip
         assert len(await intents(space)) == 2
-        async with open_loop(), connect(url, receipt) as conn:
+        async with open_loop(), connect_receipt(url, receipt) as conn:
             owner, actor = receipt["principal"].split(".")
             jwt = parse_creds(out.read_text())[0]
             answer = await conn.request(f"cotal.{STATIC}.ep.{ENDPOINT}.invoke.{owner}.{actor}", b"", {callers.CALLER_JWT_HEADER: jwt})
@@ -401,7 +387,7 @@ async def test_a_revoked_jwt_is_refused_even_from_the_replacement_file(space, ho
         owner, actor = receipt["principal"].split(".")
         subject = f"cotal.{STATIC}.ep.{ENDPOINT}.invoke.{owner}.{actor}"
         revoked_at = load_record(paths.space(STATIC), "rot").replaced[0].revoked_at
-        async with open_loop(), connect(url, receipt) as conn:
+        async with open_loop(), connect_receipt(url, receipt) as conn:
             answer = await conn.request(subject, b"", {callers.CALLER_JWT_HEADER: old_jwt})
             assert json.loads(answer.data) == {"ver": 1, "code": "bad-credential", "error": (
                 f"standalone caller refused: its user key was revoked at {revoked_at} (`cotal auth revoke-credential`) - "

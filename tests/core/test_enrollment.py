@@ -241,3 +241,8 @@ def test_the_consent_jws_has_exactly_the_documented_header_and_claims():
         "ver": 1, "consentId": "j" * 22, "owner": OWNER, "actor": "cli", "toolCallId": "call_1-a",
         "resultSha256": SHA, "iat": 1_800_000_000, "exp": 1_800_000_300,
     }  # fmt: skip
+    # compact, in the documented order (the bytes the records store keeps)
+    assert render_consent_record(claims) == (
+        b'{"ver":1,"consentId":"%s","owner":"%s","actor":"cli","toolCallId":"call_1-a","resultSha256":"%s",'
+        b'"iat":1800000000,"exp":1800000300}' % (b"j" * 22, OWNER.encode(), SHA.encode())
+    )

@@ -9,6 +9,7 @@ from cotal_trio.core.errors import CodecError, RefusalCode, Refused
 from cotal_trio.core.service_endpoints import (
     AUTHORITY_BODY,
     AUTHORITY_REQUEST,
+    ENDPOINT_RULE,
     NOT_SERVING,
     SERVICE_ENDPOINT_SCOPE,
     AuthorityRequest,
@@ -63,6 +64,25 @@ def test_the_row_round_trips_in_its_documented_order():
 def test_a_bad_row_is_a_codec_error(stored):
     with pytest.raises(CodecError):
         parse_service_row(stored)
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"endpoint": "v1", "instance_id": 7}, ENDPOINT_RULE),
+        ({"instance_id": "ABC" * 9}, "instanceId is not a lifecycle token ([a-z0-9]{26,32})"),
+        ({"owner": "alice"}, "owner is not a derived owner"),
+        ({"actor": "a.b"}, "actor is not an actor name"),
+        ({"serve_epoch": True}, "serveEpoch must be an int >= 1"),
+        ({"registered_at": 1.5}, "registeredAt must be whole unix seconds"),
+        ({"label": "x" * 129}, "label must be printable text of at most 128 characters"),
+        ({"label": "two\nlines"}, "label must be printable text of at most 128 characters"),
+    ],
+)
+def test_each_broken_field_of_a_record_is_named_with_the_row(fields, problem):
+    with pytest.raises(CodecError) as caught:
+        record(**fields)
+    assert str(caught.value) == f"service endpoint row: {problem}"
 
 
 @pytest.mark.parametrize("name", ["v1", "", "a.b", "*", "x" * 65])

@@ -11,8 +11,8 @@ is released, with no traceback in the log.
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
 
 import pytest
 import trio
@@ -20,7 +20,7 @@ import trio
 from cotal_trio.http import faces
 from cotal_trio.http.errors import UNAVAILABLE
 from tests.support.stack import Stack
-from tests.support.issuance import release, stall, Timeline, meanwhile as _meanwhile
+from tests.support.issuance import Timeline, while_stalled
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -42,23 +42,8 @@ async def test_a_stalled_exchange_read_holds_neither_another_exchange_nor_the_ca
     bearer = await stack.bearer("other", "cli")
     slow_token, fast_token = stack.idp_token("slow"), stack.idp_token("fast")
     path = stack.space_paths.actors_dir / f"{slow_row.owner}.cli.json"
-    released = threading.Event()
-    data = stall(path)
-
-    def answer_the_read() -> None:
-        released.set()
-        release(path, data)
-
-    timeline = Timeline(released)
-    timer = threading.Timer(STALL_S, answer_the_read)
-    timer.start()
-    try:
-        with trio.fail_after(CEILING_S):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_slow_exchange, stack, slow_token, timeline)
-                nursery.start_soon(_meanwhile, stack, fast_token, bearer, timeline)
-    finally:
-        timer.join()
+    timeline = await while_stalled(stack, path, slow=[functools.partial(_slow_exchange, stack, slow_token)],
+                                   fast_token=fast_token, bearer=bearer, stall_s=STALL_S, ceiling_s=CEILING_S)
     assert timeline.seen["exchange"] == (200, False)  # minted while the read was blocked
     assert timeline.seen["connect"] == ("connected", False)  # the callout answered meanwhile too
     assert timeline.seen["slow"] == ((503, {"error": UNAVAILABLE}), False)  # by its deadline

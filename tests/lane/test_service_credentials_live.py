@@ -106,6 +106,19 @@ async def _users(mesh: Mesh) -> list[dict]:
     return [_claims(c["jwt"]) for c in connections if c.get("jwt")]
 
 
+async def _users_of_both_lanes(nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str) -> list[dict]:
+    """:func:`_users` while a full lane and a callout replica of SPACE serve on a fresh mesh (both
+    stopped before it returns), under ``CEILING_S``."""
+    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as lanes:
+            await lanes.start(_lane(mesh, callout_only=False))
+            await lanes.start(_lane(mesh, callout_only=True))
+            users = await _users(mesh)
+            lanes.cancel_scope.cancel()
+    return users
+
+
 def _named(users: list[dict], name: str) -> list[dict]:
     return [claims for claims in users if claims.get("name") == name]
 
@@ -290,13 +303,7 @@ async def test_the_recreate_user_backs_up_deletes_and_creates_the_issued_stores_
 async def test_the_callout_issues_over_an_issuer_session_of_five_minutes(
     nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str
 ) -> None:
-    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
-    with trio.fail_after(CEILING_S):
-        async with trio.open_nursery() as lanes:
-            await lanes.start(_lane(mesh, callout_only=False))
-            await lanes.start(_lane(mesh, callout_only=True))
-            users = await _users(mesh)
-            lanes.cancel_scope.cancel()
+    users = await _users_of_both_lanes(nursery, tmp_path, nats_server_bin)
     sessions = _named(users, f"cotal:issuer:{SPACE}")
     assert len(sessions) == 2  # the full lane's and the replica's own
     for claims in sessions:
@@ -423,13 +430,7 @@ async def test_the_store_user_expires_and_is_renewed_while_the_lane_keeps_using_
 async def test_a_lanes_store_user_is_minted_for_a_day(
     nursery: trio.Nursery, tmp_path: Path, nats_server_bin: str
 ) -> None:
-    mesh, _ = await start_mesh(nursery, tmp_path, nats_server_bin)
-    with trio.fail_after(CEILING_S):
-        async with trio.open_nursery() as lanes:
-            await lanes.start(_lane(mesh, callout_only=False))
-            await lanes.start(_lane(mesh, callout_only=True))
-            users = await _users(mesh)
-            lanes.cancel_scope.cancel()
+    users = await _users_of_both_lanes(nursery, tmp_path, nats_server_bin)
     stores = _named(users, f"cotal:auth-store:{SPACE}")
     assert [c.get("exp", 0) - c["iat"] for c in stores] == [STORE_LIFETIME_S] * 2 == [86400] * 2
 

@@ -35,20 +35,13 @@ from cotal_trio.state import load_space
 from cotal_trio.state.credentials import load_record
 from cotal_trio.stores.issued import IssuedStores
 from tests.support.cli_root import cotal
+from tests.support.static_mint import STATIC, connect_receipt, static_space  # noqa: F401 - the fixture
 from tests.support.profiles import refused
 
 pytestmark = pytest.mark.broker
 
-STATIC = "st"
 CEILING_S = 60
 THIRTY_DAYS_S = 30 * 24 * 3600
-
-
-def connect(url: str, receipt: dict):
-    nonce = receipt["inboxPrefix"].removeprefix("_INBOX_")
-    with open(receipt["path"]) as handle:
-        creds = handle.read()
-    return open_connection(url, creds=creds, name=nonce, inbox_prefix=receipt["inboxPrefix"], reconnect=False)
 
 
 @asynccontextmanager
@@ -96,13 +89,9 @@ def dm_name(receipt: dict, uid: str | None = None) -> str:
     return wire.dm_durable(STATIC, owner, actor, uid).name
 
 
-async def test_a_static_agent_mint_is_an_issuance_its_agent_reads_and_uses_and_revoke_retires(
-    operator_broker, provisioned, capsys, tmp_path, monkeypatch  # noqa: F811
-):
-    url, paths = operator_broker, provisioned.paths
-    monkeypatch.chdir(tmp_path)
+async def test_a_static_agent_mint_is_an_issuance_its_agent_reads_and_uses_and_revoke_retires(static_space, capsys):
+    url, paths = static_space
     with trio.fail_after(CEILING_S):
-        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
         receipt = await mint(capsys, paths, url, "--label", "bot", "--allow-publish", "team.news", "--role", "ops")
         ref, token = ref_of(receipt), receipt["acceptedToken"]
         assert receipt["horizon"] == receipt["issuedAt"] + THIRTY_DAYS_S == ref.horizon
@@ -124,7 +113,7 @@ async def test_a_static_agent_mint_is_an_issuance_its_agent_reads_and_uses_and_r
         owner, actor = receipt["principal"].split(".")
         listing = wire.ep_v1_subject(STATIC, ref.generation, owner, actor, "registry", "endpoints")
         answered, answers = trio.open_memory_channel(4)
-        async with harness(paths, url) as registry, open_loop(), connect(url, receipt) as agent:
+        async with harness(paths, url) as registry, open_loop(), connect_receipt(url, receipt) as agent:
             await registry.subscribe(f"cotal.{STATIC}.ep.v1.>", on_message=answered.send_nowait)
             await registry.flush()
             # The agent learns its generation from its accepted row, under the token its receipt printed.
@@ -147,7 +136,7 @@ async def test_a_static_agent_mint_is_an_issuance_its_agent_reads_and_uses_and_r
             with pytest.raises(Refused, match="is revoked, not active"):
                 await IssuedStores(eyes, STATIC).resolve(ref, now=time.time())
         with pytest.RaisesGroup(pytest.RaisesExc(Unavailable, match="Authorization Violation"), flatten_subgroups=True):
-            async with open_loop(), connect(url, receipt):
+            async with open_loop(), connect_receipt(url, receipt):
                 pass
 
         # --identity: the same key and principal, a new lifecycle, a new generation, a new inbox.
@@ -156,20 +145,16 @@ async def test_a_static_agent_mint_is_an_issuance_its_agent_reads_and_uses_and_r
         assert again["userKey"] == receipt["userKey"] and again["lifecycleUid"] != receipt["lifecycleUid"]
         assert again["generation"] != receipt["generation"] and again["acceptedToken"] != token
         assert again["horizon"] == again["issuedAt"] + THIRTY_DAYS_S
-        async with open_loop(), connect(url, again) as agent:
+        async with open_loop(), connect_receipt(url, again) as agent:
             assert await consumer_info(agent, f"COTAL_DM_{STATIC}", dm_name(again, again["lifecycleUid"])) is not None
             old = wire.js_consumer_info(f"COTAL_DM_{STATIC}", dm_name(receipt, receipt["lifecycleUid"]))
             await agent.publish(old, b"")  # the old inbox is not its to bind
             assert old.lower() in await agent.wait_error(after=0)  # the broker lowercases the subject
 
 
-async def test_renewal_keeps_the_generation_only_for_a_byte_identical_ceiling(
-    operator_broker, provisioned, capsys, tmp_path, monkeypatch  # noqa: F811
-):
-    url, paths = operator_broker, provisioned.paths
-    monkeypatch.chdir(tmp_path)
+async def test_renewal_keeps_the_generation_only_for_a_byte_identical_ceiling(static_space, capsys):
+    url, paths = static_space
     with trio.fail_after(CEILING_S):
-        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
         first = await mint(capsys, paths, url, "--label", "rn", "--allow-publish", "team.news", "--expires-in", "600")
         await trio.sleep(1.1)  # a later iat for the renewed JWT
         same = await run(capsys, paths, url, "renew", "rn", "--expires-in", "7200")
@@ -194,20 +179,16 @@ async def test_renewal_keeps_the_generation_only_for_a_byte_identical_ceiling(
             assert fresh.permissions == ceiling_from_native({"pub": claims["nats"]["pub"], "sub": claims["nats"]["sub"]})
             assert fresh.permissions != kept.permissions
             assert await stores.accepted_ref(changed["acceptedToken"], now=time.time()) == ref_of(changed)
-        async with open_loop(), connect(url, changed) as agent:
+        async with open_loop(), connect_receipt(url, changed) as agent:
             await agent.publish(f"cotal.{STATIC}.ch.team.other", b"renewed grant")
             await agent.flush()
             assert agent.error_count == 0
         assert load_record(paths.space(STATIC), "rn").current.generation == changed["generation"]
 
 
-async def test_no_provision_then_cotal_auth_provision_makes_the_durables_of_a_receipts_uid(
-    operator_broker, provisioned, capsys, tmp_path, monkeypatch  # noqa: F811
-):
-    url, paths = operator_broker, provisioned.paths
-    monkeypatch.chdir(tmp_path)
+async def test_no_provision_then_cotal_auth_provision_makes_the_durables_of_a_receipts_uid(static_space, capsys):
+    url, paths = static_space
     with trio.fail_after(CEILING_S):
-        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
         later = await mint(capsys, paths, url, "--label", "later", "--role", "ops", "--no-provision")
         inbox = dm_name(later, later["lifecycleUid"])
         async with harness(paths, url) as eyes:
@@ -237,15 +218,11 @@ async def test_no_provision_then_cotal_auth_provision_makes_the_durables_of_a_re
             assert await consumer_info(eyes, f"COTAL_TASK_{STATIC}", "task-r2") is not None
 
 
-async def test_a_failure_between_the_evidence_and_the_file_hands_nothing_out(
-    operator_broker, provisioned, capsys, tmp_path, monkeypatch  # noqa: F811
-):
-    url, paths = operator_broker, provisioned.paths
-    monkeypatch.chdir(tmp_path)
+async def test_a_failure_between_the_evidence_and_the_file_hands_nothing_out(static_space, capsys, tmp_path):
+    url, paths = static_space
     blocker = tmp_path / "blocker"
     blocker.write_text("a file, not a folder")
     with trio.fail_after(CEILING_S):
-        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
         code, _, err = await cotal(capsys, "auth", "mint", "--space", STATIC, "--root", str(paths.root), "--server", url,
                                    "--label", "lost", "--out", str(blocker / "lost.creds"))  # fmt: skip
         assert code == 1 and "nothing was handed out (no file, no record; generation " in err, err
@@ -272,23 +249,19 @@ async def test_an_agent_mint_with_no_broker_writes_nothing(provisioned, capsys, 
     assert load_record(paths.space(STATIC), "bot") is None
 
 
-async def test_a_static_agent_pulls_its_two_watch_readers_and_creates_or_deletes_no_consumer(
-    operator_broker, provisioned, capsys, tmp_path, monkeypatch  # noqa: F811
-):
+async def test_a_static_agent_pulls_its_two_watch_readers_and_creates_or_deletes_no_consumer(static_space, capsys):
     """Spec "Profiles" (the agent's presence and channel-registry watches): the mint made both
     readers pull-only (``WATCH_CONFIG``); the agent reads each key's last value, then a change,
     and every create form and a delete of its own watch are refused."""
-    url, paths = operator_broker, provisioned.paths
-    monkeypatch.chdir(tmp_path)
+    url, paths = static_space
     presence_bucket, channels_bucket = f"cotal_presence_{STATIC}", f"cotal_channels_{STATIC}"
     with trio.fail_after(CEILING_S):
-        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
         receipt = await mint(capsys, paths, url, "--label", "watcher")
         owner, actor = receipt["principal"].split(".")
         presence, registry = (wire.watch_durable(STATIC, kind, owner, actor) for kind in ("presence", "channels"))
         assert [d["name"] for d in receipt["durables"]][-2:] == [presence.name, registry.name]
         bob = wire.presence_key(owner, "bob")
-        async with harness(paths, url) as eyes, open_loop(), connect(url, receipt) as agent:
+        async with harness(paths, url) as eyes, open_loop(), connect_receipt(url, receipt) as agent:
             await kv_put(eyes, presence_bucket, bob, b"online")
             await kv_put(eyes, channels_bucket, "team.news", b'{"replay": true}')
             first = await pull_next(agent, presence.stream, presence.name, expires_s=2)
@@ -313,17 +286,13 @@ async def test_a_static_agent_pulls_its_two_watch_readers_and_creates_or_deletes
         assert "deliver_subject" not in config and (config["ack_policy"], config["deliver_policy"]) == ("none", "last_per_subject")
 
 
-async def test_cotal_auth_provision_makes_an_observers_and_an_admins_history_readers_which_they_pull(
-    operator_broker, provisioned, capsys, tmp_path, monkeypatch  # noqa: F811
-):
+async def test_cotal_auth_provision_makes_an_observers_and_an_admins_history_readers_which_they_pull(static_space, capsys):
     """Spec "Profiles" (the observer's chat and the admin's chat and DM ``hist__`` readers): the
     mints are offline and create nothing; the ``cotal auth provision`` their receipts name makes
     the readers pull-only (``HISTORY_CONFIG``), and each credential pulls its own and creates none."""
-    url, paths = operator_broker, provisioned.paths
-    monkeypatch.chdir(tmp_path)
+    url, paths = static_space
     chat, dm = f"COTAL_CHAT_{STATIC}", f"COTAL_DM_{STATIC}"
     with trio.fail_after(CEILING_S):
-        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
         receipts = {}
         for profile in ("observer", "admin"):
             code, out, err = await cotal(capsys, "auth", "mint", "--space", STATIC, "--root", str(paths.root),
@@ -344,7 +313,7 @@ async def test_cotal_auth_provision_makes_an_observers_and_an_admins_history_rea
             await eyes.request(f"cotal.{STATIC}.dm.{owner}.a.{owner}.b", b"earlier dm")
             configs = [(await consumer_info(eyes, s, f"hist__{nonces[p]}"))["config"]
                        for p, s in (("observer", chat), ("admin", chat), ("admin", dm))]  # fmt: skip
-        async with open_loop(), connect(url, receipts["observer"]) as observer, connect(url, receipts["admin"]) as admin:
+        async with open_loop(), connect_receipt(url, receipts["observer"]) as observer, connect_receipt(url, receipts["admin"]) as admin:
             seen = await pull_next(observer, chat, f"hist__{nonces['observer']}", expires_s=2)
             godview = [await pull_next(admin, s, f"hist__{nonces['admin']}", expires_s=2) for s in (chat, dm)]
             errors = (observer.error_count, admin.error_count)

@@ -16,20 +16,13 @@ import trio
 
 from cotal_trio.broker.spaces import add_space
 from cotal_trio.core.errors import Unavailable
-from cotal_trio.natsio import open_connection, open_loop
+from cotal_trio.natsio import open_loop
 from tests.support.cli_root import cotal
+from tests.support.static_mint import STATIC, connect_receipt, static_space  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.broker
 
-STATIC = "st"
 CEILING_S = 40
-
-
-def connect(url: str, receipt: dict):
-    nonce = receipt["inboxPrefix"].removeprefix("_INBOX_")
-    with open(receipt["path"]) as handle:
-        creds = handle.read()
-    return open_connection(url, creds=creds, name=nonce, inbox_prefix=receipt["inboxPrefix"], reconnect=False)
 
 
 async def _push_without_revocations(paths, url: str) -> None:
@@ -51,20 +44,16 @@ def refused():
     return pytest.RaisesGroup(pytest.RaisesExc(Unavailable, match="Authorization Violation"), flatten_subgroups=True)
 
 
-async def test_minted_static_creds_connect_publish_where_allowed_and_stop_once_revoked(
-    operator_broker, provisioned, capsys, tmp_path, monkeypatch  # noqa: F811
-):
-    url, paths = operator_broker, provisioned.paths
-    monkeypatch.chdir(tmp_path)
+async def test_minted_static_creds_connect_publish_where_allowed_and_stop_once_revoked(static_space, capsys):
+    url, paths = static_space
     root = ["--space", STATIC, "--root", str(paths.root)]
     with trio.fail_after(CEILING_S):
-        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
         code, out, err = await cotal(capsys, "auth", "mint", *root, "--label", "bot", "--allow-publish", "team.news",
                                      "--allow-subscribe", "team.>", "--server", url, "--json")  # fmt: skip
         assert code == 0, err
         receipt = json.loads(out)
         received, inbox = trio.open_memory_channel(4)
-        async with open_loop(), connect(url, receipt) as conn:
+        async with open_loop(), connect_receipt(url, receipt) as conn:
             await conn.subscribe(f"cotal.{STATIC}.ch.team.>", on_message=received.send_nowait)
             await conn.publish(f"cotal.{STATIC}.ch.team.news", b"hello")
             await conn.flush()
@@ -82,7 +71,7 @@ async def test_minted_static_creds_connect_publish_where_allowed_and_stop_once_r
         assert code == 0, err
         assert (json.loads(out)["pushedTo"], json.loads(out)["revocations"]) == (url, 1)
         with refused():
-            async with open_loop(), connect(url, receipt):
+            async with open_loop(), connect_receipt(url, receipt):
                 pass
 
         # The same identity, a new JWT issued after the revocation: connects again.
@@ -91,20 +80,16 @@ async def test_minted_static_creds_connect_publish_where_allowed_and_stop_once_r
         assert code == 0, err
         again = json.loads(out)
         assert again["userKey"] == receipt["userKey"] and again["lifecycleUid"] != receipt["lifecycleUid"]
-        async with open_loop(), connect(url, again) as conn:
+        async with open_loop(), connect_receipt(url, again) as conn:
             await conn.publish(f"cotal.{STATIC}.ch.team.news", b"back")
             await conn.flush()
             assert conn.error_count == 0
 
 
-async def test_doctor_sees_the_broker_lose_a_revocation_and_names_the_fix(
-    operator_broker, provisioned, capsys, tmp_path, monkeypatch  # noqa: F811
-):
-    url, paths = operator_broker, provisioned.paths
-    monkeypatch.chdir(tmp_path)
+async def test_doctor_sees_the_broker_lose_a_revocation_and_names_the_fix(static_space, capsys):
+    url, paths = static_space
     root = ["--space", STATIC, "--root", str(paths.root)]
     with trio.fail_after(CEILING_S):
-        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
         code, out, err = await cotal(capsys, "auth", "mint", *root, "--label", "gone", "--profile", "observer", "--json")
         assert code == 0, err
         receipt = json.loads(out)
@@ -112,11 +97,11 @@ async def test_doctor_sees_the_broker_lose_a_revocation_and_names_the_fix(
         # `cotal space add` re-signs the account and keeps its revocations (it lost them before).
         await add_space(paths, STATIC, static=True, server_url=url, now=time.time() + 2)
         with refused():
-            async with open_loop(), connect(url, receipt):
+            async with open_loop(), connect_receipt(url, receipt):
                 pass
         # A broker that lost the revocation some other way (an account JWT pushed without it):
         await _push_without_revocations(paths, url)
-        async with open_loop(), connect(url, receipt):
+        async with open_loop(), connect_receipt(url, receipt):
             pass  # admitted again: the broker's account no longer revokes the key
         code, out, err = await cotal(capsys, "doctor", "auth", *root, "--server", url, "--json")
         report = json.loads(out)
@@ -124,17 +109,15 @@ async def test_doctor_sees_the_broker_lose_a_revocation_and_names_the_fix(
         assert (code, report["next"]) == (1, fix), out + err
         assert (await cotal(capsys, *shlex.split(fix)[1:], "--server", url))[0] == 0
         with refused():
-            async with open_loop(), connect(url, receipt):
+            async with open_loop(), connect_receipt(url, receipt):
                 pass
         code, out, err = await cotal(capsys, "doctor", "auth", *root, "--server", url)
         assert (code, out.splitlines()[-1]) == (0, "healthy"), out + err
 
 
-async def test_doctor_names_a_broker_holding_other_accounts(operator_broker, provisioned, capsys, tmp_path, monkeypatch):  # noqa: F811
-    url, paths = operator_broker, provisioned.paths
-    monkeypatch.chdir(tmp_path)
+async def test_doctor_names_a_broker_holding_other_accounts(static_space, capsys):  # noqa: F811
+    url, paths = static_space
     with trio.fail_after(CEILING_S):
-        await add_space(paths, STATIC, static=True, server_url=url, now=time.time())
         # The root's record moves on without the broker (a re-sign while it was away).
         await add_space(paths, STATIC, static=True, server_url=None, now=time.time() + 2)
         code, out, err = await cotal(capsys, "doctor", "auth", "--root", str(paths.root), "--server", url, "--space", STATIC)

@@ -14,8 +14,8 @@ retirement completes.
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
 
 import pytest
 import trio
@@ -26,7 +26,7 @@ from cotal_trio.http.lifecycle_doors import INTERACTIVE_RETIRE_PATH
 from cotal_trio.http.manager_doors import VERIFY_ENROLLMENT_PATH
 from cotal_trio.state import read_json
 from tests.support.stack import Stack, post_answer
-from tests.support.issuance import Timeline, release, stall, meanwhile as _meanwhile
+from tests.support.issuance import Timeline, while_stalled
 
 pytestmark = [pytest.mark.broker, pytest.mark.filterwarnings("error::ResourceWarning")]
 
@@ -58,24 +58,10 @@ async def test_stalled_door_reads_hold_neither_an_exchange_nor_the_callout(stack
                                                    "serveEpoch": 1, "agent": "worker"}}  # fmt: skip
     retire = {"owner": slow_row.owner, "actor": "mgr", "lifecycleUid": slow_row.lifecycle_uid}
     path = stack.space_paths.actors_dir / f"{slow_row.owner}.mgr.json"
-    released = threading.Event()
-    data = stall(path)
-
-    def answer_the_read() -> None:
-        released.set()
-        release(path, data)
-
-    timeline = Timeline(released)
-    timer = threading.Timer(STALL_S, answer_the_read)
-    timer.start()
-    try:
-        with trio.fail_after(CEILING_S):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_slow, stack, "enroll", VERIFY_ENROLLMENT_PATH, enroll, timeline)
-                nursery.start_soon(_slow, stack, "retire", INTERACTIVE_RETIRE_PATH, retire, timeline)
-                nursery.start_soon(_meanwhile, stack, fast_token, bearer, timeline)
-    finally:
-        timer.join()
+    slow = [functools.partial(_slow, stack, "enroll", VERIFY_ENROLLMENT_PATH, enroll),
+            functools.partial(_slow, stack, "retire", INTERACTIVE_RETIRE_PATH, retire)]
+    timeline = await while_stalled(stack, path, slow=slow, fast_token=fast_token, bearer=bearer, stall_s=STALL_S,
+                                   ceiling_s=CEILING_S)
     assert timeline.seen["exchange"] == (200, False)  # minted while the reads were blocked
     assert timeline.seen["connect"] == ("connected", False)  # the callout answered meanwhile too
     assert timeline.seen["enroll"] == ((503, {"error": UNAVAILABLE}), False)  # by its deadline

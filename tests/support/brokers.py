@@ -1,14 +1,17 @@
 """Fixtures for provisioning tests: a root under ``tmp_path`` and a real operator-mode broker.
 
-Registered once in tests/conftest.py (broker, cli and ops tests use them).
+Registered once in tests/conftest.py (broker, cli and ops tests use them). Also what the tests of
+a rendered config share: the trust block every config carries, and ``nats-server -t`` on a file.
 """
 
 from __future__ import annotations
 
 import functools
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import trio
@@ -55,3 +58,29 @@ async def operator_broker(
     with trio.fail_after(START_CEILING_S):
         await nursery.start(start)
     yield f"nats://127.0.0.1:{port}"
+
+
+def trust_lines(broker: BrokerMaterial, resolver_dir: Path | str) -> list[str]:
+    """The operator-mode trust block of every config the root renders (the bundled broker's, a
+    cluster node's, a leaf node's), line by line: the operator, the system account, the full
+    resolver in ``resolver_dir`` and the system account preloaded."""
+    return [
+        f'operator: "{broker.operator_jwt}"',
+        f"system_account: {broker.system_account}",
+        "resolver {",
+        "  type: full",
+        f'  dir: "{resolver_dir}"',
+        "  allow_delete: true",
+        '  interval: "2m"',
+        '  timeout: "1.9s"',
+        "}",
+        "resolver_preload {",
+        f'  {broker.system_account}: "{broker.system_jwt}"',
+        "}",
+    ]
+
+
+def nats_accepts(nats_server_bin: str, path: Path) -> None:
+    """``nats-server -t -c <path>`` accepts the config (else the assert shows its stderr)."""
+    checked = subprocess.run([nats_server_bin, "-t", "-c", str(path)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr

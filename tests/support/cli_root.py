@@ -2,8 +2,8 @@
 
 Nothing runs: the root is files under ``tmp_path``, built with the same provisioning code
 ``cotal up`` uses, plus ``policy.json``, ``devidp.json`` and the space's ``idp.json``. Also ``cotal``
-run in a worker thread (for a test whose broker runs in its nursery meanwhile) and the fixture that
-undoes ``main()``'s logging setup.
+run in this thread or in a worker thread (for a test whose broker runs in its nursery meanwhile) and
+the fixture that undoes ``main()``'s logging setup.
 """
 
 from __future__ import annotations
@@ -64,10 +64,7 @@ class Root:
 
     def run(self, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
         """``cotal <argv> --root <root>``: (exit code, stdout, stderr)."""
-        capsys.readouterr()
-        code = main([*argv, "--root", str(self.paths.root)])
-        out, err = capsys.readouterr()
-        return code, out, err
+        return run_cotal(capsys, *argv, "--root", str(self.paths.root))
 
 
 def provision(root_dir: Path) -> Root:
@@ -87,6 +84,14 @@ def provision(root_dir: Path) -> Root:
 @pytest.fixture
 def root(tmp_path: Path) -> Root:
     return provision(tmp_path / "root")
+
+
+def run_cotal(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``cotal <argv>`` in this thread: (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 async def cotal(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

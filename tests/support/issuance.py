@@ -1,11 +1,12 @@
-"""The issuance store on a live mesh: stalling its bucket, reading what it holds, and the callout's log lines."""
+"""The issuance store on a live mesh: stalling its bucket, reading what it holds, and the callout's log lines;
+and a row file stalled while other steps run (``while_stalled``)."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -98,3 +99,32 @@ async def meanwhile(stack: Stack, fast_token: str, bearer: str, timeline: Timeli
     async with client(stack, bearer) as conn:
         await conn.flush()
     timeline.note("connect", "connected")
+
+
+async def while_stalled(
+    stack: Stack, path: Path, *, slow: Sequence[Callable[[Timeline], Awaitable[None]]], fast_token: str, bearer: str,
+    stall_s: float, ceiling_s: float,
+) -> Timeline:
+    """The row file at ``path`` stalled (:func:`stall`) until a ``threading.Timer`` releases it
+    ``stall_s`` later, while each ``slow`` step (given the timeline) and :func:`meanwhile` run in one
+    nursery under ``trio.fail_after(ceiling_s)``: the timeline they noted. Joins the timer before
+    it returns or raises, so the row is back in place either way."""
+    released = threading.Event()
+    data = stall(path)
+
+    def answer_the_read() -> None:
+        released.set()
+        release(path, data)
+
+    timeline = Timeline(released)
+    timer = threading.Timer(stall_s, answer_the_read)
+    timer.start()
+    try:
+        with trio.fail_after(ceiling_s):
+            async with trio.open_nursery() as nursery:
+                for step in slow:
+                    nursery.start_soon(step, timeline)
+                nursery.start_soon(meanwhile, stack, fast_token, bearer, timeline)
+    finally:
+        timer.join()
+    return timeline

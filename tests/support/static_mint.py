@@ -1,4 +1,6 @@
-"""Static credentials for the CLI tests: the static space, with or without its broker running, and the mint."""
+"""Static credentials for the CLI and ops tests: the static space, with or without its broker
+running (its own, or the provisioned root's ``operator_broker``), the mint, and a connection as a
+minted receipt's ``.creds``."""
 
 from __future__ import annotations
 
@@ -6,7 +8,8 @@ import json
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 import trio
@@ -16,8 +19,9 @@ from cotal_trio.broker.accounts import open_system_connection, push_accounts
 from cotal_trio.broker.config import write_config
 from cotal_trio.broker.process import free_port
 from cotal_trio.broker.spaces import add_space
-from cotal_trio.state import BrokerPolicy, atomic_write, load_broker, render_json, save_policy
-from cotal_trio.natsio import open_loop
+from cotal_trio.natsio import Connection, open_connection, open_loop
+from cotal_trio.state import BrokerPolicy, RootPaths, atomic_write, load_broker, render_json, save_policy
+from tests.support.brokers import Provisioned
 from tests.support.cli_root import SPACE, Root
 
 STATIC = "st"
@@ -81,6 +85,30 @@ def static(root, tmp_path, monkeypatch, nats_server_bin) -> Iterator[Root]:
     finally:
         proc.terminate()
         proc.wait(LISTEN_CEILING_S)
+
+
+# How long adding the static space on the operator_broker may take (seconds).
+ADD_CEILING_S = 30
+
+
+@pytest.fixture
+async def static_space(operator_broker: str, provisioned: Provisioned, tmp_path, monkeypatch) -> AsyncIterator[tuple[str, RootPaths]]:
+    """The static space added on the provisioned root's running broker (`cotal space add --static
+    --server`), the working directory at ``tmp_path`` (where a mint writes its ``.creds``): yields
+    (the broker's URL, the root's paths)."""
+    monkeypatch.chdir(tmp_path)
+    with trio.fail_after(ADD_CEILING_S):
+        await add_space(provisioned.paths, STATIC, static=True, server_url=operator_broker, now=time.time())
+    yield operator_broker, provisioned.paths
+
+
+def connect_receipt(url: str, receipt: dict) -> AbstractAsyncContextManager[Connection]:
+    """A connection to ``url`` as the ``.creds`` a ``cotal auth mint --json`` receipt names, on its
+    inbox prefix, its nonce as the connection name, no reconnect (open it inside ``open_loop()``)."""
+    with open(receipt["path"]) as handle:
+        creds = handle.read()
+    nonce = receipt["inboxPrefix"].removeprefix("_INBOX_")
+    return open_connection(url, creds=creds, name=nonce, inbox_prefix=receipt["inboxPrefix"], reconnect=False)
 
 
 def mint(root: Root, capsys, *argv: str) -> tuple[int, dict, str]:
