@@ -18,12 +18,21 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import trio
 from cyclopts import Parameter
 
-from ..core.device_flow import DeviceAuthorization, Failed, Signed, Wait, next_poll, start_polling
+from ..core.device_flow import (
+    UNAVAILABLE_ERROR,
+    DeviceAuthorization,
+    Failed,
+    NoAnswer,
+    Signed,
+    Wait,
+    next_poll,
+    start_polling,
+)
 from ..core.errors import ConfigError, Unavailable
 from ..http.idp_client import poll_device_token, request_device_code, sign_out
 from ..state import ensure_dir
@@ -57,7 +66,10 @@ async def run_device_login(
     Raises:
         ConfigError: the IdP refused to start, or the flow ended without a session
             (``expired_token``, ``access_denied``, another error): the sentence names
-            ``cotal login --space S`` again. Unavailable: the IdP could not be reached.
+            ``cotal login --space S`` again.
+        Unavailable: the IdP could not be reached for the device code; or its polls went
+            unanswered (no connection, a timeout, a 5xx) until the code expired: a poll without
+            an answer is retried, at a backed-off wait (:func:`next_poll`).
 
     Bounded: it never polls past the code's ``expires_in`` (:func:`next_poll`).
     """
@@ -65,14 +77,23 @@ async def run_device_login(
     authorization = DeviceAuthorization.from_answer(answer, idp=base)
     await show(authorization)
     action = start_polling(authorization, space=space, now=clock())
-    poll = functools.partial(poll_device_token, base, device_code=authorization.device_code, client_id=client_id)
+    poll = functools.partial(_poll, base, device_code=authorization.device_code, client_id=client_id)
     while isinstance(action, Wait):
         await sleep(max(0.0, action.until - clock()))
         polled = await trio.to_thread.run_sync(poll)
         action = next_poll(action.state, polled, clock())
     if isinstance(action, Failed):
-        raise ConfigError(action.reason)
+        raise (Unavailable if action.error == UNAVAILABLE_ERROR else ConfigError)(action.reason)
     return action
+
+
+def _poll(base: str, *, device_code: str, client_id: str) -> tuple[int, dict[str, Any]] | NoAnswer:
+    """One ``/device/token`` poll (blocking); a poll the IdP did not answer is a :class:`NoAnswer`
+    for :func:`next_poll` to retry, not the end of the login."""
+    try:
+        return poll_device_token(base, device_code=device_code, client_id=client_id)
+    except Unavailable as exc:  # its sentence ends in a remedy ("retry"); the flow's own sentence names the fix
+        return NoAnswer(detail=str(exc).rsplit(" - ", 1)[0])
 
 
 async def _print_code(authorization: DeviceAuthorization) -> None:
