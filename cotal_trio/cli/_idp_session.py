@@ -8,6 +8,8 @@ for it (:func:`kept_session`), and a fresh IdP JWT from that session (:func:`ses
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from pathlib import Path
 
 from ..broker.spaces import MODE_STATIC, space_mode
@@ -15,6 +17,7 @@ from ..core.errors import ConfigError
 from ..http.client import read_service
 from ..http.idp_client import fetch_session_token
 from ..state import IdpPinRecord, SpacePaths, load_idp_pin, read_json
+from ..state.files import open_to_others
 from ..state.login_sessions import LoginSession, load_session, session_path
 
 __all__ = ["idp_base_url", "idp_pin_of", "kept_session", "served_dev_idp_url", "session_idp_token"]
@@ -93,12 +96,18 @@ def session_idp_token(space_paths: SpacePaths) -> str:
         ConfigError: no login for this space and its pinned IdP ("pass --idp-token, or run
             `cotal login --space S`"); the IdP rejected the session (revoked, signed out,
             expired: "run `cotal login --space S`"); the session file is unreadable.
+
+    A session file group or others may read gets one warning on stderr naming it and
+    ``chmod 600`` (:func:`~cotal_trio.state.files.open_to_others`); it is used all the same.
         Unavailable: the IdP could not be reached or answered without a token.
     """
     pin, base = idp_base_url(space_paths)
-    _, kept = kept_session(space_paths, pin)
+    path, kept = kept_session(space_paths, pin)
     relogin = relogin_command(space_paths.space)
     if kept is None:
         raise ConfigError(f"no --idp-token given and you are not logged in to space {space_paths.space}"
                           f" - run `{relogin}` (or pass --idp-token)")  # fmt: skip
+    if open_to_others(path) is not None:  # the project's rule for secrets: warn, as for a token file
+        print(f"cotal: warning: {path} is accessible by group or others - it should be 0600"
+              f" (chmod 600 {shlex.quote(str(path))})", file=sys.stderr)  # fmt: skip
     return fetch_session_token(base, kept.session, relogin=relogin)

@@ -13,22 +13,34 @@ with that session whenever no ``--idp-token`` is given (:func:`cotal_trio.cli._i
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import trio
 from cyclopts import Parameter
 
-from ..core.device_flow import DeviceAuthorization, Failed, Signed, Wait, next_poll, start_polling
+from ..core.device_flow import (
+    UNAVAILABLE_ERROR,
+    DeviceAuthorization,
+    Failed,
+    NoAnswer,
+    Signed,
+    Wait,
+    next_poll,
+    start_polling,
+)
 from ..core.errors import ConfigError, Unavailable
 from ..http.idp_client import poll_device_token, request_device_code, sign_out
 from ..state import ensure_dir
+from ..state.files import FULL_DISK_ERRNOS
 from ..state.login_sessions import LoginSession, load_session, remove_session, save_session, session_path
-from ._idp_session import idp_base_url, idp_pin_of, kept_session
+from ._idp_session import idp_base_url, idp_pin_of, kept_session, relogin_command
 from .common import Where
 from .exits import ExitCode
 
@@ -57,7 +69,10 @@ async def run_device_login(
     Raises:
         ConfigError: the IdP refused to start, or the flow ended without a session
             (``expired_token``, ``access_denied``, another error): the sentence names
-            ``cotal login --space S`` again. Unavailable: the IdP could not be reached.
+            ``cotal login --space S`` again.
+        Unavailable: the IdP could not be reached for the device code; or its polls went
+            unanswered (no connection, a timeout, a 5xx) until the code expired: a poll without
+            an answer is retried, at a backed-off wait (:func:`next_poll`).
 
     Bounded: it never polls past the code's ``expires_in`` (:func:`next_poll`).
     """
@@ -65,14 +80,23 @@ async def run_device_login(
     authorization = DeviceAuthorization.from_answer(answer, idp=base)
     await show(authorization)
     action = start_polling(authorization, space=space, now=clock())
-    poll = functools.partial(poll_device_token, base, device_code=authorization.device_code, client_id=client_id)
+    poll = functools.partial(_poll, base, device_code=authorization.device_code, client_id=client_id)
     while isinstance(action, Wait):
         await sleep(max(0.0, action.until - clock()))
         polled = await trio.to_thread.run_sync(poll)
         action = next_poll(action.state, polled, clock())
     if isinstance(action, Failed):
-        raise ConfigError(action.reason)
+        raise (Unavailable if action.error == UNAVAILABLE_ERROR else ConfigError)(action.reason)
     return action
+
+
+def _poll(base: str, *, device_code: str, client_id: str) -> tuple[int, dict[str, Any]] | NoAnswer:
+    """One ``/device/token`` poll (blocking); a poll the IdP did not answer is a :class:`NoAnswer`
+    for :func:`next_poll` to retry, not the end of the login."""
+    try:
+        return poll_device_token(base, device_code=device_code, client_id=client_id)
+    except Unavailable as exc:  # its sentence ends in a remedy ("retry"); the flow's own sentence names the fix
+        return NoAnswer(detail=str(exc).rsplit(" - ", 1)[0])
 
 
 async def _print_code(authorization: DeviceAuthorization) -> None:
@@ -91,7 +115,8 @@ async def login(
 
     Prints a user code and the address to approve it at, waits for the approval, then keeps the
     IdP session 0600 in $XDG_CONFIG_HOME/cotal/sessions/ (default ~/.config/cotal/sessions/),
-    signing out the session it replaces (an unreadable session file is replaced as it is).
+    then signs out the session it replaces (an unreadable session file is replaced as it is); a
+    new session that cannot be written is signed out and the earlier one is kept.
     `cotal exchange` and `cotal check --actor A` use it when no --idp-token is given; `cotal
     logout` revokes it. With the development IdP (`cotal up` without --idp), approve the code with
     `cotal dev-idp approve --user-code <code> --sub <you>`.
@@ -108,14 +133,53 @@ async def login(
         earlier = load_session(path)
     except ConfigError:  # unreadable: there is no session to sign out, and the new one replaces the file
         earlier = None
-    if earlier is not None:  # replaced: sign the old session out too, or it stays live with no handle
-        with contextlib.suppress(ConfigError, Unavailable):
-            await trio.to_thread.run_sync(sign_out, base, earlier.session)
     record = LoginSession(space=space_paths.space, issuer=pin.issuer, idp_url=base, session=signed.session,
                           created_at=now, expires_at=expires)  # fmt: skip
-    await trio.to_thread.run_sync(save_session, path, record)
+    await _keep(path, record, earlier=earlier)
+    if earlier is not None:  # replaced, and only now (the new one is kept): sign the old one out, or it stays live
+        await _sign_out_quietly(base, earlier.session)
     print(f"logged in to space {space_paths.space} at {pin.issuer}; the session is kept in {path}")
     return ExitCode.OK
+
+
+# Why a session file could not be written, by errno, and what frees the way; anything else: the path.
+_SAVE_FIXES = {errno.EFBIG: "raise the file-size limit (ulimit -f)"} | dict.fromkeys(
+    FULL_DISK_ERRNOS, "free space on that file system"
+)
+
+
+async def _keep(path: Path, record: LoginSession, *, earlier: LoginSession | None) -> None:
+    """Write the new session over ``path`` (temp file and rename: the old file stays whole on failure).
+
+    Raises:
+        ConfigError: it could not be written; the new session is signed out first (nothing could
+            revoke it later) and the sentence says the earlier session, if any, is kept.
+    """
+    try:
+        await trio.to_thread.run_sync(save_session, path, record)
+    except (OSError, ConfigError) as exc:
+        unkept = _unkept(exc, path, record.space, earlier=earlier is not None)
+    else:
+        return
+    await _sign_out_quietly(record.idp_url, record.session)  # outside the except: a Ctrl-C cancels it cleanly
+    raise unkept
+
+
+def _unkept(exc: OSError | ConfigError, path: Path, space: str, *, earlier: bool) -> ConfigError:
+    """The sentence for a new session that could not be written to ``path``."""
+    if isinstance(exc, OSError):
+        why, fix = exc.strerror or str(exc), _SAVE_FIXES.get(exc.errno, "check that path and its folder")
+    else:  # the folder could not be made (ensure_dir): its sentence names its own fix
+        why, _, fix = str(exc).rpartition(" - ")
+    kept = "your earlier session is kept (not signed out)" if earlier else "the new session is signed out"
+    return ConfigError(f"cannot keep the new login session in {path} ({why}) - {kept}; {fix}, then run"
+                       f" `{relogin_command(space)}` again")  # fmt: skip
+
+
+async def _sign_out_quietly(base: str, session: str) -> None:
+    """Sign ``session`` out at ``base``, best effort: the login's outcome does not hang on it."""
+    with contextlib.suppress(ConfigError, Unavailable):
+        await trio.to_thread.run_sync(sign_out, base, session)
 
 
 async def logout(*, where: Where = Where()) -> int:

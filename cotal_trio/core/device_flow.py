@@ -7,9 +7,12 @@ What to do after each answer is :func:`next_poll`, a pure function of the pollin
 answer and the time; the shell only sleeps until the :class:`Wait` says and sends the poll.
 
 The RFC's rules it keeps: wait ``interval`` seconds between polls (5 when the IdP names none);
-``slow_down`` adds 5 seconds to the interval for this and every later poll; ``expired_token``
-and ``access_denied`` end the flow; and the client gives up by itself once ``expires_in`` has
-passed, so polling is bounded even against an IdP that never says ``expired_token``.
+``slow_down`` adds 5 seconds to the interval for this and every later poll; ``expired_token``,
+``access_denied`` and any other OAuth error end the flow; a poll that got no answer (no
+connection, a timeout, a 5xx) is retried at a reduced frequency, its wait doubled for each such
+poll in a row (section 3.5: "clients MUST unilaterally reduce their polling frequency before
+retrying"); and the client gives up by itself once ``expires_in`` has passed, so polling is
+bounded even against an IdP that never says ``expired_token`` or never answers again.
 
 Pure and synchronous: times are unix seconds passed in as ``now``.
 """
@@ -25,10 +28,13 @@ from cotal_trio.core.errors import ConfigError
 __all__ = [
     "DEFAULT_INTERVAL_S",
     "DEVICE_CODE_GRANT",
+    "MAX_BACKOFF_S",
     "MAX_EXPIRES_IN_S",
     "SLOW_DOWN_STEP_S",
+    "UNAVAILABLE_ERROR",
     "DeviceAuthorization",
     "Failed",
+    "NoAnswer",
     "PollState",
     "Signed",
     "Wait",
@@ -49,6 +55,12 @@ MAX_INTERVAL_S = 300
 MAX_EXPIRES_IN_S = 86400
 # The client never polls more than once a second, even when an IdP names an interval of 0.
 MIN_INTERVAL_S = 1
+# The longest wait the backoff after unanswered polls reaches (seconds), unless the interval
+# itself is longer: an IdP back after an outage is polled again within a minute.
+MAX_BACKOFF_S = 60
+# The error of a flow that ended because the IdP did not answer (RFC 6749 section 4.1.2.1's code
+# for a server that cannot handle the request for now): the shell raises Unavailable for it.
+UNAVAILABLE_ERROR = "temporarily_unavailable"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,11 +124,22 @@ class PollState:
         space: the space logging in (named in every remedy).
         interval_s: seconds to wait before the next poll (grows by 5 at each ``slow_down``).
         expires_at: unix seconds after which the user code is dead.
+        failures: polls in a row that got no answer (0 after any answer); each doubles the next
+            wait, up to ``MAX_BACKOFF_S``.
     """
 
     space: str
     interval_s: int
     expires_at: float
+    failures: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoAnswer:
+    """A ``/device/token`` poll that got no answer: no connection, a timeout, or a reply that is
+    not an HTTP JSON answer (``detail`` says which, without a remedy)."""
+
+    detail: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,33 +201,54 @@ def _wait(state: PollState, now: float) -> Wait | Failed:
     return Wait(until=until, state=state)
 
 
-def next_poll(state: PollState, answer: tuple[int, Mapping[str, Any]], now: float) -> Wait | Signed | Failed:
-    """What to do after the IdP answered a ``/device/token`` poll.
+def _retry(state: PollState, detail: str, now: float) -> Wait | Failed:
+    """The wait after a poll without an answer: doubled per failure in a row (RFC 8628 3.5)."""
+    failures = state.failures + 1
+    wait_s = min(state.interval_s * 2**failures, max(state.interval_s, MAX_BACKOFF_S))
+    if now + wait_s >= state.expires_at:
+        return Failed(error=UNAVAILABLE_ERROR, reason=(
+            f"the IdP did not answer the login's polls before the user code expired ({detail}) - check that the"
+            f" IdP runs, then {_again(state)}"))  # fmt: skip
+    return Wait(until=now + wait_s, state=replace(state, failures=failures))
+
+
+def next_poll(
+    state: PollState, answer: tuple[int, Mapping[str, Any]] | NoAnswer, now: float
+) -> Wait | Signed | Failed:
+    """What to do after a ``/device/token`` poll.
 
     Args:
         state: the polling state the last :class:`Wait` carried.
-        answer: ``(HTTP status, decoded JSON object)`` of the poll.
-        now: unix seconds when the answer arrived.
+        answer: ``(HTTP status, decoded JSON object)`` of the poll, or :class:`NoAnswer`.
+        now: unix seconds when the answer arrived (or the poll failed).
 
     Returns:
         :class:`Signed` for a 200 carrying an ``access_token``; :class:`Wait` for
-        ``authorization_pending`` (same interval) and ``slow_down`` (interval + 5 s);
-        :class:`Failed` for ``expired_token``, ``access_denied``, any other error, an answer
-        without a token, or a next poll that would fall after the code's expiry.
+        ``authorization_pending`` (same interval), ``slow_down`` (interval + 5 s), and for a
+        :class:`NoAnswer` or a 5xx without one of those errors (the wait doubled per such poll
+        in a row); :class:`Failed` for ``expired_token``, ``access_denied``, any other error or
+        answer without a token, or a next poll that would fall after the code's expiry
+        (``error`` is ``UNAVAILABLE_ERROR`` when the last poll got no answer).
     """
+    if isinstance(answer, NoAnswer):
+        return _retry(state, answer.detail, now)
     status, body = answer
     error = body.get("error")
     if status == 200 and isinstance(body.get("access_token"), str) and body["access_token"]:
         expires_in = body.get("expires_in")
         return Signed(session=body["access_token"], expires_in_s=expires_in if type(expires_in) is int else None)
+    answered = replace(state, failures=0)
     if error == "authorization_pending":
-        return _wait(state, now)
+        return _wait(answered, now)
     if error == "slow_down":
-        return _wait(replace(state, interval_s=state.interval_s + SLOW_DOWN_STEP_S), now)
+        return _wait(replace(answered, interval_s=state.interval_s + SLOW_DOWN_STEP_S), now)
     if error == "expired_token":
         return _expired(state)
     if error == "access_denied":
         return Failed(error="access_denied", reason=f"the sign-in was denied at the IdP - {_again(state)} and approve the code")
     described = body.get("error_description") or body.get("message")
-    detail = f"{error}: {described}" if isinstance(described, str) and described else str(error or f"HTTP {status}")
+    said = f": {described}" if isinstance(described, str) and described else ""
+    if status >= 500 and error in (None, "server_error", UNAVAILABLE_ERROR):  # the IdP failed, it did not refuse
+        return _retry(state, f"HTTP {status}{said}", now)
+    detail = f"{error}{said}" if error else f"HTTP {status}{said}"
     return Failed(error=str(error or "invalid_response"), reason=f"the IdP refused the login ({detail}) - {_again(state)}")

@@ -18,6 +18,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +35,7 @@ __all__ = [
     "ensure_dir",
     "missing",
     "naming",
+    "open_to_others",
     "read_fields",
     "read_json",
     "remove_quietly",
@@ -46,6 +48,8 @@ __all__ = [
 VERSION = 1
 SECRET_MODE = 0o600
 FOLDER_MODE = 0o700
+# The permission bits that let group or others in: a secret (SECRET_MODE) has none of them.
+SHARED_BITS = 0o077
 # Temporary files are hidden and carry this suffix; folder scans skip them.
 TEMP_SUFFIX = ".tmp"
 # A write refused for want of space: the file system is full, or the writer's quota is.
@@ -93,6 +97,20 @@ def ensure_dir(path: Path | str, mode: int = FOLDER_MODE) -> Path:
             raise ConfigError(f"cannot create {folder} ({exc.strerror}) - check its permissions") from exc
         os.chmod(folder, mode)  # mkdir's mode is masked by the umask
     return path
+
+
+def open_to_others(path: Path | str) -> int | None:
+    """The permission bits of the secret file ``path`` (``stat.S_IMODE``) when they let group or
+    others in (any of ``SHARED_BITS``), else None: the file is private, or there is none.
+
+    The caller warns with the fix, ``chmod 600 <path>``; the file is read as it is (a secret
+    another user could read is exposed already, and refusing it would not take that back).
+    """
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return None
+    return mode if mode & SHARED_BITS else None
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -7,8 +7,9 @@ import os
 
 import pytest
 
+from cotal_trio.state import IdpPinRecord, save_idp_pin
 from cotal_trio.state.login_sessions import LoginSession, save_session, session_path
-from tests.support.cli_root import SPACE
+from tests.support.cli_root import BROKER_PORT, SPACE
 from tests.support.static_mint import STATIC, add_static
 
 
@@ -54,3 +55,21 @@ def test_a_static_space_has_no_login(root, capsys, tmp_path, monkeypatch, argv):
     assert (code, out) == (1, "")
     assert err == (f"cotal: space {STATIC} is a static space: it has no IdP to log in to - its clients connect with"
                    " minted credentials (cotal auth mint)\n")  # fmt: skip
+
+
+@pytest.mark.parametrize(("mode", "warned"), [(0o644, True), (0o640, True), (0o600, False)], ids=["0644", "0640", "0600"])
+def test_a_session_file_others_may_read_is_named_with_the_fix(root, capsys, tmp_path, monkeypatch, mode, warned):
+    """The session file holds the person's session (it mints IdP tokens): one open to group or
+    others gets a warning naming it and `chmod 600`, once, as a token file does (cli/client.py),
+    and the command goes on (here to an IdP that does not answer)."""
+    base = f"http://127.0.0.1:{BROKER_PORT}"  # a port that refuses connections
+    save_idp_pin(root.space.idp_json, IdpPinRecord(kind="oidc", url=base, issuer=base, audience=base, jwks_uri=f"{base}/jwks"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    path = session_path(os.environ, space=SPACE, issuer=base)
+    save_session(path, LoginSession(space=SPACE, issuer=base, idp_url=base, session="s", created_at=1, expires_at=None))
+    os.chmod(path, mode)
+    code, out, err = root.run(capsys, "exchange", "--actor", "cli", "--space", SPACE)
+    assert (code, out) == (1, "")
+    warning = f"cotal: warning: {path} is accessible by group or others - it should be 0600 (chmod 600 {path})\n"
+    assert err.count(warning) == (1 if warned else 0)
+    assert err.startswith(warning if warned else f"cotal: cannot reach the IdP at {base}")

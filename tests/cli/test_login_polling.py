@@ -11,6 +11,7 @@ assertion: 5 s, then 10 s after ``slow_down``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -18,11 +19,12 @@ import urllib.request
 
 import pytest
 import trio
+from quart import request
 from quart_trio import QuartTrio
 
 from cotal_trio.cli.login import run_device_login
 from cotal_trio.core.device_flow import DeviceAuthorization
-from cotal_trio.core.errors import ConfigError
+from cotal_trio.core.errors import ConfigError, Unavailable
 from cotal_trio.devidp import DevicePolicy, build_dev_idp_app, create_dev_idp, mint_dev_token
 from cotal_trio.http.idp_client import answer_user_code, fetch_session_token, request_device_code, sign_out
 from cotal_trio.http.serve import serve_app
@@ -51,10 +53,45 @@ class SharedClock:
         await trio.lowlevel.checkpoint()
 
 
-async def _idp(nursery: trio.Nursery, clock: SharedClock, policy: DevicePolicy) -> str:
+async def _idp(nursery: trio.Nursery, clock: SharedClock, policy: DevicePolicy, *, polls: list | None = None) -> str:
+    """The dev IdP served on a free port; ``polls``: answers ``(body, status)`` its first
+    ``/device/token`` polls get instead (an IdP failing for a while), one each in turn."""
     app = build_dev_idp_app(MATERIAL, device=policy, clock=clock)
+
+    @app.before_request
+    async def failing():
+        if polls and request.path == "/device/token":
+            return polls.pop(0)
+        return None
+
     port = await nursery.start(functools.partial(serve_app, app))
     return f"http://127.0.0.1:{port}"
+
+
+async def _front(nursery: trio.Nursery, base: str, *, drop: set[int]) -> str:
+    """A TCP front of ``base`` on a free port that closes its ``drop``-th connections (1-based)
+    without a byte: a poll that loses its connection."""
+    target = int(base.rsplit(":", 1)[1])
+    accepted = 0
+
+    async def pump(source: trio.abc.Stream, sink: trio.abc.Stream) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while data := await source.receive_some():
+                await sink.send_all(data)
+            await sink.send_eof()
+
+    async def handle(client: trio.SocketStream) -> None:
+        nonlocal accepted
+        accepted += 1
+        async with client:
+            if accepted in drop:
+                return
+            async with await trio.open_tcp_stream("127.0.0.1", target) as idp, trio.open_nursery() as pumps:
+                pumps.start_soon(pump, client, idp)
+                pumps.start_soon(pump, idp, client)
+
+    (listener,) = await nursery.start(functools.partial(trio.serve_tcp, handle, 0, host="127.0.0.1"))
+    return f"http://127.0.0.1:{listener.socket.getsockname()[1]}"
 
 
 def _person(base: str, clock: SharedClock, *, approve: bool):
@@ -113,6 +150,48 @@ async def test_access_denied_names_cotal_login_again(nursery):
     with trio.fail_after(CEILING_S), pytest.raises(ConfigError, match="denied at the IdP - run `cotal login --space alpha` again"):
         await run_device_login(base, space="alpha", client_id="cotal-cli", show=_person(base, clock, approve=False),
                                clock=clock, sleep=clock.sleep)  # fmt: skip
+
+
+@pytest.mark.parametrize("failure", ["5xx", "lost-connection"])
+async def test_a_poll_without_an_answer_is_retried_at_twice_the_interval(nursery, failure):
+    """RFC 8628 3.5: a poll the IdP failed (503), or whose connection closed without an answer, is
+    retried at a reduced frequency, and the login goes on to succeed: one failure is not the end."""
+    clock = SharedClock()
+    policy = DevicePolicy(interval_s=5, expires_in_s=600)
+    if failure == "5xx":
+        idp = base = await _idp(nursery, clock, policy, polls=[({"message": "overloaded"}, 503)])
+    else:
+        idp = await _idp(nursery, clock, policy)
+        base = await _front(nursery, idp, drop={2})  # 1: /device/code; 2: the first poll
+    with trio.fail_after(CEILING_S):
+        signed = await run_device_login(base, space="alpha", client_id="cotal-cli", show=_person(idp, clock, approve=True),
+                                        clock=clock, sleep=clock.sleep)  # fmt: skip
+        jwt = await trio.to_thread.run_sync(functools.partial(fetch_session_token, idp, signed.session, relogin="x"))
+    assert clock.asked == [5, 10]
+    assert jwt.count(".") == 2
+
+
+async def test_an_idp_failing_until_the_expiry_ends_the_login_as_unavailable(nursery):
+    clock = SharedClock()
+    base = await _idp(nursery, clock, DevicePolicy(interval_s=5, expires_in_s=30), polls=[({"message": "overloaded"}, 503)] * 9)
+    with trio.fail_after(CEILING_S), pytest.raises(Unavailable) as caught:
+        await run_device_login(base, space="alpha", client_id="cotal-cli", show=nobody, clock=clock, sleep=clock.sleep)
+    assert str(caught.value) == (
+        "the IdP did not answer the login's polls before the user code expired (HTTP 503: overloaded) - check that the"
+        " IdP runs, then run `cotal login --space alpha` again"
+    )
+    assert clock.asked == [5, 10]  # polls at 5 s and 15 s; the next, at 35 s, would be past the 30 s lifetime
+
+
+async def test_a_refused_poll_still_ends_the_login_at_once(nursery):
+    clock = SharedClock()
+    base = await _idp(nursery, clock, DevicePolicy(interval_s=5, expires_in_s=600),
+                      polls=[({"error": "invalid_grant", "error_description": "unknown device code"}, 400)])  # fmt: skip
+    with trio.fail_after(CEILING_S), pytest.raises(ConfigError) as caught:
+        await run_device_login(base, space="alpha", client_id="cotal-cli", show=nobody, clock=clock, sleep=clock.sleep)
+    assert str(caught.value) == ("the IdP refused the login (invalid_grant: unknown device code) - run `cotal login"
+                                 " --space alpha` again")  # fmt: skip
+    assert clock.asked == [5]
 
 
 @pytest.mark.parametrize(("status", "revoked"), [(200, True), (401, True), (404, False), (403, False)])

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from dataclasses import replace
+
 from cotal_trio.core.device_flow import (
     DEFAULT_INTERVAL_S,
+    MAX_BACKOFF_S,
     DeviceAuthorization,
     Failed,
+    NoAnswer,
     PollState,
     Signed,
     Wait,
@@ -47,10 +51,17 @@ def _error(code: str, description: str = "") -> tuple[int, dict]:
             f"the IdP refused the login (invalid_grant: unknown device code) - {AGAIN}"))),
         ((200, {"token_type": "Bearer"}), Failed(error="invalid_response", reason=(
             f"the IdP refused the login (HTTP 200) - {AGAIN}"))),
-        ((500, {"message": "boom"}), Failed(error="invalid_response", reason=(
-            f"the IdP refused the login (None: boom) - {AGAIN}"))),
+        # RFC 8628 3.5: a poll without an answer is retried, at a reduced frequency (twice the wait).
+        ((500, {"message": "boom"}), Wait(until=NOW + 10, state=replace(STATE, failures=1))),
+        ((503, {}), Wait(until=NOW + 10, state=replace(STATE, failures=1))),
+        (NoAnswer(detail="cannot reach the IdP at http://127.0.0.1:9 (Connection refused)"),
+         Wait(until=NOW + 10, state=replace(STATE, failures=1))),
+        # an OAuth error the RFC says ends the flow ends it, whatever the status it came with
+        ((503, {"error": "expired_token"}), Failed(error="expired_token", reason=(
+            f"the user code expired before it was approved - {AGAIN} and approve the new code in time"))),
     ],
-    ids=["signed", "signed-no-lifetime", "pending", "slow-down", "expired", "denied", "other-error", "no-token", "5xx"],
+    ids=["signed", "signed-no-lifetime", "pending", "slow-down", "expired", "denied", "other-error", "no-token", "5xx",
+         "503-empty", "no-answer", "expired-in-a-5xx"],
 )
 def test_next_poll_decides_each_answer(answer, expected):
     assert next_poll(STATE, answer, NOW) == expected
@@ -71,6 +82,38 @@ def test_polling_is_bounded_by_the_codes_lifetime():
     assert isinstance(late, Failed) and late.error == "expired_token"
     slowed = next_poll(STATE, _error("slow_down"), NOW + 591)
     assert isinstance(slowed, Failed) and slowed.error == "expired_token"
+
+
+def test_transient_failures_back_off_then_an_answer_resets_the_wait():
+    """RFC 8628 3.5: each poll without an answer doubles the next wait (at most MAX_BACKOFF_S);
+    the first real answer goes back to the interval, slow_down's growth included."""
+    waits, state, now = [], STATE, NOW
+    for _ in range(5):
+        wait = next_poll(state, NoAnswer(detail="timed out"), now)
+        waits.append(wait.until - now)
+        state, now = wait.state, wait.until
+    assert MAX_BACKOFF_S == 60
+    assert waits == [10, 20, 40, 60, 60] and state.failures == 5
+    assert next_poll(state, _error("authorization_pending"), now) == Wait(until=now + 5, state=STATE)
+    assert next_poll(state, _error("slow_down"), now).state == replace(STATE, interval_s=10)
+
+
+def test_an_interval_past_the_backoff_cap_is_still_waited():
+    slowed = replace(STATE, interval_s=90)
+    assert next_poll(slowed, (502, {}), NOW) == Wait(until=NOW + 90, state=replace(slowed, failures=1))
+
+
+def test_transient_failures_until_the_expiry_end_the_flow_naming_the_last_one():
+    """Polling stays bounded by the code's lifetime: a retry that would fall at or after the
+    expiry ends the flow, with the last failure and both fixes."""
+    late = next_poll(STATE, (503, {"message": "overloaded"}), NOW + 590)
+    assert late == Failed(error="temporarily_unavailable", reason=(
+        "the IdP did not answer the login's polls before the user code expired (HTTP 503: overloaded) - check that"
+        f" the IdP runs, then {AGAIN}"))  # fmt: skip
+    unreachable = next_poll(STATE, NoAnswer(detail="cannot reach the IdP at http://idp (timed out)"), NOW + 590)
+    assert unreachable.reason.startswith(
+        "the IdP did not answer the login's polls before the user code expired (cannot reach the IdP at http://idp"
+        " (timed out)) - ")
 
 
 def test_start_polling_waits_one_interval():

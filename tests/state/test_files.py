@@ -167,3 +167,19 @@ def test_the_cli_says_which_file_a_full_disk_refused_and_the_fix():
     assert sentence == (
         "No space left on device (/r/.cotal/spaces.json.applied) - free space on that file system, then try again"
     )
+
+
+@pytest.mark.parametrize(
+    ("mode", "loose"),
+    [(0o600, None), (0o400, None), (0o700, None), (0o644, 0o644), (0o640, 0o640), (0o604, 0o604), (0o666, 0o666)],
+    ids=lambda value: f"{value:04o}" if isinstance(value, int) else str(value),
+)
+def test_open_to_others_names_the_mode_of_a_secret_group_or_others_may_read(tmp_path, mode, loose):
+    path = tmp_path / "secret.json"
+    files.atomic_write(path, b"{}")
+    os.chmod(path, mode)
+    assert files.open_to_others(path) == loose
+
+
+def test_open_to_others_of_no_file_is_none(tmp_path):
+    assert files.open_to_others(tmp_path / "absent.json") is None

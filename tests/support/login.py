@@ -10,6 +10,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -48,11 +49,14 @@ def session_files(tmp_path: Path) -> list[Path]:
     return sorted(folder.iterdir()) if folder.exists() else []
 
 
-async def start_login(nursery: trio.Nursery, root: Path, space: str, env: dict[str, str]) -> tuple[trio.Process, str]:
-    """``cotal login --space <space> --root <root>`` as a process; it and the user code it printed."""
+async def start_login(
+    nursery: trio.Nursery, root: Path, space: str, env: dict[str, str], **options: Any
+) -> tuple[trio.Process, str]:
+    """``cotal login --space <space> --root <root>`` as a process; it and the user code it printed.
+    ``options`` go to :func:`trio.run_process` (e.g. a ``preexec_fn`` that sets a limit)."""
     command = [sys.executable, "-m", "cotal_trio", "login", "--space", space, "--root", str(root)]
     start = functools.partial(trio.run_process, command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              check=False, env=env)  # fmt: skip
+                              check=False, env=env, **options)  # fmt: skip
     process = await nursery.start(start)
     lines = Lines(process.stdout)
     while (found := _CODE.search(await lines.next())) is None:
