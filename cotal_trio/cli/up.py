@@ -7,6 +7,7 @@ import logging
 import os
 import shlex
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -16,7 +17,9 @@ from cyclopts import Parameter
 
 from ..broker.process import find_nats_server, nats_server_version, not_found_error
 from ..core.errors import ConfigError
+from ..core.manifest import LaneStatus
 from cotal_trio.service.embedded import UpConfig, UpInfo, run_up
+from cotal_trio.service.host import LaneState
 from cotal_trio.service.hosting import public_fields
 from cotal_trio.stores.issued import check_backup_dir
 from cotal_trio.service.runtime import tune_for_serving
@@ -77,7 +80,9 @@ async def up(
     because the pinned issuer keys every owner id (spec "Bridge contract" step 2).
 
     Also serves every other user-auth space of the root (``<root>/spaces.json``); `cotal space
-    add` and `cotal space remove` change that set while it runs.
+    add` and `cotal space remove` change that set while it runs. The start banner comes once
+    every space's lane has ended its first start, and names each one retrying (every 5 s) with
+    its reason, as ``<root>/spaces.json.applied`` records it.
 
     --exchange-public-port and its three companions set the public face of the space's entry in
     spaces.json (all four replace it; none keeps the recorded one): service/embedded.py.
@@ -124,7 +129,9 @@ async def up(
             tune_for_serving()  # gc.freeze and the GIL switch interval: service/runtime.py
             info = await nursery.start(functools.partial(run_up, config))
             served = True
-            _banner(info, place, recreate_issued_stores, broker=f"{exe} ({version})")
+            # Every lane's first start ended: the banner names only what retries now.
+            states = await info.host.first_outcomes() if info.host is not None else {}
+            _banner(info, place, recreate_issued_stores, broker=f"{exe} ({version})", retrying=_retrying(info, states))
     finally:
         if created is not None and not served:
             _remove_unserved(created, config.paths.root)
@@ -194,13 +201,25 @@ def _spaces(info: UpInfo) -> str:
     return f"space {info.space}" + (f" and {len(others)} more ({', '.join(others)})" if others else "")
 
 
-def _banner(info: UpInfo, where: Where, backup_dir: Path | None = None, *, broker: str = "") -> None:
+def _retrying(info: UpInfo, states: Mapping[str, LaneStatus]) -> list[str]:
+    """One banner line per lane of ``states`` that is retrying, with its reason (as ``.applied`` has it)."""
+    every = f" every {info.host.retry_s:g} s" if info.host is not None else ""
+    return [
+        f"  retrying space {space}{every}: {status.reason}"
+        for space, status in states.items() if status.state == LaneState.RETRYING
+    ]
+
+
+def _banner(
+    info: UpInfo, where: Where, backup_dir: Path | None = None, *, broker: str = "", retrying: Sequence[str] = (),
+) -> None:
     print(
         f"✓ auth service up (space {info.space}) - callout on {info.server_url}, "
         f"exchange/JWKS at {info.exchange_url}",
         f"  root: {info.root}",
         *([f"  nats-server: {broker}"] if broker else []),
         f"  hosting {_spaces(info)} from {info.manifest} (live: cotal space add/remove)",
+        *retrying,
         f"  operator face: {info.ops_url} (/metrics, status page, /events; capability in"
         f" {info.root / 'ops' / (info.ops_url.rsplit(':', 1)[-1] + '.json')})",
         sep="\n",
