@@ -54,7 +54,7 @@ from cotal_trio.service.runtime import tune_for_serving
 from ..state.space_folders import migrate_space_folders, rename_note
 from ..state import RootPaths
 from ._servers import refused_connect, resolve_servers
-from .common import PublicFaceFlags, Where, check_auth_timeout, serve_until_signal
+from .common import PortRange, PublicFaceFlags, Where, check_auth_timeout, serve_until_signal
 
 __all__ = [
     "DEPRECATED", "AuthTimeoutFlag", "CalloutServerFlag", "RootFlag", "Served", "ServerFlag", "ServiceEndpointsFlag", "auth_service",
@@ -75,7 +75,7 @@ ServerFlag = Annotated[str | None, Parameter(help="The broker's seed URLs, comma
 RootFlag = Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")]
 AuthTimeoutFlag = Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2); the callout deadline budget.")]
 CalloutServerFlag = Annotated[str | None, Parameter(help="With --callout-only: answer the connects of this server, a leaf node's URL(s) (its stores stay on --server, the hub); docs/deploy.md \"Leaf nodes\".")]
-OpsPortFlag = Annotated[int, Parameter(help="The process's operator face on 127.0.0.1: /metrics of every space (with lane states and build info), the status page of every space and /events; its capability is in `<root>/ops/<port>.json`. Pass a port for a fixed scrape target; 0 picks a free one at each start.")]
+OpsPortFlag = Annotated[int, Parameter(validator=PortRange(free=True), help="The process's operator face on 127.0.0.1: /metrics of every space (with lane states and build info), the status page of every space and /events; its capability is in `<root>/ops/<port>.json`. Pass a port for a fixed scrape target; 0 picks a free one at each start.")]
 ServiceEndpointsFlag = Annotated[bool, Parameter(help="With --space: host service endpoints (the public face serves POST /service-endpoint-authority and /service-endpoint-host, the callout admits service-host connections; docs/http-api.md) and open the space's service-endpoint admission; nothing closes it, and callout-only replicas then refuse the space.")]
 
 # Spec "Callout replicas": the entry stays for existing units and scripts; new setups use the

@@ -21,7 +21,7 @@ from ..state.records import MAX_AUTH_TIMEOUT_S
 from . import INTERRUPTED
 from ..state.space_folders import require_space
 
-__all__ = ["DEFAULT_SPACE", "PublicFaceFlags", "Where", "check_auth_timeout", "serve_until_signal", "stop_on_signal"]
+__all__ = ["DEFAULT_SPACE", "PortRange", "PublicFaceFlags", "Where", "check_auth_timeout", "serve_until_signal", "stop_on_signal"]
 
 DEFAULT_SPACE = "default"
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -66,6 +66,26 @@ class Where:
         return require_space(self.paths(), self.space)
 
 
+@dataclass(frozen=True, slots=True)
+class PortRange:
+    """The cyclopts validator of a port flag: 1 to 65535, and 0 too where ``free`` (0 makes the
+    listener pick any free port). A value outside is a malformed value, so a usage error (exit
+    64, cli/exits.py) before the command runs: cyclopts' panel names the flag and the value, the
+    ``ValueError`` this raises the range and the fix.
+
+    Attributes:
+        free: whether 0 ("any free port") is accepted.
+    """
+
+    free: bool = False
+
+    def __call__(self, _type: object, value: int | None) -> None:
+        """Return for None (not given) or a port; ``ValueError`` for anything else."""
+        if value is None or 1 <= value <= 65535 or (self.free and value == 0):
+            return
+        raise ValueError("A port is 1 to 65535 - pass one in that range" + (", or 0 for any free one." if self.free else "."))
+
+
 @Parameter(name="*")
 @dataclass(frozen=True, kw_only=True)
 class PublicFaceFlags:
@@ -84,7 +104,7 @@ class PublicFaceFlags:
         advertised_server: the broker URL the public face advertises (nats/tls/ws/wss), or None.
     """
 
-    exchange_public_port: Annotated[int | None, Parameter(help=(
+    exchange_public_port: Annotated[int | None, Parameter(validator=PortRange(), help=(
         "Serve the space's public exchange face on 127.0.0.1:N too (put a TLS reverse proxy in front). cotal up "
         "records it in the space's spaces.json entry; cotal auth-service takes it with --space only (a manifest "
         "entry sets exchangePublicPort)."))] = None

@@ -58,7 +58,7 @@ EXIT_TABLE: tuple[ExitMeaning, ...] = (
     ),
     ExitMeaning(
         ExitCode.USAGE,
-        "Usage error: an unknown command or flag, a missing or malformed value, a command group without its "
+        "Usage error: an unknown command or flag, a missing or malformed value (a port outside 1-65535 too), a command group without its "
         "subcommand (`cotal doctor` alone prints its subcommands); the error panel on "
         "stderr names it; fix the command line, see --help.",
     ),

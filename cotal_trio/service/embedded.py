@@ -180,7 +180,11 @@ class Prepared:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpInfo:
-    """A running embedded stack: what ``cotal up`` prints."""
+    """A running embedded stack: what ``cotal up`` prints.
+
+    ``host`` is the running lane host, to ask which lanes serve and which retry (``None`` only
+    for an info built without one).
+    """
 
     root: Path
     space: str
@@ -194,6 +198,7 @@ class UpInfo:
     ops_url: str = ""
     public: PublicFace | None = None
     recreated_issued: dict[str, int] | None = None  # stream -> messages backed up, when recreated
+    host: Host | None = None
 
 
 def _policy(paths: RootPaths, config: UpConfig) -> tuple[BrokerPolicy, bool]:
@@ -508,7 +513,7 @@ async def _serve(
             root=config.paths.root, space=config.space, server_url=server_url, broker_pid=pid,
             exchange_url=str(service.get("url", "")), pin=prepared.pin, dev_idp_url=dev_url,
             manifest=config.paths.spaces_manifest, spaces=tuple(host.current_states()), ops_url=ops_url,
-            public=PublicFace.of(prepared.entry), recreated_issued=recreated,
+            public=PublicFace.of(prepared.entry), recreated_issued=recreated, host=host,
         ))
         await trio.sleep_forever()
     raise AssertionError("unreachable")  # pragma: no cover

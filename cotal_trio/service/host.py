@@ -228,6 +228,11 @@ class Host:
         """The manifest's absolute path (``.applied`` is beside it)."""
         return self._path
 
+    @property
+    def retry_s(self) -> float:
+        """Seconds between a lane's failure and its next start (:attr:`HostConfig.retry_s`)."""
+        return self._config.retry_s
+
     def current_states(self) -> dict[str, LaneStatus]:
         """Every lane's status by space (a copy)."""
         return {space: lane.status for space, lane in sorted(self._lanes.items())}

@@ -60,6 +60,61 @@ def test_a_command_group_without_its_subcommand_is_a_usage_error(argv, subcomman
     assert f"Usage: cotal {' '.join(argv)} COMMAND" in err and subcommand in err
 
 
+# Every port flag of the serving commands and their units, each in the command it belongs to.
+_SERVER = ("--server", "nats://127.0.0.1:4222")
+_UP = ("up",)
+_AUTH_SERVICE = ("auth-service", "--space", "a")
+_RUN_FULL = ("service", "run", "auth-service", "--space", "a")
+_RUN_REPLICA = ("service", "run", "callout-replica", "--space", "a")
+_RENDER_FULL = ("service", "render", "auth-service", "--space", "a", *_SERVER)
+_RENDER_REPLICA = ("service", "render", "callout-replica", "--space", "a", *_SERVER)
+_ONE_TO = "A port is 1 to 65535 - pass one in that range."
+_OR_FREE = "A port is 1 to 65535 - pass one in that range, or 0 for any free one."
+OUT_OF_RANGE_PORTS = [
+    (_UP, "--port", "0", _ONE_TO),
+    (_UP, "--port", "70000", _ONE_TO),
+    (_UP, "--port", "-1", _ONE_TO),
+    (_UP, "--http-port", "65536", _OR_FREE),
+    (_UP, "--http-port", "-1", _OR_FREE),
+    (_UP, "--ops-port", "70000", _OR_FREE),
+    (_UP, "--ops-port", "-1", _OR_FREE),
+    (_UP, "--exchange-public-port", "0", _ONE_TO),
+    (_UP, "--exchange-public-port", "70000", _ONE_TO),
+    (_AUTH_SERVICE, "--ops-port", "70000", _OR_FREE),
+    (_AUTH_SERVICE, "--exchange-public-port", "70000", _ONE_TO),
+    (_RUN_FULL, "--ops-port", "70000", _OR_FREE),
+    (_RUN_FULL, "--exchange-public-port", "0", _ONE_TO),
+    (_RUN_REPLICA, "--ops-port", "-1", _OR_FREE),
+    (_RENDER_FULL, "--ops-port", "70000", _OR_FREE),
+    (_RENDER_FULL, "--exchange-public-port", "65536", _ONE_TO),
+    (_RENDER_REPLICA, "--ops-port", "65536", _OR_FREE),
+]
+
+
+@pytest.mark.parametrize(("command", "flag", "value", "fix"), OUT_OF_RANGE_PORTS)
+def test_an_out_of_range_port_is_a_usage_error_before_anything_starts(tmp_path, capsys, command, flag, value, fix):
+    """A port outside 1-65535 (0 where a flag takes it for "any free one") is a malformed value:
+    exit 64 with cyclopts' panel naming the flag, the range and the fix, where it used to be the
+    refusal's 1 (and, for the serving presets, only after the broker address was looked up). The
+    command never runs: no root is made, no broker starts."""
+    root = tmp_path / "root"
+    assert exit_of([*command, "--root", str(root), flag, value]) == ExitCode.USAGE
+    out, err = capsys.readouterr()
+    panel = " ".join(err.replace("│", " ").split())  # the panel's text, its wrapping undone
+    assert out == "" and f'Invalid value "{value}" for {flag}. {fix}' in panel, err
+    assert not root.exists()
+
+
+@pytest.mark.parametrize(("flags", "tail"), [
+    (("--ops-port", "0", "--exchange-public-port", "1"), " --exchange-public-port 1"),
+    (("--ops-port", "65535", "--exchange-public-port", "65534"), " --ops-port 65535 --exchange-public-port 65534"),
+])
+def test_the_edges_of_the_port_range_are_ports(tmp_path, capsys, flags, tail):
+    assert main([*_RENDER_FULL, "--root", str(tmp_path), *flags]) == ExitCode.OK
+    [exec_start] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ExecStart=")]
+    assert exec_start.endswith(tail)
+
+
 def test_cotal_alone_still_prints_its_help_and_exits_0(capsys):
     assert exit_of([]) == ExitCode.OK
     assert "Usage: cotal COMMAND" in capsys.readouterr().out
