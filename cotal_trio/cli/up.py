@@ -129,8 +129,9 @@ async def up(
             tune_for_serving()  # gc.freeze and the GIL switch interval: service/runtime.py
             info = await nursery.start(functools.partial(run_up, config))
             served = True
-            # Every lane's first start ended: the banner names only what retries now.
-            states = await info.host.first_outcomes() if info.host is not None else {}
+            # Every lane's first start ended (or BANNER_WAIT_S passed): the banner names what
+            # retries now, and a lane still starting then as starting, never as serving.
+            states = await _first_states(info)
             _banner(info, place, recreate_issued_stores, broker=f"{exe} ({version})", retrying=_retrying(info, states))
     finally:
         if created is not None and not served:
@@ -201,13 +202,32 @@ def _spaces(info: UpInfo) -> str:
     return f"space {info.space}" + (f" and {len(others)} more ({', '.join(others)})" if others else "")
 
 
+# Seconds the start banner waits for every lane's first start at most: a lane whose start
+# hangs (a broker that accepts and never answers) must not hold the banner, and with it the
+# operator's sign that cotal up is up; it is named as still starting instead.
+BANNER_WAIT_S = 15.0
+
+
+async def _first_states(info: UpInfo) -> dict[str, LaneStatus]:
+    """Every lane's status once each has ended its first start, or as it is after ``BANNER_WAIT_S``."""
+    if info.host is None:
+        return {}
+    with trio.move_on_after(BANNER_WAIT_S):
+        return await info.host.first_outcomes()
+    return info.host.current_states()
+
+
 def _retrying(info: UpInfo, states: Mapping[str, LaneStatus]) -> list[str]:
-    """One banner line per lane of ``states`` that is retrying, with its reason (as ``.applied`` has it)."""
+    """One banner line per lane of ``states`` that is retrying, with its reason (as ``.applied``
+    has it), or still starting (past :data:`BANNER_WAIT_S`)."""
     every = f" every {info.host.retry_s:g} s" if info.host is not None else ""
-    return [
-        f"  retrying space {space}{every}: {status.reason}"
-        for space, status in states.items() if status.state == LaneState.RETRYING
-    ]
+    lines = []
+    for space, status in states.items():
+        if status.state == LaneState.RETRYING:
+            lines.append(f"  retrying space {space}{every}: {status.reason}")
+        elif status.state == LaneState.STARTING:
+            lines.append(f"  space {space} is still starting (its state: <root>/spaces.json.applied, cotal status)")
+    return lines
 
 
 def _banner(
