@@ -17,7 +17,8 @@ of at most ``MAX_LABEL_CHARS`` characters, or null.
 upstream-notes 3.4 "zero/ambiguous candidates refused; optional explicit managerInstanceId"): it
 refuses with a :class:`SelectionRefused` whose sentence names the remedy of its request class,
 and :data:`SHED_UNPINNED` / :data:`SHED_PINNED` are the 429 sentences once a class's window is
-full.
+full. :func:`parse_manager_authority_body` parses ``POST /manager-service-authority``'s body
+(docs/http-api.md).
 
 Pure and synchronous: :mod:`cotal_trio.stores.records` does the I/O.
 """
@@ -30,10 +31,12 @@ from dataclasses import dataclass
 
 from .errors import CodecError, RefusalCode, Refused
 from .identity import is_lifecycle_uid, is_owner
-from .registration import MAX_LABEL_CHARS, check_registration
+from .registration import MAX_LABEL_CHARS, AuthorityDoor, RegistrationRequest, check_registration
 from .rowcodec import decode_row
 
 __all__ = [
+    "AUTHORITY_BODY",
+    "AUTHORITY_REQUEST",
     "MANAGER_KEY_PREFIX",
     "MAX_LABEL_CHARS",
     "MAX_LISTED_IDS",
@@ -44,6 +47,7 @@ __all__ = [
     "SelectionRefused",
     "manager_key",
     "owner_prefix",
+    "parse_manager_authority_body",
     "parse_manager_row",
     "render_manager_row",
     "select_manager",
@@ -146,6 +150,33 @@ def parse_manager_row(data: bytes) -> ManagerInstance:
         instance_id=obj["instanceId"], owner=obj["owner"], actor=obj["actor"],
         serve_epoch=obj["serveEpoch"], registered_at=obj["registeredAt"], label=obj["label"],
     )
+
+
+# --- POST /manager-service-authority -----------------------------------------------------------
+
+AUTHORITY_BODY = "manager-service authority needs { idpToken, request } and nothing else"
+AUTHORITY_REQUEST = (
+    'request must be {"kind": "register", "actor": "<manager actor>", "label"?: "<text>"} or '
+    '{"kind": "retire", "actor": "<manager actor>", "instanceId": "<id>"}'
+)
+
+
+# instanceId is optional in the retire shape, so a retire without one gets the instanceId rule's
+# sentence, not the shape's (docs/http-api.md lists both).
+_DOOR = AuthorityDoor(
+    body_rule=AUTHORITY_BODY, request_rule=AUTHORITY_REQUEST, build=RegistrationRequest,
+    kinds={"register": (frozenset(), frozenset({"label"})), "retire": (frozenset(), frozenset({"instanceId"}))},
+)  # fmt: skip
+
+
+def parse_manager_authority_body(body: object) -> RegistrationRequest:
+    """Parse ``{idpToken, request}`` (closed; docs/http-api.md ``POST /manager-service-authority``).
+
+    Raises:
+        Refused: BAD_REQUEST :data:`AUTHORITY_BODY` for another outer shape, :data:`AUTHORITY_REQUEST`
+            for an unknown kind or member, or the rule a field breaks (instanceId, label).
+    """
+    return _DOOR.parse(body)
 
 
 class SelectionRefused(Refused):

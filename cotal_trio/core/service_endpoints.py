@@ -38,8 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import CodecError, RefusalCode, Refused
-from .identity import is_lifecycle_uid
-from .registration import LABEL_RULE, MAX_LABEL_CHARS, check_registration, is_label
+from .registration import MAX_LABEL_CHARS, AuthorityDoor, RegistrationRequest, check_registration
 from .rowcodec import decode_row, encode_row
 from .sessions import is_endpoint
 from .views import ServiceEndpointBinding
@@ -174,58 +173,35 @@ def parse_service_row(data: bytes) -> ServiceEndpointRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AuthorityRequest:
-    """One parsed ``POST /service-endpoint-authority`` body.
+class AuthorityRequest(RegistrationRequest):
+    """One parsed ``POST /service-endpoint-authority`` body: a
+    :class:`~cotal_trio.core.registration.RegistrationRequest` (``actor`` is the host actor, one
+    of the person's: its interactive or managed row is read) and the name it binds.
 
     Attributes:
-        idp_token: the person's IdP JWT (the human arm only: a person registers, never an agent).
-        kind: ``"register"`` or ``"retire"``.
-        actor: the host actor, one of the person's (its interactive or managed row is read).
         endpoint: the endpoint's name.
-        instance_id: the registration to retire (``retire`` only), else None.
-        label: free text shown beside the registration (``register`` only), or None.
     """
 
-    idp_token: str
-    kind: str
-    actor: str
     endpoint: str
-    instance_id: str | None = None
-    label: str | None = None
 
 
-def _bad(sentence: str) -> Refused:
-    return Refused(RefusalCode.BAD_REQUEST, sentence)
+_DOOR = AuthorityDoor(
+    body_rule=AUTHORITY_BODY, request_rule=AUTHORITY_REQUEST, build=AuthorityRequest,
+    kinds={"register": (frozenset(), frozenset({"label"})), "retire": (frozenset({"instanceId"}), frozenset())},
+    own={"endpoint": check_endpoint_name},
+)  # fmt: skip
 
 
 def parse_authority_body(body: object) -> AuthorityRequest:
-    """Parse ``{idpToken, request}`` (closed; docs/http-api.md "Service endpoints").
+    """Parse ``{idpToken, request}`` (closed; docs/http-api.md "Service endpoints"): a ``retire``
+    without ``instanceId`` breaks the request's shape, and the endpoint is checked before the
+    ``instanceId`` (:class:`~cotal_trio.core.registration.AuthorityDoor`).
 
     Raises:
         Refused: BAD_REQUEST :data:`AUTHORITY_BODY` for another outer shape, :data:`AUTHORITY_REQUEST`
             for an unknown kind or member, or the rule a field breaks (endpoint, instanceId, label).
     """
-    if not isinstance(body, dict) or set(body) != {"idpToken", "request"} or not isinstance(body["idpToken"], str):
-        raise _bad(AUTHORITY_BODY)
-    request = body["request"]
-    if not isinstance(request, dict):
-        raise _bad(AUTHORITY_REQUEST)
-    kind = request.get("kind")
-    shapes = {"register": ({"kind", "actor", "endpoint"}, {"label"}), "retire": ({"kind", "actor", "endpoint", "instanceId"}, set())}
-    shape = shapes.get(kind) if isinstance(kind, str) else None
-    if shape is None or not shape[0] <= set(request) <= shape[0] | shape[1] or not isinstance(request["actor"], str):
-        raise _bad(AUTHORITY_REQUEST)
-    endpoint = check_endpoint_name(request["endpoint"])
-    instance_id = request.get("instanceId")
-    if kind == "retire" and not is_lifecycle_uid(instance_id):
-        raise _bad("instanceId must be the id the registration answered ([a-z0-9]{26,32})")
-    label = request.get("label")
-    if label is not None and not is_label(label):
-        raise _bad(LABEL_RULE)
-    return AuthorityRequest(
-        idp_token=body["idpToken"], kind=kind, actor=request["actor"], endpoint=endpoint, instance_id=instance_id,
-        label=label,
-    )  # fmt: skip
+    return _DOOR.parse(body)
 
 
 def _forbidden_without_scope(owner: str, actor: str, row_scope: tuple[str, ...]) -> None:

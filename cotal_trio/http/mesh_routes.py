@@ -36,8 +36,8 @@ from typing import Any
 
 from cotal_trio.core.errors import CodecError, RateLimited, RefusalCode, Refused
 from cotal_trio.core.exchange import AgentExchange, HumanExchange, parse_exchange_body
-from cotal_trio.core.identity import LIFECYCLE_UID_RANDOM_BYTES, is_lifecycle_uid, mint_lifecycle_uid
-from cotal_trio.core.managers import MAX_LABEL_CHARS, ManagerInstance
+from cotal_trio.core.identity import LIFECYCLE_UID_RANDOM_BYTES, mint_lifecycle_uid
+from cotal_trio.core.managers import ManagerInstance, parse_manager_authority_body
 from cotal_trio.core.sessions import (
     SESSION_ID_RANDOM_BYTES,
     check_session_for,
@@ -80,11 +80,6 @@ MESH_PATHS = (
     MANAGER_AUTHORITY_PATH,
 )  # fmt: skip
 SUPERVISE = "supervise"
-AUTHORITY_BODY = "manager-service authority needs { idpToken, request } and nothing else"
-AUTHORITY_REQUEST = (
-    'request must be {"kind": "register", "actor": "<manager actor>", "label"?: "<text>"} or '
-    '{"kind": "retire", "actor": "<manager actor>", "instanceId": "<id>"}'
-)
 AGENT_NO_SESSION = (
     "chat sessions are opened with a person's IdP sign-in (idpToken and actor) - a managed agent's "
     "actor token mints only the manager-caller view"
@@ -213,28 +208,9 @@ async def _retire_session(ctx: ExchangeContext, body: object, now: float) -> Res
     return {"retired": True, "sessionId": session_id}, 200, _NO_STORE
 
 
-def _authority_request(body: object) -> tuple[str, dict[str, Any]]:
-    if not isinstance(body, dict) or set(body) != {"idpToken", "request"} or not isinstance(body["idpToken"], str):
-        raise _bad(AUTHORITY_BODY)
-    request = body["request"]
-    if not isinstance(request, dict):
-        raise _bad(AUTHORITY_REQUEST)
-    kind = request.get("kind")
-    shapes = {"register": {"kind", "actor", "label"}, "retire": {"kind", "actor", "instanceId"}}
-    allowed = shapes.get(kind) if isinstance(kind, str) else None
-    if allowed is None or not set(request) <= allowed or not isinstance(request.get("actor"), str):
-        raise _bad(AUTHORITY_REQUEST)
-    if kind == "retire" and not is_lifecycle_uid(request.get("instanceId")):
-        raise _bad("instanceId must be the id the registration answered ([a-z0-9]{26,32})")
-    label = request.get("label")
-    if label is not None and (not isinstance(label, str) or not label.isprintable() or len(label) > MAX_LABEL_CHARS):
-        raise _bad(f"label must be printable text of at most {MAX_LABEL_CHARS} characters")
-    return body["idpToken"], request
-
-
 async def _manager_authority(ctx: ExchangeContext, body: object, now: float) -> Response:
-    token, request = _authority_request(body)
-    caller = await authenticate(ctx, HumanExchange(id_token=token, actor=request["actor"]), now=now)
+    request = parse_manager_authority_body(body)
+    caller = await authenticate(ctx, HumanExchange(id_token=request.idp_token, actor=request.actor), now=now)
     actor = caller.row.actor
     if SUPERVISE not in caller.row.scope:
         raise Refused(
@@ -243,10 +219,10 @@ async def _manager_authority(ctx: ExchangeContext, body: object, now: float) -> 
             f"grants it with `cotal actor grant {actor} --owner {caller.owner} --scope supervise`",
         )
     records = _records(ctx)
-    if request["kind"] == "register":
+    if request.kind == "register":
         instance = ManagerInstance(
             instance_id=mint_lifecycle_uid(secrets.token_bytes(LIFECYCLE_UID_RANDOM_BYTES)), owner=caller.owner,
-            actor=actor, serve_epoch=1, registered_at=int(now), label=request.get("label"),
+            actor=actor, serve_epoch=1, registered_at=int(now), label=request.label,
         )  # fmt: skip
         await records.register_manager(instance)
         answer = {
@@ -254,7 +230,8 @@ async def _manager_authority(ctx: ExchangeContext, body: object, now: float) -> 
             "serveEpoch": instance.serve_epoch, "registeredAt": instance.registered_at,
         }  # fmt: skip
         return answer, 200, _NO_STORE
-    instance_id = request["instanceId"]
+    instance_id = request.instance_id
+    assert instance_id is not None  # parse_manager_authority_body checked it for retire
     found = await records.get_manager(caller.owner, instance_id)
     if found is None or found.actor != actor:
         raise Refused(

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from cotal_trio.core.errors import CodecError, RefusalCode, Refused
+from cotal_trio.core.registration import RegistrationRequest
 from cotal_trio.core.managers import (
     SHED_PINNED,
     SHED_UNPINNED,
@@ -14,6 +15,7 @@ from cotal_trio.core.managers import (
     SelectionRefused,
     manager_key,
     owner_prefix,
+    parse_manager_authority_body,
     parse_manager_row,
     render_manager_row,
     select_manager,
@@ -122,6 +124,35 @@ def refusal(instances, *, pinned=None, owner=OWNER) -> SelectionRefused:
         select_manager(instances, owner=owner, pinned=pinned)
     assert isinstance(caught.value, Refused) and caught.value.code is RefusalCode.NOT_GRANTED
     return caught.value
+
+
+def test_authority_bodies_parse_to_their_request():
+    register = {"idpToken": "jwt", "request": {"kind": "register", "actor": "mgr", "label": "build box"}}
+    assert parse_manager_authority_body(register) == RegistrationRequest(
+        idp_token="jwt", kind="register", actor="mgr", label="build box"
+    )
+    retire = {"idpToken": "jwt", "request": {"kind": "retire", "actor": "mgr", "instanceId": ID1}}
+    assert parse_manager_authority_body(retire) == RegistrationRequest(
+        idp_token="jwt", kind="retire", actor="mgr", instance_id=ID1
+    )
+    unlabelled = {"idpToken": "jwt", "request": {"kind": "register", "actor": "mgr", "label": None}}
+    assert parse_manager_authority_body(unlabelled) == RegistrationRequest(idp_token="jwt", kind="register", actor="mgr")
+
+
+@pytest.mark.parametrize(
+    ("request_", "sentence"),
+    [
+        ({"kind": "register", "actor": "mgr", "endpoint": "search"},
+         'request must be {"kind": "register", "actor": "<manager actor>", "label"?: "<text>"} or '
+         '{"kind": "retire", "actor": "<manager actor>", "instanceId": "<id>"}'),
+        ({"kind": "retire", "actor": "mgr"}, "instanceId must be the id the registration answered ([a-z0-9]{26,32})"),
+        ({"kind": "register", "actor": "mgr", "label": "a\tb"}, "label must be printable text of at most 128 characters"),
+    ],
+)  # fmt: skip
+def test_bad_authority_requests_are_refused_with_their_rule(request_, sentence):
+    with pytest.raises(Refused) as info:
+        parse_manager_authority_body({"idpToken": "jwt", "request": request_})
+    assert (info.value.code, info.value.detail) == (RefusalCode.BAD_REQUEST, sentence)
 
 
 def test_the_one_live_instance_is_chosen_unpinned():

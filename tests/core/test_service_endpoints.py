@@ -103,6 +103,12 @@ def test_authority_bodies_parse():
     ) == retire()
 
 
+def test_a_null_label_is_no_label():
+    assert parse_authority_body(
+        {"idpToken": "jwt", "request": {"kind": "register", "actor": "svc", "endpoint": "search", "label": None}}
+    ) == register()
+
+
 @pytest.mark.parametrize(
     ("body", "sentence"),
     [

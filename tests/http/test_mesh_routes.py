@@ -427,6 +427,38 @@ async def test_bad_authority_bodies_are_400(body, answer):
     assert records.managers == {}
 
 
+INSTANCE_RULE = {"error": "instanceId must be the id the registration answered ([a-z0-9]{26,32})"}
+LABEL_RULE = {"error": "label must be printable text of at most 128 characters"}
+
+
+@pytest.mark.parametrize(
+    ("request_", "answer"),
+    [
+        ({"kind": "register", "actor": 7}, AUTHORITY_REQUEST),
+        ({"kind": "register", "actor": "mgr", "endpoint": "search"}, AUTHORITY_REQUEST),  # the service door's member
+        ({"kind": "retire", "actor": "mgr", "instanceId": MGR_A, "label": "x"}, AUTHORITY_REQUEST),
+        ({"kind": "retire", "actor": 7}, AUTHORITY_REQUEST),  # the shape is checked before instanceId
+        ({"kind": "retire", "actor": "mgr", "instanceId": "NOPE"}, INSTANCE_RULE),
+        ({"kind": "retire", "actor": "mgr", "instanceId": 7}, INSTANCE_RULE),
+        ({"kind": "register", "actor": "mgr", "label": 7}, LABEL_RULE),
+    ],
+)  # fmt: skip
+@ceiling
+async def test_each_authority_request_is_400_with_the_first_rule_it_breaks(request_, answer):
+    records = FakeRecords()
+    body = {"idpToken": "x", "request": request_}
+    assert await face("public", records).post(body, path="/manager-service-authority") == (400, answer)
+    assert records.managers == {}
+
+
+@ceiling
+async def test_a_null_label_registers_an_unlabelled_instance():
+    records = FakeRecords()
+    status, body = await face("public", records).post(register(label=None), path="/manager-service-authority")
+    assert status == 200, body
+    assert records.managers == {(OWNER, body["instanceId"]): manager(body["instanceId"], registered_at=NOW)}
+
+
 # --- 5. no registry -------------------------------------------------------------------------------
 
 

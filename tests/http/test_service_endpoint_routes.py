@@ -124,6 +124,60 @@ async def test_a_host_bearer_for_someone_elses_registration_is_404_and_a_plain_a
     assert status == 400 and "takes no view" in answer["error"]
 
 
+AUTHORITY_BODY = {"error": "service-endpoint authority needs { idpToken, request } and nothing else"}
+AUTHORITY_REQUEST = {
+    "error": 'request must be {"kind": "register", "actor": "<host actor>", "endpoint": "<name>", "label"?: "<text>"} '
+    'or {"kind": "retire", "actor": "<host actor>", "endpoint": "<name>", "instanceId": "<id>"}'
+}
+ENDPOINT_RULE = {"error": "endpoint must be 1 to 64 characters of A-Z a-z 0-9 _ - and not v1 (the issued rail's name)"}
+INSTANCE_RULE = {"error": "instanceId must be the id the registration answered ([a-z0-9]{26,32})"}
+LABEL_RULE = {"error": "label must be printable text of at most 128 characters"}
+ID = "1" * 26
+
+
+@pytest.mark.parametrize(
+    ("body", "answer"),
+    [
+        ([], AUTHORITY_BODY),
+        ({"idpToken": "x"}, AUTHORITY_BODY),
+        ({"idpToken": "x", "request": {}, "actor": "svc"}, AUTHORITY_BODY),
+        ({"idpToken": 7, "request": {}}, AUTHORITY_BODY),
+        ({"idpToken": "x", "request": []}, AUTHORITY_REQUEST),
+        ({"idpToken": "x", "request": {"kind": "list", "actor": "svc", "endpoint": "e"}}, AUTHORITY_REQUEST),
+        ({"idpToken": "x", "request": {"kind": ["register"], "actor": "svc", "endpoint": "e"}}, AUTHORITY_REQUEST),
+        ({"idpToken": "x", "request": {"kind": "register", "endpoint": "e"}}, AUTHORITY_REQUEST),
+        ({"idpToken": "x", "request": {"kind": "register", "actor": 7, "endpoint": "e"}}, AUTHORITY_REQUEST),
+        ({"idpToken": "x", "request": {"kind": "register", "actor": "svc"}}, AUTHORITY_REQUEST),
+        ({"idpToken": "x", "request": {"kind": "register", "actor": "svc", "endpoint": "e", "instanceId": ID}},
+         AUTHORITY_REQUEST),
+        # unlike the manager door's, a retire without its instanceId breaks the shape
+        ({"idpToken": "x", "request": {"kind": "retire", "actor": "svc", "endpoint": "e"}}, AUTHORITY_REQUEST),
+        ({"idpToken": "x", "request": {"kind": "retire", "actor": "svc", "instanceId": ID}}, AUTHORITY_REQUEST),
+        ({"idpToken": "x", "request": {"kind": "retire", "actor": "svc", "endpoint": "e", "instanceId": ID,
+                                       "label": "x"}}, AUTHORITY_REQUEST),
+        ({"idpToken": "x", "request": {"kind": "register", "actor": "svc", "endpoint": "v1"}}, ENDPOINT_RULE),
+        ({"idpToken": "x", "request": {"kind": "register", "actor": "svc", "endpoint": 7}}, ENDPOINT_RULE),
+        # the endpoint is checked before the instanceId
+        ({"idpToken": "x", "request": {"kind": "retire", "actor": "svc", "endpoint": "a.b", "instanceId": "NOPE"}},
+         ENDPOINT_RULE),
+        ({"idpToken": "x", "request": {"kind": "retire", "actor": "svc", "endpoint": "e", "instanceId": "NOPE"}},
+         INSTANCE_RULE),
+        ({"idpToken": "x", "request": {"kind": "retire", "actor": "svc", "endpoint": "e", "instanceId": 7}},
+         INSTANCE_RULE),
+        ({"idpToken": "x", "request": {"kind": "register", "actor": "svc", "endpoint": "e", "label": "a\nb"}},
+         LABEL_RULE),
+        ({"idpToken": "x", "request": {"kind": "register", "actor": "svc", "endpoint": "e", "label": "x" * 129}},
+         LABEL_RULE),
+        ({"idpToken": "x", "request": {"kind": "register", "actor": "svc", "endpoint": "e", "label": 7}}, LABEL_RULE),
+    ],
+)  # fmt: skip
+@ceiling
+async def test_bad_authority_bodies_are_400_with_the_first_rule_they_break(body, answer):
+    records = Registrations()
+    assert await _post(_client(records), "/service-endpoint-authority", body) == (400, answer)
+    assert records.endpoints == {}
+
+
 @ceiling
 async def test_door_refusals_spend_the_peer_bucket_shared_with_exchange():
     client = _client(Registrations())
