@@ -199,6 +199,9 @@ class NativeConnection:
         self._info: dict[str, object] = {}
         self._stream: trio.SocketStream | None = None
         self._connected = False
+        # Set while a socket is up and once closed for good; a fresh one while a reconnect runs,
+        # so a flush made meanwhile sleeps until then (trio events cannot be cleared).
+        self._up = trio.Event()
         self._out = bytearray()
         self._writer_lot = trio.lowlevel.ParkingLot()
         self._pongs: deque[_Pong] = deque()
@@ -262,8 +265,9 @@ class NativeConnection:
     async def flush(self) -> None:
         """Trio: a PING round trip, so everything queued before it has reached the broker.
 
-        While a reconnect runs it does its round trip on the next socket. A PING still queued
-        when a socket went is answered on the next one by a PONG no flush takes (its flush raised).
+        While a reconnect runs it waits for the next socket (woken when that is up, or when the
+        connection closes for good) and does its round trip there. A PING still queued when a
+        socket went is answered on the next one by a PONG no flush takes (its flush raised).
 
         Raises:
             Unavailable: the connection is closed or its socket was lost before the PONG, or no
@@ -274,9 +278,9 @@ class NativeConnection:
         pong = _Pong()
         with trio.move_on_after(DEFAULT_CAP_S):
             while not self._connected:  # a reconnect is running: the PING goes on the next socket
+                await self._up.wait()
                 if self.closed.is_set():
                     raise Unavailable(f"flush {self._url}: the connection closed")
-                await trio.sleep(0.01)
             self._ping(pong)
             await pong.arrived.wait()
         if not pong.ok:
@@ -441,6 +445,7 @@ class NativeConnection:
             log.warning("nats %s: %s", self._at or self._url, reason)
         self._connected = False
         self.closed.set()
+        self._up.set()
         self._fail_waiters()
         for slot in self._replies.values():
             slot.arrived.set()
@@ -544,6 +549,7 @@ class NativeConnection:
         """Trio: serve sockets until closed for good (the connection's one long task)."""
         while True:
             self._stream, self._connected, self._fatal = stream, True, None
+            self._up.set()
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._read, stream, rest, nursery.cancel_scope)
@@ -551,6 +557,8 @@ class NativeConnection:
                     nursery.start_soon(self._keep_alive, nursery.cancel_scope)
             finally:
                 self._connected, self._stream = False, None
+                if not self.closed.is_set():
+                    self._up = trio.Event()
                 self._fail_waiters()
                 with trio.CancelScope(shield=True):
                     await stream.aclose()

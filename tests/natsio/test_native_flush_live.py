@@ -105,3 +105,77 @@ async def test_a_ping_left_unsent_by_a_lost_socket_does_not_answer_a_later_flush
             await conn.flush()  # the pairing holds on
             assert not conn.closed.is_set()
 
+
+class _Steps(trio.abc.Instrument):
+    """Counts the scheduler steps of one task (how often it was woken)."""
+
+    def __init__(self) -> None:
+        self.task: trio.lowlevel.Task | None = None
+        self.count = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.count += 1
+
+
+async def _flush_during_an_outage(nursery, tmp_path, *, come_back: bool) -> tuple[str, list[BaseException | None], int]:
+    """A flush started while the broker is gone (SIGTERMed); then, OUTAGE_S later, a broker on
+    its port again (``come_back``) or the connection closed by its owner. Returns (the URL, the
+    flush's outcome: None for a return, or its exception; how many scheduler steps its task took)."""
+    port, first = free_port(), trio.CancelScope()
+    url = f"nats://127.0.0.1:{port}"
+    await start_stoppable(nursery, tmp_path, port, first, "a")
+    outcome: list[BaseException | None] = []
+    steps = _Steps()
+
+    async def flush(conn: NativeConnection) -> None:
+        steps.task = trio.lowlevel.current_task()
+        try:
+            await conn.flush()
+            outcome.append(None)
+        except Unavailable as exc:
+            outcome.append(exc)
+
+    trio.lowlevel.add_instrument(steps)
+    try:
+        with trio.fail_after(CEILING_S):
+            async with open_native_connection(url, reconnect=True) as conn:
+                await conn.flush()
+                first.cancel()
+                while conn.connected_url is not None:
+                    await trio.sleep(PACE_S)
+                nursery.start_soon(flush, conn)
+                await trio.testing.wait_all_tasks_blocked()
+                await trio.sleep(OUTAGE_S)
+                assert outcome == []  # it waits for a socket
+                if come_back:
+                    await start_stoppable(nursery, tmp_path, port, trio.CancelScope(), "b")
+                    while not outcome:
+                        await trio.sleep(PACE_S)
+                    assert conn.statistics().reconnects == 1
+        while not outcome:
+            await trio.sleep(PACE_S)
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    return url, outcome, steps.count
+
+
+# How long the broker stays away at least while a flush waits (seconds; no time is asserted).
+OUTAGE_S = 0.5
+# A flush that waits for the next socket is woken when it is up (or closed), not every 10 ms:
+# a handful of steps for the whole outage (the wake-up, the PONG: 2 and 1 when measured), where
+# a poll took one per 10 ms of the outage (OUTAGE_S and more), fifty or more.
+MAX_FLUSH_STEPS = 8
+
+
+async def test_a_flush_during_an_outage_returns_after_the_reconnect_woken_once(nursery, tmp_path):
+    _, outcome, steps = await _flush_during_an_outage(nursery, tmp_path, come_back=True)
+    assert outcome == [None]
+    assert steps <= MAX_FLUSH_STEPS, steps
+
+
+async def test_a_flush_during_an_outage_raises_unavailable_when_the_connection_closes(nursery, tmp_path):
+    url, outcome, steps = await _flush_during_an_outage(nursery, tmp_path, come_back=False)
+    assert [type(exc) for exc in outcome] == [Unavailable]
+    assert str(outcome[0]) == f"flush {url}: the connection closed"
+    assert steps <= MAX_FLUSH_STEPS, steps
