@@ -199,9 +199,13 @@ class NativeConnection:
         self._info: dict[str, object] = {}
         self._stream: trio.SocketStream | None = None
         self._connected = False
+        # Set while a socket is up and once closed for good; a fresh one while a reconnect runs,
+        # so a flush made meanwhile sleeps until then (trio events cannot be cleared).
+        self._up = trio.Event()
         self._out = bytearray()
         self._writer_lot = trio.lowlevel.ParkingLot()
         self._pongs: deque[_Pong] = deque()
+        self._unsent_pings = 0  # PINGs in _out, not yet handed to a send (see _reconnect_loop)
         self._subs: dict[int, _Sub] = {}
         self._next_sid = 0
         self._inbox = f"{inbox_prefix or '_INBOX'}.{secrets.token_hex(11)}"
@@ -261,6 +265,10 @@ class NativeConnection:
     async def flush(self) -> None:
         """Trio: a PING round trip, so everything queued before it has reached the broker.
 
+        While a reconnect runs it waits for the next socket (woken when that is up, or when the
+        connection closes for good) and does its round trip there. A PING still queued when a
+        socket went is answered on the next one by a PONG no flush takes (its flush raised).
+
         Raises:
             Unavailable: the connection is closed or its socket was lost before the PONG, or no
                 PONG within the 10 s cap (the caller's deadline, when sooner, cancels instead).
@@ -270,11 +278,10 @@ class NativeConnection:
         pong = _Pong()
         with trio.move_on_after(DEFAULT_CAP_S):
             while not self._connected:  # a reconnect is running: the PING goes on the next socket
+                await self._up.wait()
                 if self.closed.is_set():
                     raise Unavailable(f"flush {self._url}: the connection closed")
-                await trio.sleep(0.01)
-            self._pongs.append(pong)
-            self._write(b"PING\r\n")
+            self._ping(pong)
             await pong.arrived.wait()
         if not pong.ok:
             raise Unavailable(f"flush {self._at or self._url}: no PONG (the connection was lost or is closed)")
@@ -413,6 +420,13 @@ class NativeConnection:
             self._writer_lot.unpark()
         self._out += data
 
+    def _ping(self, pong: _Pong) -> None:
+        """Sync: queue a PING whose PONG wakes ``pong`` (the broker answers PINGs in order, so
+        the PONGs pair with the waiters in ``_pongs`` first in, first out)."""
+        self._pongs.append(pong)
+        self._write(b"PING\r\n")
+        self._unsent_pings += 1
+
     def _on_reply(self, msg: Message) -> None:
         slot = self._replies.get(msg.subject[len(self._inbox) + 1:])
         if slot is not None and not slot.arrived.is_set():
@@ -431,6 +445,7 @@ class NativeConnection:
             log.warning("nats %s: %s", self._at or self._url, reason)
         self._connected = False
         self.closed.set()
+        self._up.set()
         self._fail_waiters()
         for slot in self._replies.values():
             slot.arrived.set()
@@ -534,6 +549,7 @@ class NativeConnection:
         """Trio: serve sockets until closed for good (the connection's one long task)."""
         while True:
             self._stream, self._connected, self._fatal = stream, True, None
+            self._up.set()
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._read, stream, rest, nursery.cancel_scope)
@@ -541,6 +557,8 @@ class NativeConnection:
                     nursery.start_soon(self._keep_alive, nursery.cancel_scope)
             finally:
                 self._connected, self._stream = False, None
+                if not self.closed.is_set():
+                    self._up = trio.Event()
                 self._fail_waiters()
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
@@ -586,6 +604,10 @@ class NativeConnection:
                     self._at = url
                     pending = bytes(self._out)  # what was queued during the outage goes after the SUBs
                     self._out.clear()
+                    # A PING queued before the loss goes with it, and this broker answers it; its
+                    # waiter was failed with the old socket. A waiter nobody awaits takes each such
+                    # PONG, or it would wake the next flush before that flush's own PONG.
+                    self._pongs.extendleft(_Pong() for _ in range(self._unsent_pings))
                     for sub in self._subs.values():
                         self._out += _encode_sub(sub)
                     self._out += pending
@@ -602,6 +624,7 @@ class NativeConnection:
                     continue
                 data = bytes(self._out)
                 self._out.clear()
+                self._unsent_pings = 0  # what a failed send took is lost with its socket
                 self._sends += 1
                 self._sent_bytes += len(data)
                 self._in_send = True
@@ -622,8 +645,7 @@ class NativeConnection:
         while True:
             await trio.sleep(KEEPALIVE_S)
             pong = _Pong()
-            self._pongs.append(pong)
-            self._write(b"PING\r\n")
+            self._ping(pong)
             with trio.move_on_after(PONG_TIMEOUT_S):
                 await pong.arrived.wait()
             if not pong.arrived.is_set() and not self._closing:
