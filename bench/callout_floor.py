@@ -65,7 +65,7 @@ from cotal_trio.core.identity import derive_owner
 from cotal_trio.core.issuance import issuance_row, render_row
 from cotal_trio.core.jose import BearerKeySet, IssuerKey
 from cotal_trio.core.ledger import LedgerKind, LedgerRow
-from cotal_trio.core.limits import ConnectLimiter
+from cotal_trio.core.limits import ConnectLimiter, ConnectLimits
 from cotal_trio.core.nkeys import KeyPair, Prefix
 from cotal_trio.core.nkeys import verify as verify_signature
 from cotal_trio.core.xkeys import XKeyPair
@@ -99,6 +99,8 @@ class Connect:
         )  # fmt: skip
         issuer = IssuerKey.generate(bytes([10]) * 32)
         self.verifier = BearerVerifier(BearerKeySet.from_keys([issuer]))
+        # the lane's one limiter, charged on every connect; allowances no batch here reaches
+        self.limiter = ConnectLimiter(ConnectLimits(actor_per_minute=10**9, owner_per_minute=10**9))
         owner = derive_owner(bytes(32) + b"x", "https://idp.example", "alice")
         bearer, _ = issue_bearer(
             BearerGrant(owner=owner, actor="agent", scope=("spawn",), lifecycle_uid="a" * 26),
@@ -132,7 +134,7 @@ class Connect:
         """The decision path of one connect (what the lane's worker runs between its I/O)."""
         request = open_request(self.data, self.headers, keys=self.keys, now=self.now, skew_s=0.0)
         bearer = check_connect(
-            request, space=SPACE, verifier=self.verifier, limiter=ConnectLimiter(), now=self.now, at=trio.current_time()
+            request, space=SPACE, verifier=self.verifier, limiter=self.limiter, now=self.now, at=trio.current_time()
         )
         decide_connect(request, bearer, self.rows, space=SPACE, now=self.now)  # the remembered rows' grant
         grant = decide_connect(request, bearer, self.rows, space=SPACE, now=self.now)  # the re-check's
@@ -145,7 +147,7 @@ class Connect:
         the re-check's grant; the mint waits for :meth:`mint`, after the acks."""
         request = open_request(self.data, self.headers, keys=self.keys, now=self.now, skew_s=0.0)
         bearer = check_connect(
-            request, space=SPACE, verifier=self.verifier, limiter=ConnectLimiter(), now=self.now, at=trio.current_time()
+            request, space=SPACE, verifier=self.verifier, limiter=self.limiter, now=self.now, at=trio.current_time()
         )
         nonce = f"ibx{n:016d}"
         request = dataclasses.replace(request, connect_name=nonce)
@@ -184,11 +186,15 @@ class LogLine:
     through ``logging`` to a file (the service's stderr goes to a file or a journal)."""
 
     def __init__(self, path: Path) -> None:
+        # the service's logging set-up (cotal_trio.cli's): the message alone, and none of the
+        # record attributes no line uses
+        logging._srcfile = None  # type: ignore[attr-defined]
+        logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
         self.log = logging.getLogger("cotal.floor")
         self.log.propagate = False
         self.log.setLevel(logging.INFO)
-        handler = logging.FileHandler(path)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler = logging.StreamHandler(path.open("a"))
+        handler.setFormatter(logging.Formatter("%(message)s"))
         self.log.addHandler(handler)
 
     def write(self, n: int) -> None:

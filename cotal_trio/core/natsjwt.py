@@ -93,7 +93,7 @@ _HEADER_B64 = _b64(_compact(HEADER))
 
 
 # Base32 (RFC 4648 alphabet) ten bits at a time: the jti is two per JWT on the callout's hot
-# path, and base64.b32encode is a Python loop (10 us for 32 bytes here; this takes 3).
+# path, and base64.b32encode is a Python loop (about 9 us for 32 bytes here; this takes 5).
 _B32_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 _B32_PAIRS = [bytes((_B32_ALPHABET[i >> 5], _B32_ALPHABET[i & 31])) for i in range(1024)]
 _JTI_SHIFTS = range(250, -1, -10)  # 256 bits and 4 zero bits: 26 pairs, 52 characters
