@@ -305,7 +305,7 @@ class AuthorityMemo:
         accepted_key(plan.token)  # checks the token
         requests, token_read, replies = template
         pub_allow = (*(s.replace(_GEN0, generation) for s in requests), token_read.replace(_TOKEN0, plan.token))
-        return _valid_permissions(pub_allow=pub_allow, sub_allow=tuple(s.replace(_GEN0, generation) for s in replies))
+        return Permissions.of_checked(pub_allow=pub_allow, sub_allow=tuple(s.replace(_GEN0, generation) for s in replies))
 
     def ceiling(self, permissions: Permissions, extra: Permissions, *, nonce: str) -> Ceiling:
         """``ceiling_of(widen(permissions, extra))``, where ``nonce`` is the connection's inbox
@@ -328,17 +328,6 @@ def _remember(memo: dict[Any, Any], key: Any, value: Any, capacity: int) -> None
     if len(memo) >= capacity:
         del memo[next(iter(memo))]
     memo[key] = value
-
-
-def _valid_permissions(*, pub_allow: tuple[str, ...], sub_allow: tuple[str, ...]) -> Permissions:
-    """Permissions of allow rows made from subjects already checked (stand-ins replaced by
-    checked tokens), built without checking them again."""
-    made = object.__new__(Permissions)
-    for name, value in (
-        ("pub_allow", pub_allow), ("pub_deny", ()), ("sub_allow", sub_allow), ("sub_deny", ()), ("resp_max", None),
-    ):  # fmt: skip
-        object.__setattr__(made, name, value)
-    return made
 
 
 def _row_template(plan: AuthorityPlan) -> tuple[tuple[str, ...], str, tuple[str, ...]] | None:

@@ -279,3 +279,12 @@ def test_jti_is_the_hash_of_the_other_claims():
     head, _, _ = body.rpartition(b',"jti":"')
     digest = hashlib.new("sha512_256", head + b"}").digest()
     assert natsjwt.verify(GOLDEN_JWT)["jti"] == b64mod.b32encode(digest).decode().rstrip("=")
+
+
+@given(st.binary(min_size=32, max_size=32))
+def test_the_jti_alphabet_walk_is_base32_without_padding(digest):
+    # natsjwt encodes the jti ten bits at a time (the callout's hot path, issue 14); it must be
+    # exactly RFC 4648 base32 of the digest, as nats-io/jwt writes it, for every digest.
+    import base64 as b64mod
+
+    assert natsjwt._jti_of(digest) == b64mod.b32encode(digest).rstrip(b"=")

@@ -406,3 +406,25 @@ def test_no_operator_side_profile_reads_every_dm_and_deletes_streams():
         reads_dm = any(s.startswith(("$JS.API.CONSUMER.CREATE.COTAL_DM_", "$JS.API.CONSUMER.MSG.NEXT.COTAL_DM_"))
                        for s in permissions.pub_allow) or any(".dm." in s for s in permissions.sub_allow)  # fmt: skip
         assert not (deletes and reads_dm), name
+
+
+@given(
+    st.lists(channels, max_size=4),
+    st.lists(channels, max_size=4),
+    st.from_regex(r"[A-Za-z0-9_-]{8,40}", fullmatch=True),
+)
+def test_a_fresh_nonce_profile_is_what_the_checked_constructor_builds(pub, sub, nonce):
+    # A fresh inbox nonce's agent profile is built from lists checked once per principal, with
+    # only its inbox subject checked (issue 14): it must be exactly the profile the checking
+    # constructor accepts, and the same as a list-input call, which takes the unmemoized path.
+    memoized = agent(allow_publish=tuple(pub), allow_subscribe=tuple(sub), inbox_nonce=nonce)
+    unmemoized = agent(allow_publish=list(pub), allow_subscribe=list(sub), inbox_nonce=nonce)
+    assert memoized == unmemoized
+    assert Permissions(pub_allow=memoized.pub_allow, sub_allow=memoized.sub_allow) == memoized
+    assert memoized.sub_allow[-1] == f"_INBOX_{nonce}.>"
+
+
+@pytest.mark.parametrize("fields", [{"pub_allow": (), "sub_allow": ("a",)}, {"pub_allow": ("a",), "sub_allow": ()}])
+def test_checked_permissions_still_refuse_an_empty_direction(fields):
+    with pytest.raises(CodecError):
+        Permissions.of_checked(**fields)
