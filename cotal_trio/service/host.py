@@ -61,6 +61,7 @@ from cotal_trio.core.manifest import (
     render_applied,
 )
 from cotal_trio.state.files import atomic_write
+from cotal_trio.state.lock import hold_manifest
 from cotal_trio.lane.events import EventBus
 from cotal_trio.lane.plane import Fenced
 from cotal_trio.service.triggers import receive_sighup, settle, watch_manifest
@@ -476,10 +477,20 @@ async def run_host(config: HostConfig, *, task_status: trio.TaskStatus[Host] = t
     to list no lane: a stopped host claims nothing (issue 15 item 11). The manifest is left as
     it is.
 
+    One host per manifest: it holds ``<manifest>.applied.lock`` while it runs
+    (:func:`~cotal_trio.state.lock.hold_manifest`), since ``.applied`` is one host's account.
+
     Raises:
         RuntimeError: not in the main thread (SIGHUP needs a signal handler).
+        ConfigError: another host holds the manifest (the sentence names its pid and the fix).
     """
     host = Host(config)
+    with hold_manifest(host.manifest):  # one host per .applied (DESIGN.md 9); instant file I/O
+        await _serve_host(host, config, task_status)
+
+
+async def _serve_host(host: Host, config: HostConfig, task_status: trio.TaskStatus[Host]) -> NoReturn:
+    """:func:`run_host` once it holds the manifest."""
     wake_tx, wake_rx = trio.open_memory_channel[None](1)
     stop_watching = trio.Event()  # watchfiles polls is_set() from its thread
     try:

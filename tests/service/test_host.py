@@ -450,3 +450,48 @@ async def test_a_stopped_host_leaves_applied_naming_no_lane(manifest):
     assert seen == [{}]
     doc = json.loads(applied_of(manifest).read_bytes())
     assert doc["manifestSha256"] == hashlib.sha256(manifest.read_bytes()).hexdigest()
+
+
+# --- one host per manifest ------------------------------------------------------------------------
+
+
+async def test_a_second_host_on_the_same_manifest_is_refused_naming_the_first(manifest):
+    """Two hosts on one manifest both rewrote its ``.applied`` after their own reconciles, so
+    the file flipped between two hosts' views (one serving a space, the other retrying it for a
+    refused plane claim) and claimed what neither alone was: the second is refused at start,
+    naming the first's pid and the fix, and the first's ``.applied`` is left as it wrote it.
+    Once the first has stopped, a host starts on the manifest again."""
+    lanes = FakeLanes()
+    with trio.fail_after(CEILING_S):
+        async with trio.open_nursery() as nursery:
+            first = await start_host(nursery, config(manifest, lanes))
+            await applied_when(first, manifest, serving("a", "b", "c"))
+            written = applied_of(manifest).read_bytes()
+            with pytest.raises(ConfigError) as refused:
+                await start_host(nursery, config(manifest, FakeLanes()))
+            assert str(refused.value) == (
+                f"manifest {manifest} is already hosted by pid {os.getpid()}, which writes {applied_of(manifest)}"
+                " - run one host per manifest: stop that one, or give this host a manifest of its own"
+                " (a callout replica host lists the same spaces in its own file)"
+            )
+            assert applied_of(manifest).read_bytes() == written
+            nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            again = await start_host(nursery, config(manifest, FakeLanes()))
+            await applied_when(again, manifest, serving("a", "b", "c"))
+            nursery.cancel_scope.cancel()
+
+
+async def test_two_links_to_one_manifest_are_two_hosts_with_two_status_files(nursery, tmp_path):
+    """``.applied`` is written beside the path a host was given, so two hosts given two links to
+    one file write two files and do not collide."""
+    target = tmp_path / "spaces.json"
+    target.write_bytes(manifest_bytes("a"))
+    links = [tmp_path / "one.json", tmp_path / "two.json"]
+    for link in links:
+        link.symlink_to(target.name)
+    with trio.fail_after(CEILING_S):
+        hosts = [await start_host(nursery, config(link, FakeLanes())) for link in links]
+        for host, link in zip(hosts, links, strict=True):
+            await applied_when(host, link, serving("a"))
+    nursery.cancel_scope.cancel()
