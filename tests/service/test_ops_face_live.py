@@ -24,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from email.message import Message
+from pathlib import Path
 
 import pytest
 import trio
@@ -254,11 +255,19 @@ async def test_events_carry_every_space_behind_the_same_rules(two) -> None:
     assert status == 426 and "websocket" in json.loads(body)["error"]
 
 
+def _replica_manifest(stack: Stack) -> Path:
+    """A replica host's own manifest listing the root's spaces (one host per manifest, as
+    docs/deploy.md sets replicas up: each ``.applied`` is one host's account)."""
+    manifest = stack.paths.root.parent / "replica.json"
+    manifest.write_bytes(stack.paths.spaces_manifest.read_bytes())
+    return manifest
+
+
 async def test_a_callout_only_host_serves_one_too(two, nursery) -> None:
     stack, _, _ = two
     port = free_port()
     config = ServiceConfig(
-        root=stack.paths, server_url=stack.info.server_url, manifest=stack.paths.spaces_manifest,
+        root=stack.paths, server_url=stack.info.server_url, manifest=_replica_manifest(stack),
         callout_only=True, ops_port=port,
     )
     url = f"http://127.0.0.1:{port}"
@@ -280,7 +289,7 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 async def test_a_busy_ops_port_is_one_sentence_naming_the_flag(two) -> None:
     stack, _, port = two
     done = await trio.to_thread.run_sync(functools.partial(
-        _run, "service", "run", "callout-replica", "--spaces", str(stack.paths.spaces_manifest),
+        _run, "service", "run", "callout-replica", "--spaces", str(_replica_manifest(stack)),
         "--root", str(stack.paths.root), "--server", stack.info.server_url, "--ops-port", str(port),
     ))
     assert done.returncode == 1
