@@ -40,7 +40,7 @@ from ..broker.spaces import list_spaces
 from ..core.errors import ConfigError
 from ..state import RootPaths, atomic_create, ensure_dir, load_broker, load_space
 from ..state.seeds import record_seed
-from .common import Where, check_auth_timeout
+from .common import PortRange, Where, check_auth_timeout
 
 __all__ = ["broker_app", "config", "leaf_config"]
 
@@ -57,8 +57,8 @@ class NodeFlags:
 
     node: Annotated[str, Parameter(help="The node's server_name, unique in the cluster (letters, digits, _ and -).")]
     cluster_routes: Annotated[str, Parameter(help="Every node's route URL, comma-separated: nats-route://host:port,...")]
-    port: Annotated[int, Parameter(help="The client port.")] = DEFAULT_PORT
-    cluster_port: Annotated[int, Parameter(help="The route port this node listens on.")] = DEFAULT_CLUSTER_PORT
+    port: Annotated[int, Parameter(validator=PortRange(), help="The client port.")] = DEFAULT_PORT
+    cluster_port: Annotated[int, Parameter(validator=PortRange(), help="The route port this node listens on.")] = DEFAULT_CLUSTER_PORT
     cluster_name: Annotated[str, Parameter(help="The cluster's name, the same on every node.")] = CLUSTER_NAME
     host: Annotated[str, Parameter(help="The address the client, route and leaf-node listeners bind.")] = LISTEN_HOST
 
@@ -68,7 +68,7 @@ class NodeFlags:
 class MonitoringFlags:
     """nats-server's monitoring endpoint (no auth of its own)."""
 
-    http_port: Annotated[int | None, Parameter(help="Serve nats-server's monitoring (/varz, /routez, /jsz) on this port.")] = None
+    http_port: Annotated[int | None, Parameter(validator=PortRange(), help="Serve nats-server's monitoring (/varz, /routez, /jsz) on this port.")] = None
     http_host: Annotated[str, Parameter(help="The address monitoring binds; it has no auth, so keep it loopback or firewalled.")] = LISTEN_HOST
 
 
@@ -86,7 +86,7 @@ def config(
     *,
     node: NodeFlags,
     monitoring: MonitoringFlags = MonitoringFlags(),
-    leafnodes: Annotated[int | None, Parameter(help="A hub: listen for leaf-node links on this port (leafnodes { listen }).")] = None,
+    leafnodes: Annotated[int | None, Parameter(validator=PortRange(), help="A hub: listen for leaf-node links on this port (leafnodes { listen }).")] = None,
     folders: NodeFolders = NodeFolders(),
     auth_timeout: Annotated[float | None, Parameter(help="authorization { timeout } in seconds (default: nats-server's 2); pass every service the same --auth-timeout.")] = None,
     root: Annotated[str | None, Parameter(help="State folder (default $COTAL_ROOT, else ./.cotal).")] = None,
@@ -126,7 +126,7 @@ def leaf_config(
     *,
     node: Annotated[str, Parameter(help="The leaf's server_name, unique among the hub's nodes and leaves.")],
     hub: Annotated[str, Parameter(help="The hub's leaf-node URLs, comma-separated: nats-leaf://host:port (the hub's --leafnodes port).")],
-    port: Annotated[int, Parameter(help="The leaf's client port.")] = DEFAULT_PORT,
+    port: Annotated[int, Parameter(validator=PortRange(), help="The leaf's client port.")] = DEFAULT_PORT,
     host: Annotated[str, Parameter(help="The address the leaf's client listener binds.")] = LISTEN_HOST,
     space: Annotated[tuple[str, ...], Parameter(help="Link this space's data account (repeat it; default: every space of the root).")] = (),
     monitoring: MonitoringFlags = MonitoringFlags(),

@@ -58,12 +58,12 @@ def test_a_leaf_config_links_the_system_account_and_each_space_and_runs_no_jetst
     nats_accepts(nats_server_bin, conf)
 
 
+# A port outside 1-65535 is a usage error before the command runs: tests/cli/test_exit_codes.py.
 @pytest.mark.parametrize(("argv", "sentence"), [
     (("--hub", "nats-route://h:6222"), "--hub: 'nats-route://h:6222' is not a leaf-node URL - pass nats-leaf://host:port (the hub's leafnodes port)"),
     (("--hub", "nats-leaf://u:p@h:7422"), "--hub: 'nats-leaf://u:p@h:7422' is not a leaf-node URL - pass nats-leaf://host:port (the hub's leafnodes port)"),
     (("--hub", " , "), "--hub is empty - pass the hub's leaf-node URL, nats-leaf://host:port (every hub node's, comma-separated)"),
     (("--hub", "nats-leaf://h:7422", "--space", "nope"), "--space nope: the root {root} has no space nope - add it first: cotal space add nope --root {root}"),
-    (("--hub", "nats-leaf://h:7422", "--port", "0"), "port 0 is not 1 to 65535 - pass --port with a valid port"),
 ])  # fmt: skip
 def test_a_bad_flag_is_one_sentence_and_writes_nothing(provisioned, capsys, argv, sentence):
     root = provisioned.paths.root

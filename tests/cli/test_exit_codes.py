@@ -68,6 +68,8 @@ _RUN_FULL = ("service", "run", "auth-service", "--space", "a")
 _RUN_REPLICA = ("service", "run", "callout-replica", "--space", "a")
 _RENDER_FULL = ("service", "render", "auth-service", "--space", "a", *_SERVER)
 _RENDER_REPLICA = ("service", "render", "callout-replica", "--space", "a", *_SERVER)
+_NODE_CONFIG = ("broker", "config", "--node", "n1", "--cluster-routes", "nats-route://127.0.0.1:6222")
+_LEAF_CONFIG = ("broker", "leaf-config", "--node", "leaf1", "--hub", "nats-leaf://127.0.0.1:7422")
 _ONE_TO = "A port is 1 to 65535 - pass one in that range."
 _OR_FREE = "A port is 1 to 65535 - pass one in that range, or 0 for any free one."
 OUT_OF_RANGE_PORTS = [
@@ -88,6 +90,12 @@ OUT_OF_RANGE_PORTS = [
     (_RENDER_FULL, "--ops-port", "70000", _OR_FREE),
     (_RENDER_FULL, "--exchange-public-port", "65536", _ONE_TO),
     (_RENDER_REPLICA, "--ops-port", "65536", _OR_FREE),
+    (_NODE_CONFIG, "--port", "70000", _ONE_TO),
+    (_NODE_CONFIG, "--cluster-port", "0", _ONE_TO),
+    (_NODE_CONFIG, "--http-port", "65536", _ONE_TO),
+    (_NODE_CONFIG, "--leafnodes", "70000", _ONE_TO),
+    (_LEAF_CONFIG, "--port", "0", _ONE_TO),
+    (_LEAF_CONFIG, "--http-port", "-1", _ONE_TO),
 ]
 
 
