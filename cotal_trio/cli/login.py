@@ -137,7 +137,7 @@ async def login(
                           created_at=now, expires_at=expires)  # fmt: skip
     await _keep(path, record, earlier=earlier)
     if earlier is not None:  # replaced, and only now (the new one is kept): sign the old one out, or it stays live
-        await _sign_out_quietly(base, earlier.session)
+        await _sign_out_replaced(base, earlier.session, space_paths.space)
     print(f"logged in to space {space_paths.space} at {pin.issuer}; the session is kept in {path}")
     return ExitCode.OK
 
@@ -174,6 +174,17 @@ def _unkept(exc: OSError | ConfigError, path: Path, space: str, *, earlier: bool
     kept = "your earlier session is kept (not signed out)" if earlier else "the new session is signed out"
     return ConfigError(f"cannot keep the new login session in {path} ({why}) - {kept}; {fix}, then run"
                        f" `{relogin_command(space)}` again")  # fmt: skip
+
+
+async def _sign_out_replaced(base: str, session: str, space: str) -> None:
+    """Sign the replaced ``session`` out at ``base``; when the IdP will not, say so on stderr: its
+    file is gone (the new session took its place), so nothing here can sign it out later."""
+    try:
+        await trio.to_thread.run_sync(sign_out, base, session)
+    except (ConfigError, Unavailable) as exc:
+        why = str(exc).partition(" - ")[0]  # its own fix ("retry `cotal logout`") would end the new one
+        print(f"cotal: warning: your earlier login session for space {space} was not signed out: {why} - it"
+              " stays live at the IdP until it expires or you end it there", file=sys.stderr)
 
 
 async def _sign_out_quietly(base: str, session: str) -> None:

@@ -41,16 +41,20 @@ def _limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT_BYTES, FILE_LIMIT_BYTES))
 
 
-async def _pinned_idp(nursery: trio.Nursery, root) -> tuple[str, list[str]]:
+async def _pinned_idp(nursery: trio.Nursery, root, *, refuse_sign_out: bool = False) -> tuple[str, list[str]]:
     """The development IdP served on a free port and pinned as the space's IdP: its base URL, and
-    the sessions it has been asked to sign out, in order (filled as they come)."""
+    the sessions it has been asked to sign out, in order (filled as they come). With
+    ``refuse_sign_out`` it answers every sign-out 503 (an IdP briefly down)."""
     app = build_dev_idp_app(root.idp, device=POLICY)
     signed_out: list[str] = []
 
     @app.before_request
-    async def note_sign_out() -> None:
+    async def note_sign_out() -> tuple[dict[str, str], int] | None:
         if request.path == "/sign-out":
             signed_out.append(request.headers.get("Authorization", "").removeprefix("Bearer "))
+            if refuse_sign_out:
+                return {"error": "temporarily_unavailable"}, 503
+        return None
 
     base = f"http://127.0.0.1:{await nursery.start(functools.partial(serve_app, app))}"
     save_idp_pin(root.space.idp_json, IdpPinRecord(kind="oidc", url=base, issuer=base, audience=base, jwks_uri=f"{base}/jwks"))
@@ -121,3 +125,23 @@ async def test_a_folder_where_the_session_goes_signs_the_new_session_out(nursery
     assert err == (f"cotal: cannot keep the new login session in {path} (Is a directory) - the new session is signed"
                    f" out; check that path and its folder, then run `cotal login --space {SPACE}` again\n")  # fmt: skip
     assert path.is_dir() and sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+
+async def test_an_earlier_session_the_idp_would_not_sign_out_is_named(nursery, root, tmp_path):
+    """The login succeeded and replaced the file, but the IdP would not sign the earlier session
+    out (it answers 503): that session stays live at the IdP with no file left to sign it out
+    from, so the login says so on stderr instead of nothing, and still succeeds."""
+    base, signed_out = await _pinned_idp(nursery, root, refuse_sign_out=True)
+    env = person_env(tmp_path)
+    path = session_path(env, space=SPACE, issuer=base)
+    with trio.fail_after(CEILING_S):
+        earlier = await _earlier_session(base, root, path)
+        process, user_code = await start_login(nursery, root.paths.root, SPACE, env)
+        await trio.to_thread.run_sync(_approve, base, root, user_code)
+        code, out, err = await finish(process)
+        assert signed_out == [earlier.session] and await _still_accepted(base, earlier.session)
+    assert code == 0 and out.endswith(f"logged in to space {SPACE} at {base}; the session is kept in {path}\n"), out
+    assert err == (f"cotal: warning: your earlier login session for space {SPACE} was not signed out: the IdP at"
+                   f" {base} failed to sign out (HTTP 503) - it stays live at the IdP until it expires or you end it"
+                   " there\n")  # fmt: skip
