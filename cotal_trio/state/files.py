@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cotal_trio.core.errors import ConfigError
+from cotal_trio.core.identity import is_space
 
 __all__ = [
     "FULL_DISK_ERRNOS",
@@ -65,10 +66,18 @@ def corrupt(path: Path | str, why: str) -> ConfigError:
 
 
 def missing(path: Path | str) -> ConfigError:
-    """The ConfigError for a root file that should exist but does not."""
-    return ConfigError(
-        f"{path} is missing - run `cotal up` (or add the space again) to provision the root"
-    )
+    """The ConfigError for a root file that should exist but does not.
+
+    A space's own file (``<root>/spaces/<space>/...``) names ``cotal space add``, which
+    provisions that space again; restarting ``cotal up`` makes only its own space's files, so
+    for any other space it would not bring the file back. Any other file names ``cotal up``.
+    """
+    path = Path(path)
+    folder = path.parent
+    if folder.parent.name == "spaces" and is_space(folder.name):
+        root = folder.parent.parent
+        return ConfigError(f"{path} is missing - run `cotal space add {folder.name} --root {root}` to provision the space again")
+    return ConfigError(f"{path} is missing - run `cotal up` (or add the space again) to provision the root")
 
 
 def ensure_dir(path: Path | str, mode: int = FOLDER_MODE) -> Path:

@@ -61,3 +61,20 @@ def test_the_console_script_enters_through_the_guard():
     assert scripts == {"cotal": "cotal_trio.__main__:main"}
     proc = subprocess.run([sys.executable, "-m", "cotal_trio", "--version"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert (proc.returncode, proc.stdout.strip()) == (0, "0.1.0")
+
+
+def test_a_sigint_a_shell_had_ignored_is_honoured_from_the_start():
+    """A background job of a shell (`cotal up &`) starts with SIGINT ignored; the serving
+    command honours SIGINT once it listens for it, so a Ctrl-C or ``kill -INT`` in the first
+    tenths of a second was lost and the service came up anyway (a new user's run). The entry
+    restores Python's KeyboardInterrupt before anything else, so the whole start honours it."""
+    code = textwrap.dedent("""
+        import signal, sys
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the shell left it
+        sys.argv = ["cotal", "--version"]
+        from cotal_trio.__main__ import main
+        code = main()
+        print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, code)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert (proc.returncode, proc.stdout.split()[-2:]) == (0, ["True", "0"]), proc.stderr

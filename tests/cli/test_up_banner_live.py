@@ -89,7 +89,8 @@ def test_the_banner_names_each_retrying_space_and_its_reason_and_only_those(tmp_
     manifest = json.loads((root / "spaces.json").read_text())
     (root / "spaces.json").write_text(json.dumps({**manifest, "spaces": [*manifest["spaces"], {"space": "ghost"}]}))
     lines, applied = _served(root)
-    beta = f"{root}/spaces/beta/issuer.json is missing - run `cotal up` (or add the space again) to provision the root"
+    # the fix for another space's file is `cotal space add`: a restarted `cotal up` makes only its own space's
+    beta = f"{root}/spaces/beta/issuer.json is missing - run `cotal space add beta --root {root}` to provision the space again"
     ghost = f"space ghost is not in the root {root} - see `cotal space list`"
     assert applied == {
         "beta": {"state": "retrying", "reason": beta},

@@ -183,3 +183,17 @@ def test_open_to_others_names_the_mode_of_a_secret_group_or_others_may_read(tmp_
 
 def test_open_to_others_of_no_file_is_none(tmp_path):
     assert files.open_to_others(tmp_path / "absent.json") is None
+
+
+def test_a_missing_file_of_a_space_names_cotal_space_add_and_one_of_the_root_cotal_up(tmp_path):
+    # A restarted `cotal up` provisions only its own space, so "run `cotal up`" never brought back
+    # another space's issuer.json (a new user found it): a space's file names `cotal space add`.
+    root = tmp_path / "root"
+    assert str(files.missing(root / "spaces" / "beta" / "issuer.json")) == (
+        f"{root}/spaces/beta/issuer.json is missing - run `cotal space add beta --root {root}` to provision the space again"
+    )
+    assert str(files.missing(root / "broker.json")) == (
+        f"{root}/broker.json is missing - run `cotal up` (or add the space again) to provision the root"
+    )
+    legacy = root / "spaces" / "space.62657461" / "issuer.json"  # an earlier version's folder name
+    assert str(files.missing(legacy)).endswith("is missing - run `cotal up` (or add the space again) to provision the root")
