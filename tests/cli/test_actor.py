@@ -115,7 +115,11 @@ def test_grant_into_a_space_the_root_does_not_hold_names_it(root, capsys):
 def test_grant_by_sub_needs_the_idp_pin(root, capsys):
     root.space.idp_json.unlink()
     code, _, err = root.run(capsys, "actor", "grant", "cli", "--sub", SUB)
-    assert code == 1 and _one_sentence(err).startswith(f"{root.space.idp_json} is missing - run `cotal up`")
+    space_dir = root.space.idp_json.parent  # <root>/spaces/<space>: the fix provisions that space again
+    assert code == 1 and _one_sentence(err) == (
+        f"{root.space.idp_json} is missing - run `cotal space add {space_dir.name} --root {space_dir.parent.parent}`"
+        " to provision the space again"
+    )
 
 
 # --- managed grants -------------------------------------------------------------------------
