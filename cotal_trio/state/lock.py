@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cotal_trio.core.errors import ConfigError
 
+from .applied import applied_path
 from .files import ensure_dir
 
 __all__ = ["hold_manifest", "hold_root", "lock_file", "manifest_lock"]
@@ -61,7 +62,8 @@ def hold_root(root: Path) -> Iterator[None]:
 def manifest_lock(manifest: Path) -> Path:
     """``<manifest>.applied.lock``: beside the ``.applied`` a host writes for ``manifest`` (the
     path it was given, a link or not; DESIGN.md 9)."""
-    return manifest.with_name(manifest.name + ".applied.lock")
+    applied = applied_path(manifest)
+    return applied.with_name(applied.name + ".lock")
 
 
 @contextmanager
@@ -74,7 +76,7 @@ def hold_manifest(manifest: Path) -> Iterator[None]:
         ConfigError: another host holds it (the sentence names its pid and the fix), or the lock
             file cannot be created.
     """
-    applied = manifest.with_name(manifest.name + ".applied")
+    applied = applied_path(manifest)
     refusal = (
         "manifest {manifest} is already hosted by pid {holder}, which writes {applied} - run one host per"
         " manifest: stop that one, or give this host a manifest of its own (a callout replica host lists"
