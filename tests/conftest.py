@@ -24,6 +24,18 @@ from tests.support.brokers import operator_broker, provisioned  # noqa: E402, F4
 from tests.support.notify import systemd  # noqa: E402, F401  a fake systemd notify socket
 from tests.support.service import mesh  # noqa: E402, F401  spaces a, b, c served by one auth service's broker
 from tests.support.stack import stack  # noqa: E402, F401  the running stack
+from tests.support.reports import transportable, transportable_sections  # noqa: E402
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """A report xdist can send: captured text with a lone surrogate in it (the fuzz tests')
+    would kill the worker that sends it (tests/support/reports.py)."""
+    outcome = yield
+    report = outcome.get_result()
+    report.sections = transportable_sections(report.sections)
+    if isinstance(report.longrepr, str):
+        report.longrepr = transportable(report.longrepr)
 
 
 @pytest.fixture(scope="session")
