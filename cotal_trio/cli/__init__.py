@@ -80,19 +80,23 @@ def __getattr__(name: str) -> Any:
 
 
 def configure_logging() -> None:
-    """Log lines go to stderr as written (the callout line carries its own ``level=``).
+    """Log lines go to stderr one line each (the callout line carries its own ``level=``): a
+    message's unprintable characters, a client's newline among them, are written as escapes
+    (cli/log_lines.py), so no client writes a line into the operator's log.
 
     The callout logs one line per connect, so the record attributes no line uses (caller,
     thread, process) are not collected: the logging documentation's "Optimization" switches.
     """
     import logging  # here, not at the top: inside main's Ctrl-C guard (issue 15 item 9)
 
+    from cotal_trio.cli.log_lines import OneLineFormatter
+
     logging._srcfile = None  # type: ignore[attr-defined]  # documented: skip findCaller
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(OneLineFormatter("%(message)s"))
     root = logging.getLogger("cotal")
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)

@@ -2,7 +2,7 @@
 
 xdist sends every report (its captured stdout, stderr and log sections included, passed or
 not) to the controller as UTF-8. The fuzz tests feed the faces lone surrogates on purpose
-(issue 15 item 6), and a face that logs such a path or subject leaves one in the captured
+(issue 15 item 6), and a face that logs such a key of an exchange body leaves one in the captured
 log: the worker then dies of a UnicodeEncodeError and the run ends in an INTERNALERROR with
 its tests unrun. So the captured text is made encodable (a lone surrogate becomes its
 ``\\udXXX`` escape) before the report leaves the worker.
