@@ -5,8 +5,9 @@ The stack is conftest's ``stack`` (``authorization { timeout: 2 }``). The lane i
 SIGSTOPped or starved process is: its one thread (trio, with nats-py's asyncio loop on it) is
 held in ``time.sleep`` while a client connects from a thread of its own, so the broker's request
 waits in the lane's socket. The client starts 0.05 s into a second ``k``, so the broker stamps
-``iat = k``, ``exp = k + 2`` and gives up at about ``k + 2.05``; the lane reads the request at
-``k + 2.5``, after that and before ``exp + 1``. Its receipt is fresh, so a deadline counted from
+``iat = k`` (``k + 1`` on a loaded machine), ``exp = iat + 2`` and gives up at about ``iat +
+2.05``; the lane is held until the client's connect has failed, so it reads the request after
+that and before ``exp + 1``. Its receipt is fresh, so a deadline counted from
 receipt alone mints it and keeps its issuance row (what happened before, in the issue's words
 "the broker logged an authentication error for cid 114, then the service outcome=minted cid=114
 and kept its row"); counted from the broker's stamp too, it is past ``exp - 0.25`` when read: the
@@ -72,16 +73,17 @@ async def test_a_request_read_after_the_brokers_timeout_is_not_minted_and_leaves
         await trio.sleep(second + 0.05 - time.time())
         thread = threading.Thread(target=_connect_from_a_thread, args=(stack, bearer, outcome))
         thread.start()
-        time.sleep(max(0.0, second + 2.5 - time.time()))  # the lane's thread is held: a paused process
+        # The lane's thread is held (a paused process) until the broker has given up on the client,
+        # whenever it sent its request: a clock second counted from here would be wrong whenever the
+        # client's connect is itself late (a loaded machine: iat = k + 1, the read in time, minted).
+        thread.join(CEILING_S / 2)
         read_at = time.time()
-        while thread.is_alive():  # noqa: ASYNC110 - a plain thread: poll it, bounded by the ceiling
-            await trio.sleep(0.05)
         await trio.sleep(0.5)  # the lane has read and answered the request by now
         lines = callout_lines(caplog)
         async with store_reader(stack.space_paths, stack.info.server_url, SPACE) as conn:
             keys = await kv_keys(conn, plane_bucket(SPACE), prefix="natkey.")
-    assert second + 2.3 < read_at < second + 2.9, "the pause did not land where the test needs it"
-    assert outcome and outcome[0].startswith("refused"), outcome
+    assert outcome and outcome[0].startswith("refused"), outcome  # the broker gave up before the read
+    assert read_at < second + 1 + 2 + 1, "the read came after exp + 1 even for the latest iat (the dropped case)"
     first, late = lines
     assert first["outcome"] == "minted"
     assert (late["outcome"], late.get("at"), late["owner"], late["ledger_ms"]) == ("timeout", "queue", "-", 0)
