@@ -24,18 +24,17 @@ from tests.support.brokers import operator_broker, provisioned  # noqa: E402, F4
 from tests.support.notify import systemd  # noqa: E402, F401  a fake systemd notify socket
 from tests.support.service import mesh  # noqa: E402, F401  spaces a, b, c served by one auth service's broker
 from tests.support.stack import stack  # noqa: E402, F401  the running stack
-from tests.support.reports import transportable, transportable_sections  # noqa: E402
+from tests.support.reports import transportable_data  # noqa: E402
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
-    """A report xdist can send: captured text with a lone surrogate in it (the fuzz tests')
-    would kill the worker that sends it (tests/support/reports.py)."""
+def pytest_report_to_serializable(config: pytest.Config, report: pytest.TestReport):
+    """A report xdist can send: a lone surrogate anywhere in it (the fuzz tests' captured logs,
+    a failure's message) would kill the worker that sends it (tests/support/reports.py)."""
     outcome = yield
-    report = outcome.get_result()
-    report.sections = transportable_sections(report.sections)
-    if isinstance(report.longrepr, str):
-        report.longrepr = transportable(report.longrepr)
+    data = outcome.get_result()
+    if data is not None:
+        outcome.force_result(transportable_data(data))
 
 
 @pytest.fixture(scope="session")

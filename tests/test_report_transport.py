@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from tests.support.reports import transportable, transportable_sections
+import execnet
+import pytest
+
+from tests.support.reports import transportable, transportable_data
 
 
 def test_a_lone_surrogate_becomes_its_escape_and_the_rest_stays():
@@ -15,6 +18,19 @@ def test_encodable_text_is_left_as_it_is():
     assert transportable(text) is text
 
 
-def test_every_section_title_and_content_is_made_transportable():
-    sections = [("Captured log call", "WARNING path=/\udfff"), ("Captured stdout call", "ok")]
-    assert transportable_sections(sections) == [("Captured log call", "WARNING path=/\\udfff"), ("Captured stdout call", "ok")]
+def test_every_string_of_a_nested_report_is_made_transportable():
+    data = {"sections": [("Captured log call", "WARNING path=/\udfff")], "n": 3, "k\ud800": (None, "ok")}
+    assert transportable_data(data) == {"sections": [("Captured log call", "WARNING path=/\\udfff")], "n": 3, "k\\ud800": (None, "ok")}
+
+
+def test_a_failing_reports_message_with_a_lone_surrogate_can_be_sent(pytestconfig):
+    """What the worker sends for a failure whose message holds one (the reviewer's case)."""
+    try:
+        raise AssertionError("subject x\ud800y")
+    except AssertionError:
+        info = pytest.ExceptionInfo.from_current()
+    report = pytest.TestReport("t.py::t", ("t.py", 1, "t"), {}, "failed", info.getrepr(), "call")
+    data = pytestconfig.hook.pytest_report_to_serializable(config=pytestconfig, report=report)
+    with pytest.raises(execnet.DumpError):
+        execnet.dumps(report._to_json())  # as pytest alone would serialize it
+    assert b"subject x\\ud800y" in execnet.dumps(data)

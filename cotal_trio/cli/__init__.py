@@ -82,7 +82,8 @@ def __getattr__(name: str) -> Any:
 def configure_logging() -> None:
     """Log lines go to stderr one line each (the callout line carries its own ``level=``): a
     message's unprintable characters, a client's newline among them, are written as escapes
-    (cli/log_lines.py), so no client writes a line into the operator's log.
+    (cli/log_lines.py), so no client writes a line into the operator's log through a message
+    (a traceback's exception text is written as Python formats it).
 
     The callout logs one line per connect, so the record attributes no line uses (caller,
     thread, process) are not collected: the logging documentation's "Optimization" switches.

@@ -2,10 +2,12 @@
 
 Messages carry text clients chose (an exchange body's unknown keys, names and subjects a
 refusal quotes). A newline in it would let a client write a line of its own into the operator's
-log, one a ``grep outcome=minted`` would count, and a lone surrogate cannot be written to a UTF-8
-log file at all. So a message's unprintable characters are written as their Python escapes
-(``\\n``, ``\\x1b``, ``\\ud808``); the traceback the formatter adds after the message keeps its
-lines.
+log, one a ``grep outcome=minted`` would count, and an escape sequence could rewrite a
+terminal. So a message's unprintable characters (``str.isprintable``: controls, line separators,
+format characters such as zero-width joiners and bidi overrides, lone surrogates) are written as
+their Python escapes (``\\n``, ``\\x1b``, ``\\ud808``). The traceback the formatter adds after a
+message is written as Python formats it, lines and all: this escapes the message, not the
+exception text of a traceback.
 """
 
 from __future__ import annotations

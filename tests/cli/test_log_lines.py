@@ -2,9 +2,8 @@
 
 The exchange's refusals name the body's unknown keys, the callout line a client's names: text a
 client chose. A newline in it would let a client write a line of its own into the operator's
-log (a forged ``outcome=minted``), and a lone surrogate cannot be written to a UTF-8 log file at
-all. So what a message holds that is not printable is written as its escape; a traceback,
-which the formatter adds after the message, keeps its lines.
+log (a forged ``outcome=minted``). So what a message holds that is not printable is written as
+its escape; a traceback, which the formatter adds after the message, keeps its lines.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ def test_a_lone_surrogate_and_other_unprintable_characters_are_escaped():
     assert out.encode("utf-8")  # a UTF-8 log file takes it
 
 
-def test_printable_text_of_any_script_is_written_as_it_is():
+def test_printable_text_is_written_as_it_is():
     assert _line("space=a owner=%s", "Zoë 山田 🙂") == "space=a owner=Zoë 山田 🙂\n"
 
 

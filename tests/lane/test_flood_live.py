@@ -351,7 +351,7 @@ async def test_a_flood_at_a_stalled_lane_sheds_and_answers_nothing_late(stack, c
     timeouts = [line for line in flood_lines if line["outcome"] == "timeout"]
     minted = [line for line in flood_lines if line["outcome"] == "minted"]
     connected = {result.cid for result in results if result.kind == "connected"}
-    print(  # the run's shape, for a report (pytest -s)
+    print(  # the run's shape, for a report (pytest -n0 -s)
         f"\noutcomes {dict(outcomes)} clients {dict(kinds)} max in flight {max(in_flight, default=None)}"
         f" timeouts at {dict(Counter(line['at'] for line in timeouts))}"
         f" max total_ms: minted {max((line['total_ms'] for line in minted), default=None)}"

@@ -9,7 +9,7 @@ the space is led by n1 (moved there by ``STREAM.LEADER.STEPDOWN`` with n1 prefer
 Several actors connect through n2 and n3 in a loop (one connect a second each, under the
 60-a-minute actor limit); n1 is SIGKILLed by pid, restarted after a while, and the loop goes on
 until n1 has rejoined plus a settle time. The failed connects and the longest window of failures
-are printed (``pytest -s``) and put in the assertion messages; the test asserts only that every
+are printed (``pytest -n0 -s``) and put in the assertion messages; the test asserts only that every
 connect of the last seconds is admitted, and that every issuance row written before the kill
 (``natkey.<owner>.<actor>.<user nkey>`` in ``cotal_auth_<space>``) is still there after.
 No timing is asserted. Only the nats-servers the test starts are stopped, by pid.
@@ -170,7 +170,7 @@ async def test_a_sigkilled_leader_node_loses_no_row_and_connects_are_admitted_af
         f"failed connects: {len(failed)} of {len(attempts)}, longest window: {longest:.1f} s"
         f" (windows from the kill: {[(round(s - killed, 1), round(e - killed, 1)) for s, e in windows]})"
     )
-    with capsys.disabled():  # the CLI steps capture stdout; the numbers go to `pytest -s`
+    with capsys.disabled():  # the CLI steps capture stdout; the numbers go to `pytest -n0 -s`
         print(f"\n{numbers}")
     tail = [a for a in attempts if a.started >= ended - LAST_S - PACE_S]
     assert len(tail) >= ACTORS and all(a.admitted for a in tail), numbers

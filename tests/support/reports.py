@@ -1,16 +1,16 @@
 """Test reports that pytest-xdist can carry from a worker to the controller.
 
-xdist sends every report (its captured stdout, stderr and log sections included, passed or
-not) to the controller as UTF-8. The fuzz tests feed the faces lone surrogates on purpose
-(issue 15 item 6), and a face that logs such a key of an exchange body leaves one in the captured
-log: the worker then dies of a UnicodeEncodeError and the run ends in an INTERNALERROR with
-its tests unrun. So the captured text is made encodable (a lone surrogate becomes its
-``\\udXXX`` escape) before the report leaves the worker.
+xdist sends every report (its captured stdout, stderr and log sections, a failure's message
+and traceback, passed or not) to the controller as UTF-8. The fuzz tests feed the faces lone
+surrogates on purpose (issue 15 item 6), and one in a captured log or a failure's message kills
+the worker with a UnicodeEncodeError: the run ends in an INTERNALERROR with its tests unrun. So
+every string of the serialized report is made encodable (a lone surrogate becomes its
+``\\udXXX`` escape) before it leaves the worker.
 """
 
 from __future__ import annotations
 
-__all__ = ["transportable", "transportable_sections"]
+__all__ = ["transportable", "transportable_data"]
 
 
 def transportable(text: str) -> str:
@@ -23,6 +23,13 @@ def transportable(text: str) -> str:
     return text
 
 
-def transportable_sections(sections: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """A report's ``(title, content)`` sections, each made :func:`transportable`."""
-    return [(transportable(title), transportable(content)) for title, content in sections]
+def transportable_data(value: object) -> object:
+    """``value`` (a serialized report: dicts, lists, tuples, strings, numbers) with every string
+    in it, keys too, made :func:`transportable`; a new container where anything changed."""
+    if isinstance(value, str):
+        return transportable(value)
+    if isinstance(value, dict):
+        return {transportable_data(k): transportable_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(transportable_data(item) for item in value)
+    return value
